@@ -1,0 +1,258 @@
+/*
+ * channel.c - how commands reach the app: the SIGURG handler, the parked
+ * helper thread it wakes, and the SysV message queue they drain.
+ *
+ * Getting the job to run whatever the app is doing (DESIGN.md): the signal
+ * handler only sets `pending` and posts a semaphore (both async-signal-
+ * safe). A Ruby thread, started from Ruby by lib/rbtrace.rb and parked in
+ * sem_wait without the GVL, wakes on it, takes the GVL and serves the
+ * queue. That works while the main thread sleeps, blocks in read(2),
+ * Queue#pop or IO.select, where a bare postponed job would never run.
+ *
+ * Postponed jobs: on Rubies that have rb_postponed_job_preregister (3.3+)
+ * the handler also triggers a preregistered job, which serves the queue at
+ * the next safe point of a busy app without waiting for a GVL hand-off.
+ * Before 3.3 the handler registers no job at all: rb_postponed_job_
+ * register_one called from a signal handler can race with a flush running
+ * on another thread (https://bugs.ruby-lang.org/issues/19991) and corrupt
+ * the job list, so there the helper thread alone serves commands.
+ *
+ * The queue is created on the first signal, mode 0600 with IPC_EXCL, and
+ * is read only while its owner and creator are our euid and it grants
+ * nothing to others.
+ */
+#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
+#include <unistd.h>
+
+#ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
+static rb_postponed_job_handle_t channel_job = POSTPONED_JOB_HANDLE_INVALID;
+#endif
+
+static volatile int channel_unblocked;
+
+static void channel_sigurg(int sig, siginfo_t *info, void *ctx)
+{
+    int saved = errno;
+
+    rbtrace.pending = 1;
+    sem_post(&rbtrace.wake);
+#ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
+    if (channel_job != POSTPONED_JOB_HANDLE_INVALID) rb_postponed_job_trigger(channel_job);
+#endif
+    errno = saved;
+}
+
+/* Wakes the helper thread from any thread (used by the writer too). */
+void rbtrace_channel_wake(void)
+{
+    sem_post(&rbtrace.wake);
+}
+
+/* ---- the queue ---- */
+
+static int channel_queue_trusted(int qid)
+{
+    struct msqid_ds ds;
+    uid_t me = geteuid();
+
+    if (msgctl(qid, IPC_STAT, &ds) != 0) return 0;
+    return ds.msg_perm.uid == me && ds.msg_perm.cuid == me && (ds.msg_perm.mode & 077) == 0;
+}
+
+/* Creates (or adopts a stale one of our own) the queue keyed by our pid. */
+static int channel_queue_open(void)
+{
+    key_t key = RBTRACE_QUEUE_KEY(getpid());
+    int qid = msgget(key, IPC_CREAT | IPC_EXCL | 0600);
+
+    if (qid < 0 && errno == EEXIST) {
+        /* Left by an earlier process with our pid, or planted by someone. */
+        qid = msgget(key, 0);
+        if (qid >= 0 && !channel_queue_trusted(qid)) {
+            if (!rbtrace.queue_refused) {
+                fprintf(stderr, "rbtrace: refusing message queue 0x%08x of process %d: it was "
+                        "created by another user or is open to others; remove it "
+                        "(ipcrm -Q 0x%08x) to make this process traceable\n",
+                        (unsigned)key, (int)getpid(), (unsigned)key);
+                rbtrace.queue_refused = 1;
+            }
+            return -1;
+        }
+    }
+    if (qid < 0) {
+        if (!rbtrace.queue_refused)
+            fprintf(stderr, "rbtrace: cannot create message queue 0x%08x: %s\n",
+                    (unsigned)key, strerror(errno));
+        rbtrace.queue_refused = 1;
+        return -1;
+    }
+    rbtrace.queue_pid = getpid();
+    return qid;
+}
+
+static void channel_command_reset(void)
+{
+    rbtrace.command_len = 0;
+    rbtrace.command_skipping = 0;
+}
+
+/* Appends one chunk; returns 1 when a whole command is ready. */
+static int channel_chunk(const unsigned char *chunk, size_t len)
+{
+    int more = len > 0 && (chunk[0] & RBTRACE_CHUNK_MORE);
+
+    if (len == 0) return 0;
+    chunk++;
+    len--;
+    if (rbtrace.command_skipping || rbtrace.command_len + len > RBTRACE_COMMAND_MAX) {
+        if (!rbtrace.command_skipping && rbtrace.attached)
+            rbtrace_emit_message(RBTRACE_EV_ERROR, "command longer than %d bytes ignored",
+                                 RBTRACE_COMMAND_MAX);
+        rbtrace.command_skipping = 1;
+        if (!more) channel_command_reset();
+        return 0;
+    }
+    if (rbtrace.command_len + len > rbtrace.command_cap) {
+        size_t cap = rbtrace.command_cap ? rbtrace.command_cap : RBTRACE_MSG_PAYLOAD;
+        char *grown;
+        while (cap < rbtrace.command_len + len) cap *= 2;
+        grown = realloc(rbtrace.command, cap);
+        if (grown == NULL) {
+            rbtrace.command_skipping = more;
+            rbtrace.command_len = 0;
+            return 0;
+        }
+        rbtrace.command = grown;
+        rbtrace.command_cap = cap;
+    }
+    memcpy(rbtrace.command + rbtrace.command_len, chunk, len);
+    rbtrace.command_len += len;
+    return !more;
+}
+
+/* Carries out every command waiting in the queue. GVL held. */
+static void channel_drain(void)
+{
+    struct rbtrace_msg msg;
+    ssize_t n;
+
+    for (;;) {
+        n = msgrcv(rbtrace.queue_id, &msg, sizeof(msg.mtext), RBTRACE_MSG_TYPE, IPC_NOWAIT);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EIDRM || errno == EINVAL) rbtrace.queue_id = -1;
+            return;
+        }
+        if (channel_chunk(msg.mtext, (size_t)n)) {
+            size_t len = rbtrace.command_len;
+            channel_command_reset();
+            rbtrace_session_execute(rbtrace.command, len);
+        }
+    }
+}
+
+/* Serves whatever woke us: a signal, or a client that went away. */
+static void channel_service(void)
+{
+    if (rbtrace.servicing) return;
+    rbtrace.servicing = 1;
+    rbtrace_session_check_peer();
+    if (rbtrace.pending) {
+        rbtrace.pending = 0;
+        if (rbtrace.queue_id < 0) rbtrace.queue_id = channel_queue_open();
+        if (rbtrace.queue_id >= 0 && channel_queue_trusted(rbtrace.queue_id)) channel_drain();
+    }
+    rbtrace.servicing = 0;
+}
+
+#ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
+static void channel_job_i(void *unused)
+{
+    channel_service();
+}
+#endif
+
+/* ---- the helper thread ---- */
+
+static void *channel_wait_nogvl(void *unused)
+{
+    while (sem_wait(&rbtrace.wake) != 0 && errno == EINTR && !channel_unblocked)
+        ;
+    return NULL;
+}
+
+static void channel_unblock(void *unused)
+{
+    channel_unblocked = 1;
+    sem_post(&rbtrace.wake);
+}
+
+/*
+ * call-seq: RBTrace.helper_loop -> never returns
+ *
+ * Body of the parked helper thread (lib/rbtrace.rb starts it). Waits for
+ * the signal handler without the GVL, then serves the queue.
+ */
+static VALUE channel_helper_loop_m(VALUE self)
+{
+    for (;;) {
+        channel_unblocked = 0;
+        rb_thread_call_without_gvl(channel_wait_nogvl, NULL, channel_unblock, NULL);
+        rb_thread_check_ints();
+        do channel_service(); while (rbtrace.pending && !rbtrace.servicing);
+    }
+    return Qnil;
+}
+
+/* Removes our queue when the process that created it exits. */
+static void channel_atexit(void)
+{
+    if (rbtrace.queue_id >= 0 && rbtrace.queue_pid == getpid())
+        msgctl(rbtrace.queue_id, IPC_RMID, NULL);
+}
+
+/* A forked child: a new pid, so a new queue, created on its first signal. */
+void rbtrace_channel_after_fork(void)
+{
+    rbtrace.queue_id = -1;
+    rbtrace.queue_pid = 0;
+    rbtrace.queue_refused = 0;
+    rbtrace.pending = 0;
+    rbtrace.servicing = 0;
+    channel_command_reset();
+    sem_destroy(&rbtrace.wake);
+    sem_init(&rbtrace.wake, 0, 0);
+}
+
+void rbtrace_channel_init(void)
+{
+    struct sigaction sa;
+
+    rbtrace.queue_id = -1;
+    if (sem_init(&rbtrace.wake, 0, 0) != 0)
+        rb_sys_fail("rbtrace: sem_init");
+#ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
+    channel_job = rb_postponed_job_preregister(0, channel_job_i, NULL);
+#endif
+    if (atexit(channel_atexit) != 0)
+        rb_raise(rb_eRuntimeError, "rbtrace: atexit failed");
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = channel_sigurg;
+    /* SA_RESTART: other C extensions do not expect EINTR from our signal. */
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGURG, &sa, NULL) != 0)
+        rb_sys_fail("rbtrace: sigaction(SIGURG)");
+}
+
+void Init_rbtrace_channel(VALUE mod)
+{
+    rb_define_singleton_method(mod, "helper_loop", channel_helper_loop_m, 0);
+}

@@ -1,0 +1,365 @@
+/*
+ * codec.c - msgpack encoding and decoding of rbtrace commands and events
+ * (see protocol.h for the fields of each). No I/O, no Ruby: the extension,
+ * the client, the unit tests and the fuzzers all link this file.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include "codec.h"
+
+/* ---- field access with type checks ---- */
+
+static int codec_fail(char *err, const char *what, uint32_t index)
+{
+    snprintf(err, RBTRACE_ERRLEN, "field %u: expected %s", index, what);
+    return RBTRACE_ERR;
+}
+
+static int codec_uint(const msgpack_object_array *a, uint32_t i, uint64_t *out, char *err)
+{
+    if (i >= a->size || a->ptr[i].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+        return codec_fail(err, "an unsigned integer", i);
+    *out = a->ptr[i].via.u64;
+    return RBTRACE_OK;
+}
+
+static int codec_uint32(const msgpack_object_array *a, uint32_t i, uint32_t *out, char *err)
+{
+    uint64_t v;
+    if (codec_uint(a, i, &v, err) != RBTRACE_OK) return RBTRACE_ERR;
+    if (v > UINT32_MAX) return codec_fail(err, "a 32-bit unsigned integer", i);
+    *out = (uint32_t)v;
+    return RBTRACE_OK;
+}
+
+static int codec_str_of(const msgpack_object *o, struct rbtrace_str *out)
+{
+    if (o->type != MSGPACK_OBJECT_STR) return RBTRACE_ERR;
+    out->ptr = o->via.str.ptr;
+    out->len = o->via.str.size;
+    return RBTRACE_OK;
+}
+
+static int codec_str(const msgpack_object_array *a, uint32_t i, struct rbtrace_str *out, char *err)
+{
+    if (i >= a->size || codec_str_of(&a->ptr[i], out) != RBTRACE_OK)
+        return codec_fail(err, "a string", i);
+    return RBTRACE_OK;
+}
+
+static int codec_array(const msgpack_object_array *a, uint32_t i,
+                       const msgpack_object_array **out, char *err)
+{
+    if (i >= a->size || a->ptr[i].type != MSGPACK_OBJECT_ARRAY)
+        return codec_fail(err, "an array", i);
+    *out = &a->ptr[i].via.array;
+    return RBTRACE_OK;
+}
+
+/* The array of a message and its type number. */
+static int codec_message(const msgpack_object *obj, const msgpack_object_array **a,
+                         uint64_t *type, char *err)
+{
+    if (obj->type != MSGPACK_OBJECT_ARRAY || obj->via.array.size == 0) {
+        snprintf(err, RBTRACE_ERRLEN, "a message must be a non-empty array");
+        return RBTRACE_ERR;
+    }
+    *a = &obj->via.array;
+    return codec_uint(*a, 0, type, err);
+}
+
+/* ---- commands ---- */
+
+int rbtrace_command_encode(msgpack_packer *pk, const struct rbtrace_command *cmd)
+{
+    uint32_t i;
+
+    switch (cmd->type) {
+    case RBTRACE_CMD_ATTACH:
+        msgpack_pack_array(pk, 4);
+        msgpack_pack_uint32(pk, cmd->type);
+        msgpack_pack_uint32(pk, cmd->client_pid);
+        msgpack_pack_uint32(pk, cmd->protocol_version);
+        msgpack_pack_str_with_body(pk, cmd->text.ptr, cmd->text.len);
+        return RBTRACE_OK;
+    case RBTRACE_CMD_DETACH:
+    case RBTRACE_CMD_FIREHOSE:
+        msgpack_pack_array(pk, 2);
+        msgpack_pack_uint32(pk, cmd->type);
+        msgpack_pack_uint32(pk, cmd->client_pid);
+        return RBTRACE_OK;
+    case RBTRACE_CMD_METHODS:
+        if (cmd->n_selectors > RBTRACE_SELECTORS_MAX) return RBTRACE_ERR;
+        msgpack_pack_array(pk, 3);
+        msgpack_pack_uint32(pk, cmd->type);
+        msgpack_pack_uint32(pk, cmd->client_pid);
+        msgpack_pack_array(pk, cmd->n_selectors);
+        for (i = 0; i < cmd->n_selectors; i++)
+            msgpack_pack_str_with_body(pk, cmd->selectors[i].ptr, cmd->selectors[i].len);
+        return RBTRACE_OK;
+    case RBTRACE_CMD_EVAL:
+        msgpack_pack_array(pk, 5);
+        msgpack_pack_uint32(pk, cmd->type);
+        msgpack_pack_uint32(pk, cmd->client_pid);
+        msgpack_pack_uint32(pk, cmd->eval_id);
+        msgpack_pack_str_with_body(pk, cmd->text.ptr, cmd->text.len);
+        msgpack_pack_uint32(pk, cmd->timeout_ms);
+        return RBTRACE_OK;
+    }
+    return RBTRACE_ERR;
+}
+
+static int command_decode_selectors(const msgpack_object_array *a,
+                                    struct rbtrace_command *cmd, char *err)
+{
+    const msgpack_object_array *list;
+    uint32_t i;
+
+    if (codec_array(a, 2, &list, err) != RBTRACE_OK) return RBTRACE_ERR;
+    if (list->size > RBTRACE_SELECTORS_MAX) {
+        snprintf(err, RBTRACE_ERRLEN, "too many selectors (%u, at most %d)",
+                 list->size, RBTRACE_SELECTORS_MAX);
+        return RBTRACE_ERR;
+    }
+    for (i = 0; i < list->size; i++) {
+        if (codec_str_of(&list->ptr[i], &cmd->selectors[i]) != RBTRACE_OK) {
+            snprintf(err, RBTRACE_ERRLEN, "selector %u is not a string", i);
+            return RBTRACE_ERR;
+        }
+    }
+    cmd->n_selectors = list->size;
+    return RBTRACE_OK;
+}
+
+static int command_decode_fields(const msgpack_object_array *a,
+                                 struct rbtrace_command *cmd, char *err)
+{
+    switch (cmd->type) {
+    case RBTRACE_CMD_ATTACH:
+        if (codec_uint32(a, 2, &cmd->protocol_version, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return codec_str(a, 3, &cmd->text, err);
+    case RBTRACE_CMD_DETACH:
+    case RBTRACE_CMD_FIREHOSE:
+        return RBTRACE_OK;
+    case RBTRACE_CMD_METHODS:
+        return command_decode_selectors(a, cmd, err);
+    case RBTRACE_CMD_EVAL:
+        if (codec_uint32(a, 2, &cmd->eval_id, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_str(a, 3, &cmd->text, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return codec_uint32(a, 4, &cmd->timeout_ms, err);
+    }
+    snprintf(err, RBTRACE_ERRLEN, "unknown command %u", (unsigned)cmd->type);
+    return RBTRACE_ERR;
+}
+
+int rbtrace_command_decode(const char *buf, size_t len, msgpack_zone *zone,
+                           struct rbtrace_command *cmd, char *err)
+{
+    msgpack_object obj;
+    const msgpack_object_array *a;
+    uint64_t type;
+    size_t off = 0;
+
+    memset(cmd, 0, sizeof(*cmd));
+    switch (msgpack_unpack(buf, len, &off, zone, &obj)) {
+    case MSGPACK_UNPACK_SUCCESS:
+        break;
+    case MSGPACK_UNPACK_EXTRA_BYTES:
+        snprintf(err, RBTRACE_ERRLEN, "%zu bytes after the command", len - off);
+        return RBTRACE_ERR;
+    case MSGPACK_UNPACK_CONTINUE:
+        snprintf(err, RBTRACE_ERRLEN, "truncated command (%zu bytes)", len);
+        return RBTRACE_ERR;
+    default:
+        snprintf(err, RBTRACE_ERRLEN, "malformed msgpack in command");
+        return RBTRACE_ERR;
+    }
+    if (codec_message(&obj, &a, &type, err) != RBTRACE_OK) return RBTRACE_ERR;
+    if (type > UINT32_MAX) return codec_fail(err, "a command number", 0);
+    cmd->type = (enum rbtrace_command_type)type;
+    if (codec_uint32(a, 1, &cmd->client_pid, err) != RBTRACE_OK) return RBTRACE_ERR;
+    return command_decode_fields(a, cmd, err);
+}
+
+/* ---- events ---- */
+
+static void pack_cstr(msgpack_packer *pk, const char *s)
+{
+    msgpack_pack_str_with_body(pk, s, strlen(s));
+}
+
+void rbtrace_event_pack_attached(msgpack_packer *pk, uint32_t target_pid,
+                                 const char *ruby_version,
+                                 uint64_t clock_origin_ns, uint64_t wall_origin_ns)
+{
+    msgpack_pack_array(pk, 6);
+    msgpack_pack_uint32(pk, RBTRACE_EV_ATTACHED);
+    msgpack_pack_uint32(pk, RBTRACE_PROTOCOL_VERSION);
+    msgpack_pack_uint32(pk, target_pid);
+    pack_cstr(pk, ruby_version);
+    msgpack_pack_uint64(pk, clock_origin_ns);
+    msgpack_pack_uint64(pk, wall_origin_ns);
+}
+
+void rbtrace_event_pack_refused(msgpack_packer *pk, enum rbtrace_refusal reason,
+                                uint32_t tracer_pid, const char *message)
+{
+    msgpack_pack_array(pk, 4);
+    msgpack_pack_uint32(pk, RBTRACE_EV_REFUSED);
+    msgpack_pack_uint32(pk, reason);
+    msgpack_pack_uint32(pk, tracer_pid);
+    pack_cstr(pk, message);
+}
+
+void rbtrace_event_pack_detached(msgpack_packer *pk)
+{
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_uint32(pk, RBTRACE_EV_DETACHED);
+}
+
+void rbtrace_event_pack_method(msgpack_packer *pk, uint64_t method_id,
+                               const char *name, size_t name_len)
+{
+    msgpack_pack_array(pk, 3);
+    msgpack_pack_uint32(pk, RBTRACE_EV_METHOD);
+    msgpack_pack_uint64(pk, method_id);
+    msgpack_pack_str_with_body(pk, name, name_len);
+}
+
+void rbtrace_event_pack_call(msgpack_packer *pk, enum rbtrace_event_type type,
+                             uint64_t thread_id, uint64_t time_ns, uint64_t method_id)
+{
+    msgpack_pack_array(pk, 4);
+    msgpack_pack_uint32(pk, type);
+    msgpack_pack_uint64(pk, thread_id);
+    msgpack_pack_uint64(pk, time_ns);
+    msgpack_pack_uint64(pk, method_id);
+}
+
+void rbtrace_event_pack_call_args(msgpack_packer *pk, uint64_t thread_id,
+                                  uint64_t time_ns, uint64_t method_id,
+                                  uint32_t n_exprs)
+{
+    msgpack_pack_array(pk, 5);
+    msgpack_pack_uint32(pk, RBTRACE_EV_CALL_ARGS);
+    msgpack_pack_uint64(pk, thread_id);
+    msgpack_pack_uint64(pk, time_ns);
+    msgpack_pack_uint64(pk, method_id);
+    msgpack_pack_array(pk, n_exprs);
+}
+
+void rbtrace_event_pack_expr(msgpack_packer *pk, const char *expr, size_t expr_len,
+                             const char *value, size_t value_len)
+{
+    msgpack_pack_array(pk, 2);
+    msgpack_pack_str_with_body(pk, expr, expr_len);
+    msgpack_pack_str_with_body(pk, value, value_len);
+}
+
+void rbtrace_event_pack_lost(msgpack_packer *pk, uint64_t count)
+{
+    msgpack_pack_array(pk, 2);
+    msgpack_pack_uint32(pk, RBTRACE_EV_LOST);
+    msgpack_pack_uint64(pk, count);
+}
+
+void rbtrace_event_pack_eval_result(msgpack_packer *pk, uint32_t eval_id,
+                                    enum rbtrace_eval_status status,
+                                    const char *text, size_t text_len)
+{
+    msgpack_pack_array(pk, 4);
+    msgpack_pack_uint32(pk, RBTRACE_EV_EVAL_RESULT);
+    msgpack_pack_uint32(pk, eval_id);
+    msgpack_pack_uint32(pk, status);
+    msgpack_pack_str_with_body(pk, text, text_len);
+}
+
+void rbtrace_event_pack_message(msgpack_packer *pk, enum rbtrace_event_type type,
+                                const char *message, size_t len)
+{
+    msgpack_pack_array(pk, 2);
+    msgpack_pack_uint32(pk, type);
+    msgpack_pack_str_with_body(pk, message, len);
+}
+
+static int event_decode_exprs(const msgpack_object_array *a, struct rbtrace_event *ev, char *err)
+{
+    const msgpack_object_array *list;
+    uint32_t i;
+
+    if (codec_array(a, 4, &list, err) != RBTRACE_OK) return RBTRACE_ERR;
+    if (list->size > RBTRACE_EXPRS_MAX) {
+        snprintf(err, RBTRACE_ERRLEN, "too many expressions (%u)", list->size);
+        return RBTRACE_ERR;
+    }
+    for (i = 0; i < list->size; i++) {
+        const msgpack_object *pair = &list->ptr[i];
+        if (pair->type != MSGPACK_OBJECT_ARRAY || pair->via.array.size != 2 ||
+            codec_str_of(&pair->via.array.ptr[0], &ev->exprs[i]) != RBTRACE_OK ||
+            codec_str_of(&pair->via.array.ptr[1], &ev->values[i]) != RBTRACE_OK) {
+            snprintf(err, RBTRACE_ERRLEN, "expression %u is not a [string, string] pair", i);
+            return RBTRACE_ERR;
+        }
+    }
+    ev->n_exprs = list->size;
+    return RBTRACE_OK;
+}
+
+static int event_decode_call(const msgpack_object_array *a, struct rbtrace_event *ev, char *err)
+{
+    if (codec_uint(a, 1, &ev->thread_id, err) != RBTRACE_OK) return RBTRACE_ERR;
+    if (codec_uint(a, 2, &ev->time_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
+    if (codec_uint(a, 3, &ev->method_id, err) != RBTRACE_OK) return RBTRACE_ERR;
+    if (ev->type == RBTRACE_EV_CALL_ARGS) return event_decode_exprs(a, ev, err);
+    return RBTRACE_OK;
+}
+
+static int event_decode_fields(const msgpack_object_array *a, struct rbtrace_event *ev, char *err)
+{
+    switch (ev->type) {
+    case RBTRACE_EV_ATTACHED:
+        if (codec_uint(a, 1, &ev->number, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_uint(a, 2, &ev->pid, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_str(a, 3, &ev->text, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_uint(a, 4, &ev->clock_origin_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return codec_uint(a, 5, &ev->wall_origin_ns, err);
+    case RBTRACE_EV_REFUSED:
+        if (codec_uint(a, 1, &ev->number, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_uint(a, 2, &ev->pid, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return codec_str(a, 3, &ev->text, err);
+    case RBTRACE_EV_DETACHED:
+        return RBTRACE_OK;
+    case RBTRACE_EV_METHOD:
+        if (codec_uint(a, 1, &ev->method_id, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return codec_str(a, 2, &ev->text, err);
+    case RBTRACE_EV_CALL:
+    case RBTRACE_EV_RETURN:
+    case RBTRACE_EV_CALL_ARGS:
+        return event_decode_call(a, ev, err);
+    case RBTRACE_EV_LOST:
+        return codec_uint(a, 1, &ev->number, err);
+    case RBTRACE_EV_EVAL_RESULT:
+        if (codec_uint(a, 1, &ev->number, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_uint32(a, 2, &ev->status, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return codec_str(a, 3, &ev->text, err);
+    case RBTRACE_EV_ERROR:
+    case RBTRACE_EV_NOTICE:
+        return codec_str(a, 1, &ev->text, err);
+    }
+    snprintf(err, RBTRACE_ERRLEN, "unknown event %u", (unsigned)ev->type);
+    return RBTRACE_ERR;
+}
+
+int rbtrace_event_decode(const msgpack_object *obj, struct rbtrace_event *ev, char *err)
+{
+    const msgpack_object_array *a;
+    uint64_t type;
+
+    /* The expression arrays are filled only up to n_exprs: clear the rest. */
+    memset(ev, 0, offsetof(struct rbtrace_event, exprs));
+    if (codec_message(obj, &a, &type, err) != RBTRACE_OK) return RBTRACE_ERR;
+    if (type > UINT32_MAX) return codec_fail(err, "an event number", 0);
+    ev->type = (enum rbtrace_event_type)type;
+    return event_decode_fields(a, ev, err);
+}

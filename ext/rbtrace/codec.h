@@ -1,0 +1,105 @@
+/*
+ * codec.h - encoding and decoding of the messages protocol.h defines.
+ * Pure C over buffers and msgpack objects: no I/O, no Ruby. Shared by the
+ * extension and the client, unit-tested and fuzzed on its own.
+ *
+ * Decoders return RBTRACE_OK, or RBTRACE_ERR with a message in err.
+ * Decoded strings point into the msgpack data they came from: they are not
+ * NUL-terminated and live as long as that data.
+ */
+#ifndef RBTRACE_CODEC_H
+#define RBTRACE_CODEC_H
+
+#include <msgpack.h>
+#include "protocol.h"
+
+#define RBTRACE_OK 0
+#define RBTRACE_ERR (-1)
+
+/* Room for a decoder's error message. */
+#define RBTRACE_ERRLEN 160
+
+/* A string inside a msgpack buffer. */
+struct rbtrace_str {
+    const char *ptr;
+    uint32_t len;
+};
+
+/* Most selectors one METHODS command may carry. */
+#define RBTRACE_SELECTORS_MAX 256
+
+struct rbtrace_command {
+    enum rbtrace_command_type type;
+    uint32_t client_pid;
+    uint32_t protocol_version;   /* ATTACH */
+    struct rbtrace_str text;     /* ATTACH: socket path; EVAL: code */
+    uint32_t eval_id;            /* EVAL */
+    uint32_t timeout_ms;         /* EVAL */
+    uint32_t n_selectors;        /* METHODS */
+    struct rbtrace_str selectors[RBTRACE_SELECTORS_MAX];
+};
+
+/* Most expression/value pairs one CALL_ARGS event may carry. */
+#define RBTRACE_EXPRS_MAX 32
+
+struct rbtrace_event {
+    enum rbtrace_event_type type;
+    uint64_t thread_id;          /* CALL, RETURN, CALL_ARGS */
+    uint64_t time_ns;            /* CALL, RETURN, CALL_ARGS */
+    uint64_t method_id;          /* METHOD, CALL, RETURN, CALL_ARGS */
+    uint64_t number;             /* ATTACHED: protocol version; LOST: count;
+                                    REFUSED: reason; EVAL_RESULT: eval id */
+    uint64_t pid;                /* ATTACHED: target pid; REFUSED: tracer pid */
+    uint64_t clock_origin_ns;    /* ATTACHED */
+    uint64_t wall_origin_ns;     /* ATTACHED */
+    uint32_t status;             /* EVAL_RESULT */
+    struct rbtrace_str text;     /* ATTACHED: ruby version; METHOD: name;
+                                    REFUSED, ERROR, NOTICE: message;
+                                    EVAL_RESULT: result text */
+    uint32_t n_exprs;            /* CALL_ARGS */
+    struct rbtrace_str exprs[RBTRACE_EXPRS_MAX];
+    struct rbtrace_str values[RBTRACE_EXPRS_MAX];
+};
+
+/* ---- commands ---- */
+
+/* Encodes cmd as one msgpack array. */
+int rbtrace_command_encode(msgpack_packer *pk, const struct rbtrace_command *cmd);
+
+/* Decodes one whole command from buf. The command's strings point into
+ * zone, which the caller initialises before and destroys after. */
+int rbtrace_command_decode(const char *buf, size_t len, msgpack_zone *zone,
+                           struct rbtrace_command *cmd, char *err);
+
+/* ---- events ---- */
+
+/* One encoder per event; each packs one msgpack array. */
+void rbtrace_event_pack_attached(msgpack_packer *pk, uint32_t target_pid,
+                                 const char *ruby_version,
+                                 uint64_t clock_origin_ns, uint64_t wall_origin_ns);
+void rbtrace_event_pack_refused(msgpack_packer *pk, enum rbtrace_refusal reason,
+                                uint32_t tracer_pid, const char *message);
+void rbtrace_event_pack_detached(msgpack_packer *pk);
+void rbtrace_event_pack_method(msgpack_packer *pk, uint64_t method_id,
+                               const char *name, size_t name_len);
+void rbtrace_event_pack_call(msgpack_packer *pk, enum rbtrace_event_type type,
+                             uint64_t thread_id, uint64_t time_ns, uint64_t method_id);
+/* Starts a CALL_ARGS event; the caller then packs n_exprs pairs with
+ * rbtrace_event_pack_expr. */
+void rbtrace_event_pack_call_args(msgpack_packer *pk, uint64_t thread_id,
+                                  uint64_t time_ns, uint64_t method_id,
+                                  uint32_t n_exprs);
+void rbtrace_event_pack_expr(msgpack_packer *pk, const char *expr, size_t expr_len,
+                             const char *value, size_t value_len);
+void rbtrace_event_pack_lost(msgpack_packer *pk, uint64_t count);
+void rbtrace_event_pack_eval_result(msgpack_packer *pk, uint32_t eval_id,
+                                    enum rbtrace_eval_status status,
+                                    const char *text, size_t text_len);
+/* ERROR or NOTICE */
+void rbtrace_event_pack_message(msgpack_packer *pk, enum rbtrace_event_type type,
+                                const char *message, size_t len);
+
+/* Decodes one unpacked event. Strings point into obj's zone. */
+int rbtrace_event_decode(const msgpack_object *obj, struct rbtrace_event *ev, char *err);
+
+#endif

@@ -1,0 +1,358 @@
+/*
+ * emit.c - turns what the hooks and commands saw into protocol events in
+ * the ring buffer that the writer thread drains.
+ *
+ * The hot path (rbtrace_emit_call) runs inside the app's traced calls: it
+ * encodes into a static scratch buffer (the GVL serialises its users) and
+ * copies the bytes into the ring. No malloc, no Ruby allocation, no
+ * syscall. A method is named once per (class, method) pair with a METHOD
+ * event; later events carry its small id only. When the ring is full the
+ * event is dropped and counted; the count goes out as a LOST event before
+ * the next event that fits.
+ */
+#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Largest event built in the scratch buffer (calls with expressions). */
+#define EMIT_SCRATCH 16384
+
+/* Longest method name sent; longer ones are cut. */
+#define EMIT_NAME_MAX 512
+
+struct emit_buffer {
+    char data[EMIT_SCRATCH];
+    size_t len;
+    int overflow;
+};
+
+static struct emit_buffer scratch;
+static msgpack_packer scratch_pk;
+static ID id_attached;
+
+static int emit_buffer_write(void *data, const char *buf, size_t len)
+{
+    struct emit_buffer *b = data;
+
+    if (len > EMIT_SCRATCH - b->len) {
+        b->overflow = 1;
+        return -1;
+    }
+    memcpy(b->data + b->len, buf, len);
+    b->len += len;
+    return 0;
+}
+
+static void emit_begin(void)
+{
+    scratch.len = 0;
+    scratch.overflow = 0;
+}
+
+/* Reports dropped events, if any, ahead of the next event. */
+static void emit_flush_lost(void)
+{
+    struct emit_buffer lost;
+    msgpack_packer pk;
+
+    lost.len = 0;
+    lost.overflow = 0;
+    msgpack_packer_init(&pk, &lost, emit_buffer_write);
+    rbtrace_event_pack_lost(&pk, rbtrace.lost);
+    if (rbtrace_ring_push(&rbtrace.ring, lost.data, lost.len) == 0) rbtrace.lost = 0;
+}
+
+/* Sends the scratch event, or counts it lost. Returns 0 if it was sent. */
+static int emit_commit(void)
+{
+    if (scratch.overflow || rbtrace.big_event || !rbtrace.attached) {
+        rbtrace.lost++;
+        return -1;
+    }
+    if (rbtrace.lost) {
+        emit_flush_lost();
+        if (rbtrace.lost) {
+            rbtrace.lost++;
+            return -1;
+        }
+    }
+    if (rbtrace_ring_push(&rbtrace.ring, scratch.data, scratch.len) != 0) {
+        rbtrace.lost++;
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- method names ---- */
+
+static size_t emit_append(char *out, size_t at, const char *s, size_t len)
+{
+    if (len > EMIT_NAME_MAX - at) len = EMIT_NAME_MAX - at;
+    memcpy(out + at, s, len);
+    return at + len;
+}
+
+/* Appends klass's name without allocating: the permanent class path. */
+static size_t emit_append_class(char *out, size_t at, VALUE klass)
+{
+    VALUE name = rb_mod_name(klass);
+    char anon[48];
+
+    if (RB_TYPE_P(name, T_STRING))
+        return emit_append(out, at, RSTRING_PTR(name), RSTRING_LEN(name));
+    snprintf(anon, sizeof(anon), "#<%s:%p>", RB_TYPE_P(klass, T_MODULE) ? "Module" : "Class",
+             (void *)klass);
+    return emit_append(out, at, anon, strlen(anon));
+}
+
+static VALUE emit_attached_object(VALUE singleton)
+{
+#ifdef HAVE_RB_CLASS_ATTACHED_OBJECT
+    return rb_class_attached_object(singleton);
+#else
+    return rb_ivar_get(singleton, id_attached);
+#endif
+}
+
+/* "Class#method", "Class.method" for singleton methods, or "method". */
+static size_t emit_format_name(char *out, VALUE klass, VALUE msym)
+{
+    VALUE mname = RB_SYMBOL_P(msym) ? rb_sym2str(msym) : Qnil;
+    size_t at = 0;
+
+    if (klass && klass != Qnil && (RB_TYPE_P(klass, T_CLASS) || RB_TYPE_P(klass, T_MODULE))) {
+        if (FL_TEST(klass, FL_SINGLETON)) {
+            VALUE obj = emit_attached_object(klass);
+            at = emit_append_class(out, at, RB_TYPE_P(obj, T_CLASS) || RB_TYPE_P(obj, T_MODULE)
+                                   ? obj : rb_obj_class(obj));
+            at = emit_append(out, at, ".", 1);
+        } else {
+            at = emit_append_class(out, at, klass);
+            at = emit_append(out, at, "#", 1);
+        }
+    }
+    if (RB_TYPE_P(mname, T_STRING))
+        return emit_append(out, at, RSTRING_PTR(mname), RSTRING_LEN(mname));
+    return emit_append(out, at, "(unknown)", 9);
+}
+
+static size_t emit_slot_of(VALUE klass, VALUE mid)
+{
+    uint64_t h = ((uint64_t)klass >> 3) * 0x9E3779B97F4A7C15ull ^ (uint64_t)mid * 0xC2B2AE3D27D4EB4Full;
+    return (size_t)(h >> 32) & (RBTRACE_METHOD_SLOTS - 1);
+}
+
+/* The id of (klass, mid), naming it first if it is new; 0 if the name
+ * could not be sent (the caller's event is then dropped too). */
+static uint32_t emit_method_id(VALUE klass, VALUE mid)
+{
+    struct rbtrace_method_slot *slot;
+    size_t i = emit_slot_of(klass, mid);
+    char name[EMIT_NAME_MAX];
+    size_t len;
+
+    for (;;) {
+        slot = &rbtrace.methods[i];
+        if (slot->id == 0) break;
+        if (slot->klass == klass && slot->mid == mid) return slot->id;
+        i = (i + 1) & (RBTRACE_METHOD_SLOTS - 1);
+    }
+    if (rbtrace.methods_used >= RBTRACE_METHOD_SLOTS / 4 * 3) {
+        /* Full: forget every pair; ids keep growing, names are sent again. */
+        memset(rbtrace.methods, 0, sizeof(*rbtrace.methods) * RBTRACE_METHOD_SLOTS);
+        rbtrace.methods_used = 0;
+        slot = &rbtrace.methods[emit_slot_of(klass, mid)];
+    }
+    len = emit_format_name(name, klass, mid);
+    emit_begin();
+    rbtrace_event_pack_method(&scratch_pk, rbtrace.next_method_id, name, len);
+    if (emit_commit() != 0) return 0;
+    slot->klass = klass;
+    slot->mid = mid;
+    slot->id = rbtrace.next_method_id++;
+    rbtrace.methods_used++;
+    return slot->id;
+}
+
+/* ---- events ---- */
+
+static uint64_t emit_thread_id(void)
+{
+    return (uint64_t)rb_thread_current();
+}
+
+void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t now)
+{
+    uint32_t id = emit_method_id(klass, mid);
+    enum rbtrace_event_type type =
+        (event & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)) ? RBTRACE_EV_CALL : RBTRACE_EV_RETURN;
+
+    if (id == 0) {
+        rbtrace.lost++;
+        return;
+    }
+    emit_begin();
+    rbtrace_event_pack_call(&scratch_pk, type, emit_thread_id(), now - rbtrace.clock_origin_ns, id);
+    emit_commit();
+}
+
+/* A CALL with the values of its trace expressions (Arrays of Strings). */
+void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, VALUE values)
+{
+    uint32_t id = emit_method_id(klass, mid);
+    long i, n = RARRAY_LEN(exprs);
+
+    if (id == 0) {
+        rbtrace.lost++;
+        return;
+    }
+    if (n > RBTRACE_EXPRS_MAX) n = RBTRACE_EXPRS_MAX;
+    emit_begin();
+    rbtrace_event_pack_call_args(&scratch_pk, emit_thread_id(), now - rbtrace.clock_origin_ns,
+                                 id, (uint32_t)n);
+    for (i = 0; i < n; i++) {
+        VALUE e = RARRAY_AREF(exprs, i), v = RARRAY_AREF(values, i);
+        rbtrace_event_pack_expr(&scratch_pk, RSTRING_PTR(e), RSTRING_LEN(e),
+                                RSTRING_PTR(v), RSTRING_LEN(v));
+    }
+    if (scratch.overflow) {
+        /* Too long even after truncation: send the call without values. */
+        emit_begin();
+        rbtrace_event_pack_call(&scratch_pk, RBTRACE_EV_CALL, emit_thread_id(),
+                                now - rbtrace.clock_origin_ns, id);
+    }
+    emit_commit();
+}
+
+/* Pushes an event of any size from a Ruby thread that may wait (never the
+ * hot path). While it waits for room, hooks drop their events (counted)
+ * so that nothing lands inside it. Gives up if the writer stops. */
+struct emit_wait_arg {
+    size_t need;
+};
+
+static void *emit_wait_nogvl(void *p)
+{
+    struct emit_wait_arg *arg = p;
+    struct timespec ts = { 0, 1000000 };
+    int waited_ms = 0;
+
+    while (rbtrace_ring_space(&rbtrace.ring) < arg->need && !rbtrace.peer_gone &&
+           rbtrace.writer_running && waited_ms < 10000) {
+        nanosleep(&ts, NULL);
+        waited_ms++;
+    }
+    return NULL;
+}
+
+static void emit_push_big(const char *data, size_t len)
+{
+    struct emit_wait_arg arg;
+    size_t done = 0;
+
+    if (!rbtrace.attached) return;
+    rbtrace.big_event = 1;
+    while (done < len) {
+        size_t chunk = len - done, space = rbtrace_ring_space(&rbtrace.ring);
+        if (chunk > rbtrace.ring.size / 2) chunk = rbtrace.ring.size / 2;
+        if (space < chunk) {
+            arg.need = chunk;
+            rb_thread_call_without_gvl(emit_wait_nogvl, &arg, RUBY_UBF_IO, NULL);
+            if (rbtrace_ring_space(&rbtrace.ring) < chunk) break;
+        }
+        rbtrace_ring_push(&rbtrace.ring, data + done, chunk);
+        done += chunk;
+    }
+    rbtrace.big_event = 0;
+    if (done < len) {
+        /* The stream cannot be resynchronised after half an event. */
+        rbtrace.peer_gone = 1;
+        rbtrace_channel_wake();
+    }
+}
+
+static void emit_sbuffer_push(msgpack_sbuffer *sb)
+{
+    if (rbtrace.lost) emit_flush_lost();
+    emit_push_big(sb->data, sb->size);
+    msgpack_sbuffer_destroy(sb);
+}
+
+void rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
+{
+    char text[1024];
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof(text)) n = sizeof(text) - 1;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    rbtrace_event_pack_message(&pk, type, text, (size_t)n);
+    emit_sbuffer_push(&sb);
+}
+
+void rbtrace_emit_eval_result(uint32_t eval_id, enum rbtrace_eval_status status, VALUE text)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    rbtrace_event_pack_eval_result(&pk, eval_id, status, RSTRING_PTR(text), RSTRING_LEN(text));
+    RB_GC_GUARD(text);
+    emit_sbuffer_push(&sb);
+}
+
+void rbtrace_emit_attached(void)
+{
+    struct timespec wall;
+    uint64_t wall_ns = 0;
+
+    if (clock_gettime(CLOCK_REALTIME, &wall) == 0)
+        wall_ns = (uint64_t)wall.tv_sec * 1000000000ull + (uint64_t)wall.tv_nsec;
+    emit_begin();
+    rbtrace_event_pack_attached(&scratch_pk, (uint32_t)getpid(), ruby_description,
+                                rbtrace.clock_origin_ns, wall_ns);
+    emit_commit();
+}
+
+void rbtrace_emit_detached(void)
+{
+    emit_begin();
+    rbtrace_event_pack_detached(&scratch_pk);
+    if (rbtrace.lost) emit_flush_lost();
+    rbtrace_ring_push(&rbtrace.ring, scratch.data, scratch.len);
+}
+
+/* Allocates the ring and the method table for a new session. */
+int rbtrace_emit_open(void)
+{
+    rbtrace.methods = calloc(RBTRACE_METHOD_SLOTS, sizeof(*rbtrace.methods));
+    if (rbtrace.methods == NULL) return -1;
+    if (rbtrace_ring_init(&rbtrace.ring, RBTRACE_RING_SIZE) != 0) {
+        free(rbtrace.methods);
+        rbtrace.methods = NULL;
+        return -1;
+    }
+    rbtrace.methods_used = 0;
+    rbtrace.next_method_id = 1;
+    rbtrace.lost = 0;
+    rbtrace.big_event = 0;
+    msgpack_packer_init(&scratch_pk, &scratch, emit_buffer_write);
+    id_attached = rb_intern("__attached__");
+    return 0;
+}
+
+void rbtrace_emit_close(void)
+{
+    rbtrace_ring_free(&rbtrace.ring);
+    free(rbtrace.methods);
+    rbtrace.methods = NULL;
+}

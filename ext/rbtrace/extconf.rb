@@ -1,0 +1,68 @@
+# extconf.rb - configures the rbtrace extension and its command-line client.
+#
+# The generated Makefile builds two things from this directory: the
+# extension (every .c file here) and the client, a standalone program built
+# from cli/*.c and the shared codec.c, installed next to the extension.
+require 'mkmf'
+
+def find_msgpack
+  # msgpack-c 6 renamed its pkg-config module and library to msgpack-c.
+  if pkg_config('msgpack-c') || pkg_config('msgpack')
+    return true if have_header('msgpack.h')
+  end
+  have_header('msgpack.h') && (have_library('msgpack-c') || have_library('msgpackc'))
+end
+
+unless find_msgpack
+  abort <<~MSG
+    rbtrace needs msgpack-c and its headers.
+    On Debian or Ubuntu: apt-get install libmsgpack-dev
+  MSG
+end
+
+unless have_header('sys/msg.h') && have_header('semaphore.h') && have_func('sem_post', 'semaphore.h')
+  abort 'rbtrace needs SysV message queues and POSIX semaphores (Linux).'
+end
+
+unless have_func('rb_thread_call_without_gvl', 'ruby/thread.h')
+  abort 'rbtrace needs rb_thread_call_without_gvl (CRuby 2.7 or newer).'
+end
+
+# Version-dependent APIs, chosen by feature, never by version number.
+have_func('rb_postponed_job_preregister', 'ruby/debug.h')
+have_func('rb_postponed_job_register_one', 'ruby/debug.h')
+have_func('rb_class_attached_object', 'ruby.h')
+
+warnings = %w[-Wall -Wextra -Wno-unused-parameter]
+warnings << '-Werror' if ENV['RBTRACE_WERROR'] == '1' || ENV['CI']
+$CFLAGS << ' ' << (warnings + %w[-std=gnu99 -fvisibility=hidden]).join(' ')
+$LIBS << ' -lpthread'
+
+create_makefile('rbtrace/rbtrace')
+
+# The client: not a Ruby extension, so mkmf knows nothing of it. Append its
+# rules to the Makefile; `make` builds it, `make install` puts it beside the
+# extension, where bin/rbtrace looks for it.
+client_cflags = "#{warnings.join(' ')} -std=gnu99 -O2 -g #{ENV['RBTRACE_CLIENT_CFLAGS']}"
+File.open('Makefile', 'a') do |mk|
+  mk.puts <<~MAKE
+
+    RBTRACE_CLIENT = rbtrace-client
+    RBTRACE_CLIENT_SRCS = $(wildcard $(srcdir)/cli/*.c) $(srcdir)/codec.c
+    RBTRACE_CLIENT_HDRS = $(wildcard $(srcdir)/cli/*.h) $(srcdir)/codec.h $(srcdir)/protocol.h
+
+    all: $(RBTRACE_CLIENT)
+
+    $(RBTRACE_CLIENT): $(RBTRACE_CLIENT_SRCS) $(RBTRACE_CLIENT_HDRS)
+    \t$(CC) #{client_cflags} $(INCFLAGS) -I$(srcdir) -I$(srcdir)/cli -o $@ $(RBTRACE_CLIENT_SRCS) #{$libs.include?('msgpack-c') ? '-lmsgpack-c' : '-lmsgpackc'}
+
+    install: install-client
+    install-client: $(RBTRACE_CLIENT)
+    \t$(MAKEDIRS) $(RUBYARCHDIR)
+    \t$(INSTALL_PROG) $(RBTRACE_CLIENT) $(RUBYARCHDIR)
+
+    clean: clean-client
+    clean-client:
+    \t-$(RM) $(RBTRACE_CLIENT)
+  MAKE
+end

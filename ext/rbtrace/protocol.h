@@ -1,0 +1,122 @@
+/*
+ * protocol.h - the wire contract between the rbtrace extension (the target)
+ * and the rbtrace client. Both sides include this header and nothing else
+ * defines a message: change a message here, bump RBTRACE_PROTOCOL_VERSION.
+ *
+ * Commands travel client -> target through a SysV message queue, keyed by
+ * the target's pid, in chunks (a command may be longer than one message).
+ * Events travel target -> client as a stream of msgpack arrays over a Unix
+ * stream socket that the client listens on.
+ *
+ * Every command and every event is one msgpack array whose first element
+ * is its number (enum rbtrace_command_type / rbtrace_event_type). The fields
+ * that follow are listed beside each number, in order, with their msgpack
+ * types. Decoders reject a message whose fields are missing or mistyped;
+ * extra trailing fields are ignored so that newer peers can add fields.
+ */
+#ifndef RBTRACE_PROTOCOL_H
+#define RBTRACE_PROTOCOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define RBTRACE_PROTOCOL_VERSION 1
+
+/* ---- the command queue ------------------------------------------------ */
+
+/*
+ * The target's queue key. Pids on Linux stay below 2^22, so the key is
+ * unique per pid and never collides with the old gem's keys (-pid).
+ */
+#define RBTRACE_QUEUE_KEY(pid) ((key_t)(0x52000000 | ((pid) & 0x00ffffff)))
+
+/* Every queue message has this mtype. */
+#define RBTRACE_MSG_TYPE 1
+
+/* Payload bytes in one queue message: well under Linux's MSGMAX (8192). */
+#define RBTRACE_MSG_PAYLOAD 2048
+
+/*
+ * mtext[0] holds chunk flags; mtext[1..] holds the next bytes of the
+ * command. A command is complete at the first chunk without MORE.
+ */
+#define RBTRACE_CHUNK_MORE 0x01
+
+/* A command longer than this is refused (the target drops it, with an error). */
+#define RBTRACE_COMMAND_MAX (4 * 1024 * 1024)
+
+struct rbtrace_msg {
+    long mtype;                                  /* RBTRACE_MSG_TYPE */
+    unsigned char mtext[RBTRACE_MSG_PAYLOAD];    /* flags byte + chunk */
+};
+
+/* ---- commands: client -> target ---------------------------------------- */
+
+/*
+ * Every command is [type(uint), client_pid(uint), ...fields]. The target
+ * carries out a command only from the client that attached (except ATTACH).
+ */
+enum rbtrace_command_type {
+    /* [1, client_pid, protocol_version(uint), socket_path(str)] */
+    RBTRACE_CMD_ATTACH = 1,
+    /* [2, client_pid] */
+    RBTRACE_CMD_DETACH = 2,
+    /* [3, client_pid, [selector(str), ...]]: selectors as the user wrote
+     * them, trace expressions included ("String#gsub(self, @x)"). */
+    RBTRACE_CMD_METHODS = 3,
+    /* [4, client_pid] */
+    RBTRACE_CMD_FIREHOSE = 4,
+    /* [5, client_pid, eval_id(uint), code(str), timeout_ms(uint)] */
+    RBTRACE_CMD_EVAL = 5
+};
+
+/* ---- events: target -> client ------------------------------------------ */
+
+/* Times are nanoseconds of CLOCK_MONOTONIC since the ATTACHED clock origin. */
+enum rbtrace_event_type {
+    /* [1, protocol_version(uint), target_pid(uint), ruby_version(str),
+     *  clock_origin_ns(uint), wall_origin_ns(uint)]
+     * wall_origin_ns is CLOCK_REALTIME at the same instant as the origin. */
+    RBTRACE_EV_ATTACHED = 1,
+    /* [2, reason(uint, enum rbtrace_refusal), tracer_pid(uint), message(str)] */
+    RBTRACE_EV_REFUSED = 2,
+    /* [3]: the target detached cleanly; nothing follows. */
+    RBTRACE_EV_DETACHED = 3,
+    /* [4, method_id(uint), name(str)]: names a method id once, before its
+     * first CALL or RETURN. name is "Class#meth" or "Class.meth". */
+    RBTRACE_EV_METHOD = 4,
+    /* [5, thread_id(uint), time_ns(uint), method_id(uint)] */
+    RBTRACE_EV_CALL = 5,
+    /* [6, thread_id(uint), time_ns(uint), method_id(uint)] */
+    RBTRACE_EV_RETURN = 6,
+    /* [7, thread_id(uint), time_ns(uint), method_id(uint),
+     *  [[expression(str), value(str)], ...]]: a CALL with trace expressions */
+    RBTRACE_EV_CALL_ARGS = 7,
+    /* [8, count(uint)]: events dropped because the client fell behind */
+    RBTRACE_EV_LOST = 8,
+    /* [9, eval_id(uint), status(uint, enum rbtrace_eval_status), text(str)] */
+    RBTRACE_EV_EVAL_RESULT = 9,
+    /* [10, message(str)]: a command failed in part or in whole */
+    RBTRACE_EV_ERROR = 10,
+    /* [11, message(str)]: something the user should know */
+    RBTRACE_EV_NOTICE = 11
+};
+
+enum rbtrace_refusal {
+    RBTRACE_REFUSED_BUSY = 1,      /* another tracer (tracer_pid) is attached */
+    RBTRACE_REFUSED_VERSION = 2,   /* protocol versions differ */
+    RBTRACE_REFUSED_PEER = 3       /* the socket's owner may not attach */
+};
+
+enum rbtrace_eval_status {
+    RBTRACE_EVAL_OK = 0,           /* text is the result's #inspect */
+    RBTRACE_EVAL_RAISED = 1,       /* text is "Class: message\n\tbacktrace" */
+    RBTRACE_EVAL_SYNTAX = 2,       /* text is the syntax error's message */
+    RBTRACE_EVAL_TIMEOUT = 3       /* the code ran past its timeout; killed */
+};
+
+/* Longest value of a trace expression, in bytes, before "..." */
+#define RBTRACE_VALUE_MAX 256
+
+#endif

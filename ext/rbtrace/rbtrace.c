@@ -1,0 +1,63 @@
+/*
+ * rbtrace.c - the extension's entry point: the global state, the clock,
+ * and what a forked child must reset.
+ *
+ * Loading the extension installs the SIGURG handler and nothing else; the
+ * Ruby glue (lib/rbtrace.rb) then parks one helper thread (channel.c).
+ * Queue, socket, writer thread, buffers and hooks exist only from the
+ * first signal or attach on.
+ *
+ * Files: channel.c (signal, helper thread, message queue), session.c
+ * (commands), tracer.c (selectors, event hook), emit.c (event encoding),
+ * ring.c (the buffer between app threads and the writer), writer.c (the
+ * writer pthread), codec.c (the wire format, shared with the client).
+ */
+#include <time.h>
+#include "rbtrace.h"
+
+struct rbtrace_state rbtrace;
+VALUE rbtrace_mRBTrace;
+
+uint64_t rbtrace_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * call-seq: RBTrace.after_fork_child -> nil
+ *
+ * Called in a forked child (lib/rbtrace.rb hooks Process._fork): the child
+ * starts detached, with a queue of its own once it is signalled.
+ */
+static VALUE rbtrace_after_fork_child_m(VALUE self)
+{
+    rbtrace_session_after_fork();
+    rbtrace_channel_after_fork();
+    return Qnil;
+}
+
+/*
+ * call-seq: RBTrace.attached? -> true or false
+ */
+static VALUE rbtrace_attached_p_m(VALUE self)
+{
+    return rbtrace.attached ? Qtrue : Qfalse;
+}
+
+RUBY_FUNC_EXPORTED void Init_rbtrace(void)
+{
+    rbtrace.sock = -1;
+    rbtrace.queue_id = -1;
+    rbtrace_mRBTrace = rb_define_module("RBTrace");
+    rb_define_const(rbtrace_mRBTrace, "PROTOCOL_VERSION", INT2FIX(RBTRACE_PROTOCOL_VERSION));
+    rb_define_const(rbtrace_mRBTrace, "VALUE_MAX", INT2FIX(RBTRACE_VALUE_MAX));
+    rb_define_singleton_method(rbtrace_mRBTrace, "after_fork_child", rbtrace_after_fork_child_m, 0);
+    rb_define_singleton_method(rbtrace_mRBTrace, "attached?", rbtrace_attached_p_m, 0);
+    Init_rbtrace_channel(rbtrace_mRBTrace);
+    Init_rbtrace_session(rbtrace_mRBTrace);
+    Init_rbtrace_tracer(rbtrace_mRBTrace);
+    rbtrace_channel_init();
+}

@@ -1,0 +1,122 @@
+/*
+ * rbtrace.h - the extension's private header: its one global state struct
+ * and the functions each file offers the others, grouped by file.
+ *
+ * Threads and locks: all Ruby-facing state is touched only with the GVL
+ * held. The writer pthread (writer.c) shares only the ring buffer (ring.h,
+ * lock-free single producer / single consumer) and a few atomic flags.
+ */
+#ifndef RBTRACE_H
+#define RBTRACE_H
+
+#include <ruby.h>
+#include <ruby/debug.h>
+#include <ruby/thread.h>
+#include <ruby/version.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdint.h>
+#include "codec.h"
+#include "ring.h"
+
+/* Bytes of the event ring between the app's threads and the writer. */
+#define RBTRACE_RING_SIZE (1u << 20)
+
+/* Slots of the (class, method) -> method id table; a power of two. */
+#define RBTRACE_METHOD_SLOTS 8192
+
+/* One method selector the user asked for (-m). */
+struct rbtrace_tracer {
+    VALUE klass;        /* owner to match, or 0 for any */
+    VALUE mid;          /* method name Symbol to match, or 0 for any */
+    VALUE exprs;        /* Array of expression Strings, or Qnil */
+};
+
+/* A slot of the method id table; klass == 0 means empty. */
+struct rbtrace_method_slot {
+    VALUE klass;
+    VALUE mid;          /* method name Symbol */
+    uint32_t id;
+};
+
+struct rbtrace_state {
+    /* command channel (channel.c) */
+    sem_t wake;                      /* posted by the signal handler */
+    volatile sig_atomic_t pending;   /* a signal arrived, not yet served */
+    int queue_id;                    /* our message queue, or -1 */
+    pid_t queue_pid;                 /* the process that created it */
+    int queue_refused;               /* a foreign queue was reported */
+    int servicing;                   /* a command is being carried out */
+    char *command;                   /* chunks of the command being received */
+    size_t command_len, command_cap;
+    int command_skipping;            /* dropping chunks of an oversized one */
+
+    /* session (session.c) */
+    int attached;
+    pid_t client_pid;
+    int sock;                        /* the client's socket, or -1 */
+    uint64_t clock_origin_ns;
+
+    /* writer (writer.c) */
+    struct rbtrace_ring ring;
+    pthread_t writer;
+    int writer_running;
+    volatile int writer_stop;        /* asks the writer to drain and exit */
+    volatile int peer_gone;          /* set by the writer: client went away */
+
+    /* events (emit.c) */
+    uint64_t lost;                   /* events dropped, not yet reported */
+    int big_event;                   /* a large event is being pushed */
+    struct rbtrace_method_slot *methods;
+    uint32_t methods_used;
+    uint32_t next_method_id;
+
+    /* tracing (tracer.c) */
+    int hook_installed;
+    int firehose;
+    int in_expr;                     /* evaluating trace expressions */
+    struct rbtrace_tracer tracers[RBTRACE_SELECTORS_MAX];
+    uint32_t n_tracers;
+};
+
+extern struct rbtrace_state rbtrace;
+extern VALUE rbtrace_mRBTrace;
+
+/* rbtrace.c */
+uint64_t rbtrace_now_ns(void);
+
+/* channel.c: signal, queue, command chunks */
+void rbtrace_channel_init(void);
+void rbtrace_channel_after_fork(void);
+void rbtrace_channel_wake(void);
+void Init_rbtrace_channel(VALUE mod);
+
+/* session.c: carrying out commands */
+void rbtrace_session_execute(const char *buf, size_t len);
+void rbtrace_session_detach(int tell_client);
+void rbtrace_session_after_fork(void);
+void rbtrace_session_check_peer(void);
+void Init_rbtrace_session(VALUE mod);
+
+/* writer.c: ring -> socket */
+int rbtrace_writer_start(void);
+void rbtrace_writer_stop(void);
+
+/* emit.c: encoding events into the ring */
+int rbtrace_emit_open(void);
+void rbtrace_emit_close(void);
+void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t now);
+void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, VALUE values);
+void rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...);
+void rbtrace_emit_eval_result(uint32_t eval_id, enum rbtrace_eval_status status, VALUE text);
+void rbtrace_emit_attached(void);
+void rbtrace_emit_detached(void);
+
+/* tracer.c: selectors and hooks */
+void rbtrace_tracer_add(VALUE selectors);
+void rbtrace_tracer_firehose(void);
+void rbtrace_tracer_clear(void);
+void Init_rbtrace_tracer(VALUE mod);
+
+#endif

@@ -1,0 +1,67 @@
+/*
+ * ring.c - the single-producer single-consumer byte ring (see ring.h).
+ * No Ruby here: unit-tested on its own.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ring.h"
+
+int rbtrace_ring_init(struct rbtrace_ring *ring, size_t size)
+{
+    if (size == 0 || (size & (size - 1)) != 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    ring->buf = malloc(size);
+    if (ring->buf == NULL) return -1;
+    ring->size = size;
+    ring->head = 0;
+    ring->tail = 0;
+    return 0;
+}
+
+void rbtrace_ring_free(struct rbtrace_ring *ring)
+{
+    free(ring->buf);
+    ring->buf = NULL;
+    ring->size = 0;
+    ring->head = ring->tail = 0;
+}
+
+size_t rbtrace_ring_space(const struct rbtrace_ring *ring)
+{
+    uint64_t tail = __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
+    return ring->size - (size_t)(ring->head - tail);
+}
+
+int rbtrace_ring_push(struct rbtrace_ring *ring, const void *data, size_t len)
+{
+    size_t at, first;
+
+    if (ring->buf == NULL || len > rbtrace_ring_space(ring)) return -1;
+    at = (size_t)(ring->head & (ring->size - 1));
+    first = ring->size - at;
+    if (first > len) first = len;
+    memcpy(ring->buf + at, data, first);
+    memcpy(ring->buf, (const char *)data + first, len - first);
+    /* Publish the bytes only once they are all in place. */
+    __atomic_store_n(&ring->head, ring->head + len, __ATOMIC_RELEASE);
+    return 0;
+}
+
+size_t rbtrace_ring_peek(const struct rbtrace_ring *ring, const char **data)
+{
+    uint64_t head = __atomic_load_n(&ring->head, __ATOMIC_ACQUIRE);
+    size_t at = (size_t)(ring->tail & (ring->size - 1));
+    size_t avail = (size_t)(head - ring->tail);
+
+    if (avail > ring->size - at) avail = ring->size - at;
+    *data = ring->buf + at;
+    return avail;
+}
+
+void rbtrace_ring_consume(struct rbtrace_ring *ring, size_t n)
+{
+    __atomic_store_n(&ring->tail, ring->tail + n, __ATOMIC_RELEASE);
+}

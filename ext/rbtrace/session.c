@@ -1,0 +1,272 @@
+/*
+ * session.c - carries out commands: attach (connect to the client's
+ * socket, check who is there), detach, method tracers, firehose, eval.
+ *
+ * Runs with the GVL, on the helper thread (or a postponed job on 3.3+).
+ * Every Ruby call is made under rb_protect: an exception must never escape
+ * into the helper thread's loop or an app thread.
+ */
+#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static ID id_eval_for_client;
+
+/* ---- attach ---- */
+
+/* Connects to the client's socket; -1 if it is not there or not ours. */
+static int session_connect(const struct rbtrace_str *path)
+{
+    struct sockaddr_un addr;
+    struct ucred cred;
+    socklen_t cred_len = sizeof(cred);
+    int fd;
+
+    if (path->len == 0 || path->len >= sizeof(addr.sun_path)) return -1;
+    memset(&addr, 0, sizeof(addr));
+    addr.sun_family = AF_UNIX;
+    memcpy(addr.sun_path, path->ptr, path->len);
+
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) goto close_fd;
+    /* The listener must be our own user (or root): nobody else may read
+     * our events, whatever path the command named. */
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0) goto close_fd;
+    if (cred.uid != geteuid() && cred.uid != 0) {
+        fprintf(stderr, "rbtrace: refused to attach to a tracer of uid %d (pid %d)\n",
+                (int)cred.uid, (int)cred.pid);
+        goto close_fd;
+    }
+    return fd;
+
+close_fd:
+    close(fd);
+    return -1;
+}
+
+/* Tells a client why it may not attach, then hangs up. */
+static void session_refuse(int fd, enum rbtrace_refusal reason, pid_t tracer, const char *why)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    size_t off = 0;
+
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    rbtrace_event_pack_refused(&pk, reason, (uint32_t)tracer, why);
+    while (off < sb.size) {
+        ssize_t n = send(fd, sb.data + off, sb.size - off, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        off += (size_t)n;
+    }
+    msgpack_sbuffer_destroy(&sb);
+    close(fd);
+}
+
+/* Is the attached client still there? A dead one is forgotten. */
+static int session_busy(const struct rbtrace_command *cmd)
+{
+    if (!rbtrace.attached) return 0;
+    if (kill(rbtrace.client_pid, 0) != 0 && errno == ESRCH) {
+        rbtrace_session_detach(0);
+        return 0;
+    }
+    return 1;
+}
+
+static void session_attach(const struct rbtrace_command *cmd)
+{
+    char why[128];
+    int fd, flags, err;
+
+    if (rbtrace.attached && cmd->client_pid == (uint32_t)rbtrace.client_pid) return;
+    fd = session_connect(&cmd->text);
+    if (fd < 0) return;
+    if (session_busy(cmd)) {
+        snprintf(why, sizeof(why), "already traced by rbtrace pid %d", (int)rbtrace.client_pid);
+        session_refuse(fd, RBTRACE_REFUSED_BUSY, rbtrace.client_pid, why);
+        return;
+    }
+    if (cmd->protocol_version != RBTRACE_PROTOCOL_VERSION) {
+        snprintf(why, sizeof(why), "protocol version %u, but this process speaks %d: use the "
+                 "rbtrace client of the gem version the app loaded", cmd->protocol_version,
+                 RBTRACE_PROTOCOL_VERSION);
+        session_refuse(fd, RBTRACE_REFUSED_VERSION, 0, why);
+        return;
+    }
+    flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0 || rbtrace_emit_open() != 0) {
+        session_refuse(fd, RBTRACE_REFUSED_PEER, 0, "out of memory or descriptors in the target");
+        return;
+    }
+    rbtrace.sock = fd;
+    rbtrace.client_pid = (pid_t)cmd->client_pid;
+    rbtrace.clock_origin_ns = rbtrace_now_ns();
+    rbtrace.attached = 1;
+    if ((err = rbtrace_writer_start()) != 0) {
+        fprintf(stderr, "rbtrace: cannot start the writer thread: %s\n", strerror(err));
+        rbtrace.attached = 0;
+        rbtrace.sock = -1;
+        rbtrace_emit_close();
+        close(fd);
+        return;
+    }
+    rbtrace_emit_attached();
+}
+
+/* ---- detach ---- */
+
+/* Removes every hook, delivers what is left and closes the session. */
+void rbtrace_session_detach(int tell_client)
+{
+    if (!rbtrace.attached) return;
+    rbtrace_tracer_clear();
+    if (tell_client && !rbtrace.peer_gone) rbtrace_emit_detached();
+    rbtrace_writer_stop();
+    rbtrace.attached = 0;
+    close(rbtrace.sock);
+    rbtrace.sock = -1;
+    rbtrace.client_pid = 0;
+    rbtrace_emit_close();
+}
+
+/* Detaches if the writer saw the client go away. */
+void rbtrace_session_check_peer(void)
+{
+    if (rbtrace.attached && rbtrace.peer_gone) rbtrace_session_detach(0);
+}
+
+/* In a forked child: the writer thread did not survive fork; the socket
+ * and hooks did. Drop them all without touching the parent's session. */
+void rbtrace_session_after_fork(void)
+{
+    if (!rbtrace.attached) return;
+    rbtrace_tracer_clear();
+    rbtrace.writer_running = 0;
+    rbtrace.attached = 0;
+    close(rbtrace.sock);
+    rbtrace.sock = -1;
+    rbtrace.client_pid = 0;
+    rbtrace_emit_close();
+}
+
+/* ---- eval ---- */
+
+struct session_eval_arg {
+    const struct rbtrace_command *cmd;
+    VALUE result;
+};
+
+static VALUE session_eval_i(VALUE p)
+{
+    struct session_eval_arg *arg = (struct session_eval_arg *)p;
+    VALUE code = rb_utf8_str_new(arg->cmd->text.ptr, arg->cmd->text.len);
+
+    return rb_funcall(rbtrace_mRBTrace, id_eval_for_client, 2, code,
+                      rb_float_new(arg->cmd->timeout_ms / 1000.0));
+}
+
+static void session_eval(const struct rbtrace_command *cmd)
+{
+    struct session_eval_arg arg = { cmd, Qnil };
+    VALUE res;
+    int state = 0;
+
+    res = rb_protect(session_eval_i, (VALUE)&arg, &state);
+    if (state || !RB_TYPE_P(res, T_ARRAY) || RARRAY_LEN(res) != 2 ||
+        !RB_INTEGER_TYPE_P(RARRAY_AREF(res, 0)) || !RB_TYPE_P(RARRAY_AREF(res, 1), T_STRING)) {
+        rb_set_errinfo(Qnil);
+        rbtrace_emit_eval_result(cmd->eval_id, RBTRACE_EVAL_RAISED,
+                                 rb_str_new_cstr("rbtrace: the eval helper failed"));
+        return;
+    }
+    rbtrace_emit_eval_result(cmd->eval_id, (enum rbtrace_eval_status)NUM2INT(RARRAY_AREF(res, 0)),
+                             RARRAY_AREF(res, 1));
+}
+
+/* ---- dispatch ---- */
+
+static VALUE session_selectors(const struct rbtrace_command *cmd)
+{
+    VALUE list = rb_ary_new_capa(cmd->n_selectors);
+    uint32_t i;
+
+    for (i = 0; i < cmd->n_selectors; i++)
+        rb_ary_push(list, rb_utf8_str_new(cmd->selectors[i].ptr, cmd->selectors[i].len));
+    return list;
+}
+
+static void session_dispatch(const struct rbtrace_command *cmd)
+{
+    if (cmd->type == RBTRACE_CMD_ATTACH) {
+        session_attach(cmd);
+        return;
+    }
+    /* Only the attached client may steer the session. */
+    if (!rbtrace.attached || cmd->client_pid != (uint32_t)rbtrace.client_pid) return;
+    switch (cmd->type) {
+    case RBTRACE_CMD_DETACH:
+        rbtrace_session_detach(1);
+        break;
+    case RBTRACE_CMD_METHODS:
+        rbtrace_tracer_add(session_selectors(cmd));
+        break;
+    case RBTRACE_CMD_FIREHOSE:
+        rbtrace_tracer_firehose();
+        break;
+    case RBTRACE_CMD_EVAL:
+        session_eval(cmd);
+        break;
+    default:
+        break;
+    }
+}
+
+static VALUE session_dispatch_i(VALUE p)
+{
+    session_dispatch((const struct rbtrace_command *)p);
+    return Qnil;
+}
+
+/* Decodes and carries out one whole command. */
+void rbtrace_session_execute(const char *buf, size_t len)
+{
+    static struct rbtrace_command cmd;   /* large; the GVL serialises use */
+    char err[RBTRACE_ERRLEN];
+    msgpack_zone zone;
+    int state = 0;
+
+    if (!msgpack_zone_init(&zone, 4096)) return;
+    if (rbtrace_command_decode(buf, len, &zone, &cmd, err) != RBTRACE_OK) {
+        if (rbtrace.attached) rbtrace_emit_message(RBTRACE_EV_ERROR, "malformed command: %s", err);
+        goto destroy_zone;
+    }
+    rb_protect(session_dispatch_i, (VALUE)&cmd, &state);
+    if (state) {
+        VALUE e = rb_errinfo();
+        rb_set_errinfo(Qnil);
+        if (rbtrace.attached) {
+            VALUE msg = rb_protect(rb_inspect, e, &state);
+            if (state) {
+                rb_set_errinfo(Qnil);
+                msg = rb_str_new_cstr("(exception)");
+            }
+            rbtrace_emit_message(RBTRACE_EV_ERROR, "command failed: %.*s",
+                                 (int)RSTRING_LEN(msg), RSTRING_PTR(msg));
+        }
+    }
+destroy_zone:
+    msgpack_zone_destroy(&zone);
+}
+
+void Init_rbtrace_session(VALUE mod)
+{
+    id_eval_for_client = rb_intern("eval_for_client");
+}

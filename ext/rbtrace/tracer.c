@@ -1,0 +1,174 @@
+/*
+ * tracer.c - method selectors and the VM event hook that watches them.
+ *
+ * Selectors are parsed and resolved in Ruby (RBTrace.parse_selector in
+ * lib/rbtrace.rb): class names by constant lookup, never by evaluating
+ * text. Each becomes a (owner, method) pair of integers that the hook
+ * compares against every call, so an unmatched call costs a few
+ * comparisons and no allocation.
+ *
+ * Both -m and --firehose use one global call/return hook. Such a hook
+ * leaves the VM somewhat slower after it is removed (see DESIGN.md, "Leave
+ * the process as fast as it was"); the client is told when tracing starts.
+ */
+#include "rbtrace.h"
+
+/* RAW_ARG hooks take (data, trace_arg); the API types them as the old
+ * five-argument hook, so the cast goes through a generic function type. */
+#define TRACER_HOOK ((rb_event_hook_func_t)(void (*)(void))tracer_hook_i)
+
+#define TRACER_EVENTS (RUBY_EVENT_CALL | RUBY_EVENT_RETURN | RUBY_EVENT_C_CALL | RUBY_EVENT_C_RETURN)
+
+/* Keeps the tracers' classes and expression arrays from the GC. */
+static VALUE tracer_roots;
+static ID id_parse_selector, id_trace_exprs;
+
+static const struct rbtrace_tracer *tracer_match(VALUE klass, VALUE mid)
+{
+    uint32_t i;
+
+    for (i = 0; i < rbtrace.n_tracers; i++) {
+        const struct rbtrace_tracer *t = &rbtrace.tracers[i];
+        if ((t->mid == 0 || t->mid == mid) && (t->klass == 0 || t->klass == klass)) return t;
+    }
+    return NULL;
+}
+
+struct tracer_expr_arg {
+    rb_trace_arg_t *targ;
+    VALUE exprs;
+};
+
+static VALUE tracer_exprs_i(VALUE p)
+{
+    struct tracer_expr_arg *arg = (struct tracer_expr_arg *)p;
+    rb_event_flag_t ev = rb_tracearg_event_flag(arg->targ);
+    VALUE binding = (ev & RUBY_EVENT_CALL) ? rb_tracearg_binding(arg->targ) : Qnil;
+
+    return rb_funcall(rbtrace_mRBTrace, id_trace_exprs, 3, rb_tracearg_self(arg->targ),
+                      binding, arg->exprs);
+}
+
+/* A call with trace expressions: evaluate them (slow path; allocates). */
+static void tracer_call_with_exprs(rb_trace_arg_t *targ, VALUE klass, VALUE mid,
+                                   VALUE exprs, uint64_t now)
+{
+    struct tracer_expr_arg arg = { targ, exprs };
+    VALUE values;
+    int state = 0;
+
+    rbtrace.in_expr = 1;
+    values = rb_protect(tracer_exprs_i, (VALUE)&arg, &state);
+    rbtrace.in_expr = 0;
+    if (state || !RB_TYPE_P(values, T_ARRAY) || RARRAY_LEN(values) != RARRAY_LEN(exprs)) {
+        rb_set_errinfo(Qnil);
+        rbtrace_emit_call(RUBY_EVENT_CALL, klass, mid, now);
+        return;
+    }
+    rbtrace_emit_call_args(klass, mid, now, exprs, values);
+}
+
+/* The event hook (RAW_ARG): runs inside every call of the process. */
+static void tracer_hook_i(VALUE data, rb_trace_arg_t *targ)
+{
+    const struct rbtrace_tracer *t = NULL;
+    rb_event_flag_t ev;
+    VALUE mid, klass;
+
+    if (rbtrace.in_expr || !rbtrace.attached) return;
+    mid = rb_tracearg_method_id(targ);
+    klass = rb_tracearg_defined_class(targ);
+    if (!rbtrace.firehose && (t = tracer_match(klass, mid)) == NULL) return;
+
+    ev = rb_tracearg_event_flag(targ);
+    if (t && t->exprs != Qnil && (ev & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)))
+        tracer_call_with_exprs(targ, klass, mid, t->exprs, rbtrace_now_ns());
+    else
+        rbtrace_emit_call(ev, klass, mid, rbtrace_now_ns());
+}
+
+static void tracer_install(void)
+{
+    if (rbtrace.hook_installed) return;
+    rb_add_event_hook2(TRACER_HOOK, TRACER_EVENTS, Qnil,
+                       RUBY_EVENT_HOOK_FLAG_SAFE | RUBY_EVENT_HOOK_FLAG_RAW_ARG);
+    rbtrace.hook_installed = 1;
+    rbtrace_emit_message(RBTRACE_EV_NOTICE,
+                         "tracing with global VM hooks: this process may stay somewhat "
+                         "slower after detach, until it restarts");
+}
+
+static VALUE tracer_parse_i(VALUE selector)
+{
+    return rb_funcall(rbtrace_mRBTrace, id_parse_selector, 1, selector);
+}
+
+static void tracer_report_error(VALUE selector)
+{
+    VALUE e = rb_errinfo(), msg;
+    int state = 0;
+
+    rb_set_errinfo(Qnil);
+    msg = rb_protect(rb_obj_as_string, e, &state);
+    if (state) {
+        rb_set_errinfo(Qnil);
+        msg = rb_str_new_cstr("invalid selector");
+    }
+    rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s: %.*s (not traced)",
+                         (int)RSTRING_LEN(selector), RSTRING_PTR(selector),
+                         (int)RSTRING_LEN(msg), RSTRING_PTR(msg));
+}
+
+/* Adds one tracer per selector; a bad selector is reported and skipped. */
+void rbtrace_tracer_add(VALUE selectors)
+{
+    long i;
+
+    for (i = 0; i < RARRAY_LEN(selectors); i++) {
+        VALUE sel = RARRAY_AREF(selectors, i), parsed;
+        struct rbtrace_tracer *t;
+        int state = 0;
+
+        parsed = rb_protect(tracer_parse_i, sel, &state);
+        if (state) {
+            tracer_report_error(sel);
+            continue;
+        }
+        if (rbtrace.n_tracers >= RBTRACE_SELECTORS_MAX) {
+            rbtrace_emit_message(RBTRACE_EV_ERROR, "too many selectors (at most %d)",
+                                 RBTRACE_SELECTORS_MAX);
+            break;
+        }
+        /* parsed is [owner or nil, method Symbol or nil, expressions or nil] */
+        t = &rbtrace.tracers[rbtrace.n_tracers++];
+        t->klass = NIL_P(RARRAY_AREF(parsed, 0)) ? 0 : RARRAY_AREF(parsed, 0);
+        t->mid = NIL_P(RARRAY_AREF(parsed, 1)) ? 0 : RARRAY_AREF(parsed, 1);
+        t->exprs = RARRAY_AREF(parsed, 2);
+        rb_ary_push(tracer_roots, parsed);
+    }
+    if (rbtrace.n_tracers > 0) tracer_install();
+}
+
+void rbtrace_tracer_firehose(void)
+{
+    rbtrace.firehose = 1;
+    tracer_install();
+}
+
+/* Removes the hook and forgets every tracer. */
+void rbtrace_tracer_clear(void)
+{
+    if (rbtrace.hook_installed) rb_remove_event_hook(TRACER_HOOK);
+    rbtrace.hook_installed = 0;
+    rbtrace.firehose = 0;
+    rbtrace.n_tracers = 0;
+    rb_ary_clear(tracer_roots);
+}
+
+void Init_rbtrace_tracer(VALUE mod)
+{
+    tracer_roots = rb_ary_new();
+    rb_global_variable(&tracer_roots);
+    id_parse_selector = rb_intern("parse_selector");
+    id_trace_exprs = rb_intern("trace_exprs");
+}

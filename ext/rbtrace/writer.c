@@ -1,0 +1,139 @@
+/*
+ * writer.c - the writer pthread: moves events from the ring buffer to the
+ * client's socket, so that the app's threads never make a syscall for an
+ * event and never wait for the client.
+ *
+ * It is a plain pthread with every signal blocked; it never touches Ruby.
+ * It polls: when the ring is empty it sleeps in poll(2) on the socket for a
+ * millisecond, which also tells it when the client has gone (hang-up or
+ * EOF: the client never writes). It then sets peer_gone and wakes the
+ * helper thread, which detaches at the next safe point.
+ */
+#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* Idle sleep between looks at the ring. */
+#define WRITER_IDLE_MS 1
+
+/* How long a stopping writer keeps trying to deliver what is left. */
+#define WRITER_DRAIN_MS 1000
+
+static void writer_peer_gone(void)
+{
+    rbtrace.peer_gone = 1;
+    rbtrace_channel_wake();
+}
+
+/* Returns 1 if the client hung up (or sent something it never should). */
+static int writer_check_hangup(int fd, short revents)
+{
+    char byte;
+    ssize_t n;
+
+    if (revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) return 1;
+    if (!(revents & POLLIN)) return 0;
+    n = recv(fd, &byte, 1, MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+}
+
+/* Sends what the ring holds. Returns 0, or -1 when the client is gone. */
+static int writer_send_some(int fd)
+{
+    const char *data;
+    size_t avail = rbtrace_ring_peek(&rbtrace.ring, &data);
+    ssize_t n;
+
+    if (avail == 0) return 0;
+    n = send(fd, data, avail, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+        rbtrace_ring_consume(&rbtrace.ring, (size_t)n);
+        return 0;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        /* The client reads slower than we write: wait for room, briefly. */
+        struct pollfd p = { fd, POLLOUT | POLLRDHUP, 0 };
+        if (poll(&p, 1, WRITER_IDLE_MS * 10) < 0 && errno != EINTR) return -1;
+        if (writer_check_hangup(fd, p.revents & ~POLLIN)) return -1;
+        return 0;
+    }
+    return -1;
+}
+
+static int writer_ring_empty(void)
+{
+    const char *data;
+    return rbtrace_ring_peek(&rbtrace.ring, &data) == 0;
+}
+
+static void *writer_main(void *unused)
+{
+    int fd = rbtrace.sock;
+    uint64_t stop_at = 0;
+
+    for (;;) {
+        if (writer_send_some(fd) != 0) {
+            writer_peer_gone();
+            break;
+        }
+        if (!writer_ring_empty()) {
+            if (rbtrace.writer_stop) {
+                /* Stopping, with a client that does not read: give up. */
+                if (stop_at == 0) stop_at = rbtrace_now_ns() + WRITER_DRAIN_MS * 1000000ull;
+                if (rbtrace_now_ns() > stop_at) break;
+            }
+            continue;
+        }
+        if (rbtrace.writer_stop) break;
+        {
+            struct pollfd p = { fd, POLLIN | POLLRDHUP, 0 };
+            int r = poll(&p, 1, WRITER_IDLE_MS);
+            if (r < 0 && errno != EINTR) {
+                writer_peer_gone();
+                break;
+            }
+            if (r > 0 && writer_check_hangup(fd, p.revents)) {
+                writer_peer_gone();
+                break;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* Starts the writer on rbtrace.sock. Returns 0, or an errno value. */
+int rbtrace_writer_start(void)
+{
+    sigset_t all, old;
+    int err;
+
+    rbtrace.writer_stop = 0;
+    rbtrace.peer_gone = 0;
+    /* The writer must never run a signal handler meant for Ruby threads. */
+    sigfillset(&all);
+    if ((err = pthread_sigmask(SIG_SETMASK, &all, &old)) != 0) return err;
+    err = pthread_create(&rbtrace.writer, NULL, writer_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err == 0) rbtrace.writer_running = 1;
+    return err;
+}
+
+static void *writer_join_nogvl(void *unused)
+{
+    pthread_join(rbtrace.writer, NULL);
+    return NULL;
+}
+
+/* Asks the writer to deliver what is left (for at most WRITER_DRAIN_MS)
+ * and waits for it, without the GVL so the app runs meanwhile. */
+void rbtrace_writer_stop(void)
+{
+    if (!rbtrace.writer_running) return;
+    rbtrace.writer_stop = 1;
+    rb_thread_call_without_gvl(writer_join_nogvl, NULL, NULL, NULL);
+    rbtrace.writer_running = 0;
+}

@@ -1,0 +1,44 @@
+# rbtrace: strace for Ruby code. `require 'rbtrace'` in an app (or
+# RUBYOPT=-rrbtrace) makes it traceable by its own user with the rbtrace
+# command. Loading installs a SIGURG handler and parks one helper thread;
+# nothing else happens until someone attaches.
+require 'rbtrace/version'
+require 'rbtrace/rbtrace'
+require 'rbtrace/selector'
+require 'rbtrace/expressions'
+require 'rbtrace/evaluator'
+
+module RBTrace
+  HELPER_NAME = 'rbtrace'
+
+  class << self
+    # Starts the parked thread that serves commands (see ext/rbtrace/channel.c).
+    # It must be a Ruby thread, started from Ruby, so that eval and tracing
+    # work on it like on any other thread.
+    def start_helper
+      @helper = Thread.new do
+        Thread.current.name = HELPER_NAME
+        Thread.current.report_on_exception = false
+        helper_loop
+      end
+    end
+
+    attr_reader :helper
+  end
+
+  # A forked child starts detached; only the forking thread survives fork,
+  # so the child needs a helper of its own (Process._fork is Ruby 3.1+).
+  module ForkHook
+    def _fork
+      pid = super
+      if pid.zero?
+        RBTrace.after_fork_child
+        RBTrace.start_helper
+      end
+      pid
+    end
+  end
+end
+
+Process.singleton_class.prepend(RBTrace::ForkHook) if Process.respond_to?(:_fork)
+RBTrace.start_helper

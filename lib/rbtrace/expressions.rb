@@ -1,0 +1,46 @@
+module RBTrace
+  # Values of trace expressions (`-m 'String#gsub(self, @x, arg)'`),
+  # computed at each traced call. Called from the event hook (with tracing
+  # of itself suspended): nothing here may raise.
+  module Expressions
+    module_function
+
+    # binding is the called method's Binding for Ruby methods, nil for C
+    # methods (which have no local variables: expressions run on self).
+    def values(obj, binding, exprs, source)
+      exprs.map do |expr|
+        value =
+          begin
+            case expr
+            when '__source__' then source
+            when 'self' then obj
+            else binding ? binding.eval(expr) : obj.instance_eval(expr)
+            end
+          rescue Exception => e # rubocop:disable Lint/RescueException
+            e
+          end
+        truncate(inspect_value(value))
+      end
+    end
+
+    def inspect_value(value)
+      value.inspect
+    rescue Exception => e # rubocop:disable Lint/RescueException
+      "#<#{e.class} raised by inspect>"
+    end
+
+    def truncate(text)
+      text = text.to_s.scrub
+      return text if text.bytesize <= VALUE_MAX
+
+      "#{text.byteslice(0, VALUE_MAX - 3).scrub('')}..."
+    end
+  end
+
+  # Called by the hook (ext/rbtrace/tracer.c). The call site is two frames
+  # up for a Ruby method (its own frame is already pushed), one for C.
+  def self.trace_exprs(obj, binding, exprs)
+    loc = caller_locations(binding ? 2 : 1, 1)&.first
+    Expressions.values(obj, binding, exprs, loc ? "#{loc.path}:#{loc.lineno}" : nil)
+  end
+end

@@ -1,0 +1,3 @@
+module RBTrace
+  VERSION = '0.6.0'
+end

@@ -1,0 +1,20 @@
+require_relative 'lib/rbtrace/version'
+
+Gem::Specification.new do |s|
+  s.name = 'rbtrace'
+  s.version = RBTrace::VERSION
+  s.summary = 'strace for Ruby code: attach to a running process and trace its method calls'
+  s.description = <<~DESC
+    rbtrace shows the method calls of a running Ruby process live, with their
+    durations, and runs Ruby inside it on request. A C extension in the app and a
+    standalone C client talk over a private message queue and a Unix socket.
+  DESC
+  s.authors = ['rbtrace developers']
+  s.license = 'MIT'
+  s.required_ruby_version = '>= 2.7'
+  s.files = Dir['ext/rbtrace/**/*.{c,h,rb}', 'lib/**/*.rb', 'bin/rbtrace', 'README.md', 'LICENSE']
+  s.extensions = ['ext/rbtrace/extconf.rb']
+  s.bindir = 'bin'
+  s.executables = ['rbtrace']
+  s.require_paths = ['lib']
+end
