@@ -1,0 +1,113 @@
+require_relative '../spec_helper'
+
+# rbtrace -p PID -m SELECTOR...: every selector form, Ruby-defined and C
+# methods, nesting and trace expressions, in the original output format.
+RSpec.describe 'tracing methods (-m)' do
+  APP = <<~'RUBY'.freeze
+    class String
+      def multiply_vowels(num)
+        @test = 123
+        gsub(/[aeiou]/) { |m| m * num }
+      end
+    end
+
+    class Worker
+      def outer
+        Dir.chdir(__dir__ || "/") { Dir.pwd; inner }
+      end
+
+      def inner
+        "inner".upcase
+      end
+    end
+
+    puts "ready"
+    loop do
+      "hello".multiply_vowels(3)
+      Process.pid
+      Worker.new.outer
+      sleep 0.05
+    end
+  RUBY
+
+  let(:app) { start_target(APP).ready }
+
+  it 'traces a C instance method (String#gsub) on one line with its duration' do
+    out = trace(app, '-m', 'String#gsub', until_output: /String#gsub <\d+\.\d{6}>/).stdout
+    expect(out).to match(/^String#gsub <\d+\.\d{6}>$/)
+  end
+
+  it 'traces a singleton method (Process.pid)' do
+    out = trace(app, '-m', 'Process.pid', until_output: /Process\.pid </).stdout
+    expect(out).to match(/^Process\.pid <\d+\.\d{6}>$/)
+  end
+
+  it 'traces every method of a name (sleep)' do
+    out = trace(app, '-m', 'sleep', until_output: /Kernel#sleep </).stdout
+    expect(out).to match(/^Kernel#sleep <0\.0[4-9]\d{4}>$/)
+  end
+
+  it 'traces every singleton method of a class (Dir.)' do
+    out = trace(app, '-m', 'Dir.', until_output: /^Dir\.chdir <.*\n\n/m).stdout
+    expect(out).to match(/^Dir\.chdir\n  Dir\.pwd <\d+\.\d{6}>\nDir\.chdir <\d+\.\d{6}>\n\n/m)
+  end
+
+  it 'traces every instance method of a class or module (Kernel#)' do
+    out = trace(app, '-m', 'Kernel#', until_output: /Kernel#sleep </).stdout
+    expect(out).to match(/^Kernel#sleep <\d+\.\d{6}>$/)
+  end
+
+  it 'nests traced calls: the parent line, its children indented, the parent again with the total' do
+    out = trace(app, '-m', 'Worker#outer', 'Worker#inner', 'String#upcase',
+                until_output: /^Worker#outer <.*\n/m).stdout
+    expect(out).to match(/^Worker#outer\n  Worker#inner\n    String#upcase <\d+\.\d{6}>\n  Worker#inner <\d+\.\d{6}>\nWorker#outer <\d+\.\d{6}>\n\n/)
+  end
+
+  it 'shows trace expressions: self, method arguments, instance variables, any expression' do
+    out = trace(app, '-m', 'String#multiply_vowels(self, self.length, num)', 'String#gsub(self, @test)',
+                until_output: /String#gsub\(self=.*\n.*multiply_vowels <\d/m).stdout
+    expect(out).to include('String#multiply_vowels(self="hello", self.length=5, num=3)')
+    expect(out).to match(/^  String#gsub\(self="hello", @test=123\) <\d+\.\d{6}>$/)
+  end
+
+  it 'shows __source__ as the caller file:line' do
+    out = trace(app, '-m', 'String#upcase(__source__)', until_output: /upcase\(/).stdout
+    expect(out).to match(/String#upcase\(__source__="-e:15"\)/)
+  end
+
+  it 'shows an expression that raises as the exception' do
+    out = trace(app, '-m', 'String#upcase(self.no_such_thing)', until_output: /upcase\(/).stdout
+    expect(out).to match(/String#upcase\(self\.no_such_thing=#<NoMethodError: undefined method `no_such_thing'/)
+  end
+
+  it 'truncates long values' do
+    out = trace(app, '-m', 'String#upcase(self * 1000)', until_output: /upcase\(/).stdout
+    value = out[/self \* 1000=(.*?)\) </, 1] || out[/self \* 1000=(.*)$/, 1]
+    expect(value).to end_with('...')
+    expect(value.bytesize).to be <= 256
+  end
+
+  it 'warns about a selector that names no such class or method and traces the rest' do
+    result = trace(app, '-m', 'NoSuchClass#foo', 'String#no_such_method', 'Process.pid',
+                   until_output: /Process\.pid </)
+    expect(result.stderr).to include('NoSuchClass#foo: no such class or module NoSuchClass')
+    expect(result.stderr).to include('String#no_such_method: no such method String#no_such_method')
+    expect(result.stdout).to match(/^Process\.pid </)
+  end
+
+  it 'never evaluates the class part of a selector' do
+    marker = File.join(Dir.tmpdir, "rbtrace-pwned-#{Process.pid}")
+    result = trace(app, '-m', "(File.write('#{marker}','x');String)#gsub", 'Process.pid',
+                   until_output: /Process\.pid </)
+    expect(File.exist?(marker)).to be false
+    expect(result.stderr).to match(/not a selector/)
+  end
+
+  it 'leaves the app running correctly after detach' do
+    trace(app, '-m', 'String#gsub', until_output: /gsub/)
+    n = app.lines.size
+    sleep 0.3
+    expect(app).to be_alive
+    expect(app.drain.size).to be >= n
+  end
+end

@@ -1,0 +1,94 @@
+require_relative '../spec_helper'
+
+RSpec.describe 'client options' do
+  APP_NESTED = <<~'RUBY'.freeze
+    class Job
+      def run = step
+      def step = "x".upcase
+    end
+    puts "ready"
+    loop { Job.new.run; sleep 0.05 }
+  RUBY
+
+  let(:app) { start_target(APP_NESTED).ready }
+  let(:nested) { /^Job#run <.*\n/m }
+
+  it '-h/--help prints usage with every option' do
+    %w[-h --help].each do |flag|
+      r = rbtrace(flag)
+      expect(r).to be_success
+      %w[--pid --methods --firehose --eval --output --append --start-time --no-duration --prefix --timeout --version].each do |opt|
+        expect(r.stdout).to include(opt)
+      end
+    end
+  end
+
+  it '--version prints the version' do
+    r = rbtrace('--version')
+    expect(r.stdout.strip).to eq("rbtrace #{File.read(File.join(RBTraceSpec::ROOT, 'lib/rbtrace/version.rb'))[/'(.+)'/, 1]}")
+  end
+
+  it 'rejects an unknown option and a missing mode with exit code 2' do
+    r = rbtrace('--frobnicate')
+    expect(r.exitstatus).to eq(2)
+    expect(r.stderr).to match(/frobnicate.*\n.*--help/m)
+    r = rbtrace('-p', app.pid)
+    expect(r.exitstatus).to eq(2)
+    expect(r.stderr).to match(/-m.*-f.*-e/)
+  end
+
+  it '-n hides durations' do
+    out = trace(app, '-n', '-m', 'Job#run', 'Job#step', until_output: /^Job#run\n  Job#step\nJob#run\n/).stdout
+    expect(out).to match(/^Job#run\n  Job#step\nJob#run\n/)
+    expect(out).not_to include('<0.')
+  end
+
+  it '-r N indents by N spaces' do
+    out = trace(app, '-r', '4', '-m', 'Job#run', 'Job#step', until_output: nested).stdout
+    expect(out).to match(/^Job#run\n    Job#step <\d+\.\d{6}>\nJob#run <\d+\.\d{6}>\n/)
+  end
+
+  it '-t shows each call\'s start time and aligns returns' do
+    out = trace(app, '-t', '-m', 'Job#run', 'Job#step', until_output: / Job#run <.*\n/).stdout
+    expect(out).to match(/^\d\d:\d\d:\d\d\.\d{6} Job#run\n\d\d:\d\d:\d\d\.\d{6}   Job#step <\d+\.\d{6}>\n {16}Job#run <\d+\.\d{6}>\n/)
+  end
+
+  it '-o FILE writes the trace to FILE; -a appends' do
+    Dir.mktmpdir do |dir|
+      file = File.join(dir, 'trace.txt')
+      File.write(file, "previous\n")
+      r = trace(app, '-o', file, '-m', 'Job#step') { sleep 0.5 }
+      expect(r.stdout).to eq('')
+      expect(File.read(file)).to match(/\AJob#step <\d+\.\d{6}>\n/)
+      trace(app, '-o', file, '-a', '-m', 'Job#run') { sleep 0.5 }
+      text = File.read(file)
+      expect(text).to match(/\AJob#step </)
+      expect(text).to match(/^Job#run </)
+    end
+  end
+
+  it 'SIGTERM detaches cleanly like Ctrl-C' do
+    client = start_client('-p', app.pid, '-m', 'Job#run')
+    client.attached
+    client.wait_for(/Job#run </)
+    status = client.stop(:TERM)
+    expect(status).to be_success
+    expect(client.stderr).to include("*** detached from process #{app.pid}")
+    expect(app).to be_alive
+  end
+
+  it '--timeout bounds the wait for a process that never answers' do
+    # rbtrace is loaded, but the app replaced rbtrace's SIGURG handler.
+    stubborn = start_target("trap('URG') {}\nputs 'ready'\nsleep").ready
+    started = Time.now
+    r = rbtrace('-p', stubborn.pid, '--timeout', '1', '-e', '1')
+    expect(Time.now - started).to be < 5
+    expect(r).not_to be_success
+    expect(r.stderr).to match(/did not answer within 1/)
+  end
+
+  it 'bin/rbtrace (the Ruby stub) runs the compiled client' do
+    r = rbtrace('-p', app.pid, '-e', '6 * 7', client: RBTraceSpec::STUB)
+    expect(r.stdout).to eq(">> 6 * 7\n=> 42\n")
+  end
+end

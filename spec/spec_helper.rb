@@ -1,0 +1,195 @@
+# Shared helpers for the end-to-end specs: every spec starts real Ruby
+# processes with the extension loaded and runs the real client against
+# them by pid. Every process started here is killed after each example,
+# pass or fail.
+require 'rspec'
+require 'timeout'
+require 'tmpdir'
+require 'fileutils'
+
+module RBTraceSpec
+  ROOT = File.expand_path('..', __dir__)
+  LIB = File.join(ROOT, 'lib')
+  CLIENT = File.join(LIB, 'rbtrace', 'rbtrace-client')
+  STUB = File.join(ROOT, 'bin', 'rbtrace')
+
+  # A Ruby process under test. Its stdout is read line by line; it is
+  # expected to print "ready" once its setup is done.
+  class Target
+    attr_reader :pid, :lines
+
+    def initialize(code, rbtrace: true, env: {}, ruby_args: [])
+      @out_r, out_w = IO.pipe
+      @err_path = File.join(Dir.tmpdir, "rbtrace-spec-#{Process.pid}-#{object_id}.err")
+      args = ['ruby', '-I', LIB, *ruby_args]
+      args << '-rrbtrace' if rbtrace
+      args += ['-e', "$stdout.sync = true\n#{code}"]
+      @pid = Process.spawn(env, *args, out: out_w, err: @err_path, pgroup: true)
+      out_w.close
+      @lines = []
+      @status = nil
+    end
+
+    # Waits until the target printed a line matching pattern.
+    def wait_for(pattern, timeout: 10)
+      Timeout.timeout(timeout) do
+        loop do
+          return @lines.last if @lines.any? { |l| pattern === l }
+
+          line = @out_r.gets
+          raise "target #{pid} exited before printing #{pattern.inspect}; stderr: #{stderr}" unless line
+
+          @lines << line.chomp
+        end
+      end
+    end
+
+    def ready
+      wait_for('ready')
+      self
+    end
+
+    # Everything printed so far (non-blocking).
+    def drain
+      loop { @lines << @out_r.read_nonblock(65_536).split("\n") }
+    rescue IO::WaitReadable, EOFError
+      @lines.flatten!
+      @lines
+    end
+
+    def stderr
+      File.exist?(@err_path) ? File.read(@err_path) : ''
+    end
+
+    def alive?
+      return false if @status
+
+      if (done = Process.waitpid(pid, Process::WNOHANG))
+        @status = $?
+        return false if done
+      end
+      true
+    rescue Errno::ECHILD
+      false
+    end
+
+    def wait(timeout: 10)
+      Timeout.timeout(timeout) { Process.wait(pid) }
+      @status = $?
+    end
+
+    attr_reader :status
+
+    def kill
+      if alive?
+        Process.kill(:KILL, -pid) rescue Process.kill(:KILL, pid) rescue nil
+        Process.wait(pid) rescue nil
+      end
+      @out_r.close unless @out_r.closed?
+      FileUtils.rm_f(@err_path)
+    end
+  end
+
+  # A client run in the background, for traces that run until interrupted.
+  class Client
+    attr_reader :pid
+
+    def initialize(args, client: CLIENT)
+      @out_path = File.join(Dir.tmpdir, "rbtrace-spec-client-#{Process.pid}-#{object_id}")
+      @pid = Process.spawn(client, *args.map(&:to_s), out: "#{@out_path}.out",
+                                                      err: "#{@out_path}.err", in: :close)
+    end
+
+    def stdout = File.exist?("#{@out_path}.out") ? File.read("#{@out_path}.out") : ''
+    def stderr = File.exist?("#{@out_path}.err") ? File.read("#{@out_path}.err") : ''
+
+    # Waits until the client's stdout (or stderr) matches pattern.
+    def wait_for(pattern, stream: :stdout, timeout: 10)
+      Timeout.timeout(timeout) do
+        sleep 0.02 until pattern === send(stream) || exited?
+      end
+      return if pattern === send(stream)
+
+      raise "client exited before #{stream} matched #{pattern.inspect}\nstdout: #{stdout}\nstderr: #{stderr}"
+    rescue Timeout::Error
+      raise "client #{stream} never matched #{pattern.inspect}\nstdout: #{stdout}\nstderr: #{stderr}"
+    end
+
+    def attached = wait_for(/\*\*\* attached/, stream: :stderr)
+
+    def exited?
+      return true if @status
+
+      if Process.waitpid(pid, Process::WNOHANG)
+        @status = $?
+        return true
+      end
+      false
+    end
+
+    # Sends signal and waits for the client to exit; returns its status.
+    def stop(signal = :INT, timeout: 10)
+      Process.kill(signal, pid) unless exited?
+      wait(timeout: timeout)
+    end
+
+    def wait(timeout: 10)
+      Timeout.timeout(timeout) { sleep 0.01 until exited? }
+      @status
+    end
+
+    def kill
+      unless exited?
+        Process.kill(:KILL, pid) rescue nil
+        Process.wait(pid) rescue nil
+      end
+      FileUtils.rm_f(["#{@out_path}.out", "#{@out_path}.err"])
+    end
+  end
+
+  Result = Struct.new(:stdout, :stderr, :status) do
+    def success? = status.success?
+    def exitstatus = status.exitstatus
+  end
+
+  def start_target(code, **opts)
+    target = Target.new(code, **opts)
+    @spec_processes << target
+    target
+  end
+
+  def start_client(*args, **opts)
+    client = Client.new(args.flatten, **opts)
+    @spec_processes << client
+    client
+  end
+
+  # Runs the client to completion (bounded by timeout) and returns a Result.
+  def rbtrace(*args, timeout: 20, client: CLIENT)
+    c = start_client(*args, client: client)
+    c.wait(timeout: timeout)
+    Result.new(c.stdout, c.stderr, c.wait)
+  rescue Timeout::Error
+    raise "rbtrace #{args.join(' ')} did not finish within #{timeout}s\nstdout: #{c.stdout}\nstderr: #{c.stderr}"
+  end
+
+  # Traces target with args for a while (until the block returns or the
+  # stdout matches `until`), then interrupts the client like Ctrl-C.
+  def trace(target, *args, until_output: nil, seconds: nil)
+    client = start_client('-p', target.pid, *args)
+    client.attached
+    client.wait_for(until_output) if until_output
+    sleep seconds if seconds
+    yield client if block_given?
+    status = client.stop(:INT)
+    Result.new(client.stdout, client.stderr, status)
+  end
+end
+
+RSpec.configure do |config|
+  config.include RBTraceSpec
+  config.before { @spec_processes = [] }
+  config.after { @spec_processes.reverse_each(&:kill) }
+  config.expect_with(:rspec) { |c| c.syntax = :expect }
+  config.order = :defined
+end
