@@ -94,9 +94,9 @@ module RBTraceSpec
   class Client
     attr_reader :pid
 
-    def initialize(args, client: CLIENT)
+    def initialize(args, client: CLIENT, env: {})
       @out_path = File.join(Dir.tmpdir, "rbtrace-spec-client-#{Process.pid}-#{object_id}")
-      @pid = Process.spawn(client, *args.map(&:to_s), out: "#{@out_path}.out",
+      @pid = Process.spawn(env, client, *args.map(&:to_s), out: "#{@out_path}.out",
                                                       err: "#{@out_path}.err", in: :close)
     end
 
@@ -165,8 +165,8 @@ module RBTraceSpec
   end
 
   # Runs the client to completion (bounded by timeout) and returns a Result.
-  def rbtrace(*args, timeout: 20, client: CLIENT)
-    c = start_client(*args, client: client)
+  def rbtrace(*args, timeout: 20, client: CLIENT, env: {})
+    c = start_client(*args, client: client, env: env)
     c.wait(timeout: timeout)
     Result.new(c.stdout, c.stderr, c.wait)
   rescue Timeout::Error

@@ -1,0 +1,97 @@
+require_relative '../spec_helper'
+
+# Each error: a clear message and a non-zero exit, within the timeout.
+RSpec.describe 'errors' do
+  let(:app) { start_target("puts 'ready'\nloop { Process.pid; sleep 0.02 }").ready }
+
+  it 'no such pid' do
+    r = rbtrace('-p', '4194300', '-e', '1')
+    expect(r.stderr).to include('no process with pid 4194300')
+    expect(r).not_to be_success
+  end
+
+  it 'not permitted (another user)' do
+    skip 'needs root to run the client as nobody' unless Process.uid.zero?
+    r = rbtrace('--reuid=65534', '--regid=65534', '--clear-groups', RBTraceSpec::CLIENT,
+                '-p', app.pid, '-e', '1', client: '/usr/bin/setpriv')
+    expect(r.stderr).to match(/not permitted to trace process #{app.pid}/)
+    expect(r).not_to be_success
+  end
+
+  it 'a process without rbtrace is named at once' do
+    plain = start_target("puts 'ready'\nsleep", rbtrace: false).ready
+    started = Time.now
+    r = rbtrace('-p', plain.pid, '-e', '1')
+    expect(Time.now - started).to be < 2
+    expect(r.stderr).to include("process #{plain.pid} has not loaded rbtrace")
+    expect(r).not_to be_success
+  end
+
+  it 'another tracer is attached: the second is refused with the first one\'s pid' do
+    first = start_client('-p', app.pid, '-m', 'Process.pid')
+    first.attached
+    r = rbtrace('-p', app.pid, '-e', '1')
+    expect(r.stderr).to include("already traced by rbtrace (pid #{first.pid})")
+    expect(r).not_to be_success
+    # the first session is untouched
+    before = first.stdout.size
+    sleep 0.3
+    expect(first.stdout.size).to be > before
+    expect(first.stop).to be_success
+  end
+
+  it 'the target exits while traced' do
+    short = start_target("puts 'ready'\n20.times { Process.pid; sleep 0.05 }\nexit 0").ready
+    client = start_client('-p', short.pid, '-m', 'Process.pid')
+    client.attached
+    status = client.wait(timeout: 10)
+    expect(client.stderr).to include("*** process #{short.pid} exited")
+    expect(status).not_to be_success
+  end
+
+  it 'the target is killed while traced: the client notices within a second or so' do
+    client = start_client('-p', app.pid, '-m', 'Process.pid')
+    client.attached
+    Process.kill(:KILL, app.pid)
+    killed = Time.now
+    client.wait(timeout: 5)
+    expect(Time.now - killed).to be < 3
+    expect(client.stderr).to include("*** process #{app.pid} exited")
+  end
+
+  it 'a tracer killed with SIGKILL: the target detaches itself and can be attached again at once' do
+    threads_before = Dir.children("/proc/#{app.pid}/task").size
+    fds_before = Dir.children("/proc/#{app.pid}/fd").size
+    client = start_client('-p', app.pid, '-m', 'Process.pid')
+    client.attached
+    client.wait_for(/Process\.pid </)
+    Process.kill(:KILL, client.pid)
+    client.wait
+    sleep 1.0
+    expect(Dir.children("/proc/#{app.pid}/task").size).to eq(threads_before)
+    expect(Dir.children("/proc/#{app.pid}/fd").size).to eq(fds_before)
+    r = rbtrace('-p', app.pid, '-e', 'RBTrace.attached?')
+    expect(r.stdout).to eq(">> RBTrace.attached?\n=> true\n")
+  end
+
+  it 'a malformed command in the queue is ignored; the app lives and stays attachable' do
+    # Written straight into the target's queue, as its owner could.
+    require 'fiddle'
+    libc = Fiddle.dlopen(nil)
+    msgget = Fiddle::Function.new(libc['msgget'], [Fiddle::TYPE_INT, Fiddle::TYPE_INT], Fiddle::TYPE_INT)
+    msgsnd = Fiddle::Function.new(libc['msgsnd'], [Fiddle::TYPE_INT, Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T, Fiddle::TYPE_INT], Fiddle::TYPE_INT)
+    expect(rbtrace('-p', app.pid, '-e', '1')).to be_success # creates the queue
+    qid = msgget.call(0x52000000 | app.pid, 0)
+    expect(qid).to be >= 0
+    # flags byte (0x02 first chunk, 0x01 more follow), then msgpack bytes
+    ["\x02\x93\x05", "\x02\xff\xff\xff", "\x02\x92\x01\xa1x", "\x02\x94\x05\x01\x01\x01",
+     "\x00orphan", "\x03" + 'a' * 100].each do |junk|
+      msg = [1].pack('q') + junk.b
+      expect(msgsnd.call(qid, msg, junk.bytesize, 0)).to eq(0)
+    end
+    Process.kill(:URG, app.pid)
+    sleep 0.2
+    expect(app).to be_alive
+    expect(rbtrace('-p', app.pid, '-e', '40 + 2').stdout).to eq(">> 40 + 2\n=> 42\n")
+  end
+end

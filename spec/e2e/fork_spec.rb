@@ -1,0 +1,51 @@
+require_relative '../spec_helper'
+
+RSpec.describe 'fork' do
+  def queue_exists?(pid)
+    File.readlines('/proc/sysvipc/msg').drop(1).any? { |l| l.split[0].to_i == (0x52000000 | pid) }
+  end
+
+  it 'a forked child is traceable on its own, and its exit leaves the parent\'s queue' do
+    app = start_target(<<~'RUBY').ready
+      child = fork { $stdout.puts "child #{Process.pid}"; loop { Process.pid; sleep 0.02 } }
+      puts "ready"
+      $stdin.read(0)
+      Signal.trap('USR1') { Process.kill(:TERM, child); Process.wait(child); puts "reaped" }
+      loop { sleep 0.05 }
+    RUBY
+    child = app.wait_for(/child \d+/)[/\d+/].to_i
+    expect(rbtrace('-p', app.pid, '-e', 'Process.pid').stdout).to eq(">> Process.pid\n=> #{app.pid}\n")
+    r = rbtrace('-p', child, '-e', '[Process.pid, RBTrace.helper.alive?]')
+    expect(r.stdout).to eq(">> [Process.pid, RBTrace.helper.alive?]\n=> [#{child}, true]\n")
+    expect(queue_exists?(child)).to be true
+    Process.kill(:USR1, app.pid)
+    app.wait_for('reaped')
+    expect(queue_exists?(child)).to be false
+    expect(queue_exists?(app.pid)).to be true
+    expect(rbtrace('-p', app.pid, '-e', '1').stdout).to eq(">> 1\n=> 1\n")
+  end
+
+  it 'a child forked while its parent is traced starts detached' do
+    app = start_target(<<~'RUBY').ready
+      puts "ready"
+      $stdin.read(0)
+      Signal.trap('USR1') { $go = true }
+      loop do
+        if $go
+          $go = false
+          pid = fork { 5.times { Process.pid; sleep 0.02 }; exit!(RBTrace.attached? ? 1 : 0) }
+          Process.wait(pid)
+          puts "child attached=#{!$?.success?}"
+        end
+        Process.pid
+        sleep 0.02
+      end
+    RUBY
+    r = trace(app, '-m', 'Process.pid', until_output: /Process\.pid </) do
+      Process.kill(:USR1, app.pid)
+      app.wait_for(/child attached=/)
+    end
+    expect(app.lines).to include('child attached=false')
+    expect(r).to be_success
+  end
+end

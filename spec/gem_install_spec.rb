@@ -1,0 +1,102 @@
+# spec/gem_install_spec.rb - the gem as users get it: built from the
+# gemspec, installed with `gem install` (which compiles the extension and
+# the client) into a private directory, then used from there: the rbtrace
+# command, `require "rbtrace"`, and one attach. No network: the gem has no
+# runtime dependencies and is installed with --local.
+require 'rspec'
+require 'fileutils'
+require 'rbconfig'
+require 'timeout'
+require 'tmpdir'
+
+RSpec.describe 'the installed gem', :gem_install do
+  root = File.expand_path('..', __dir__)
+  version = File.read(File.join(root, 'lib/rbtrace/version.rb'))[/VERSION = '([^']+)'/, 1]
+
+  # Runs cmd with env (no Bundler, no RUBYOPT from the spec run); kills it
+  # if it outlives the timeout. Returns [output (stdout + stderr), status].
+  def run(env, *cmd, timeout: 30, chdir: @tmp)
+    out_r, out_w = IO.pipe
+    pid = Process.spawn(clean_env.merge(env), *cmd, out: out_w, err: out_w, in: File::NULL,
+                                                    chdir: chdir, unsetenv_others: true)
+    out_w.close
+    output = +''
+    reader = Thread.new { output << out_r.read }
+    status = Timeout.timeout(timeout) { Process.wait2(pid).last }
+    pid = nil
+    reader.join
+    [output, status]
+  ensure
+    if pid
+      Process.kill('KILL', pid)
+      Process.wait(pid)
+    end
+    out_r.close
+  end
+
+  # The environment the spec run started from, without what Bundler adds.
+  def clean_env
+    env = defined?(Bundler) ? Bundler.unbundled_env : ENV.to_h
+    env.reject { |k, _| k.start_with?('BUNDLE_', 'RUBYOPT', 'RUBYLIB', 'GEM_') }
+  end
+
+  # Where the installed gem is found first, then the system's gems.
+  def gem_env
+    { 'GEM_HOME' => @gem_home, 'GEM_PATH' => ([@gem_home] + Gem.default_path).join(File::PATH_SEPARATOR) }
+  end
+
+  before(:context) do
+    @tmp = Dir.mktmpdir('rbtrace-gem')
+    @gem_home = File.join(@tmp, 'gems')
+    gem_file = File.join(@tmp, "rbtrace-#{version}.gem")
+
+    output, status = run({}, RbConfig.ruby, '-S', 'gem', 'build', 'rbtrace.gemspec', '-o', gem_file,
+                         chdir: root)
+    raise "gem build failed:\n#{output}" unless status.success?
+
+    output, status = run(gem_env, RbConfig.ruby, '-S', 'gem', 'install', '--local', '--no-document',
+                         '--install-dir', @gem_home, gem_file, timeout: 50)
+    raise "gem install failed:\n#{output}" unless status.success?
+  end
+
+  after(:context) do
+    FileUtils.rm_rf(@tmp) if @tmp
+  end
+
+  let(:rbtrace) { File.join(@gem_home, 'bin', 'rbtrace') }
+
+  it 'installs the rbtrace command, which prints the version' do
+    output, status = run(gem_env, rbtrace, '--version')
+    expect(status).to be_success, output
+    expect(output).to eq("rbtrace #{version}\n")
+  end
+
+  it 'can be required from the installed gem' do
+    code = 'require "rbtrace"; p RBTrace::VERSION; puts $LOADED_FEATURES.grep(/rbtrace\.so\z/)'
+    output, status = run(gem_env, RbConfig.ruby, '-e', code)
+    expect(status).to be_success, output
+    lines = output.lines.map(&:chomp)
+    expect(lines.first).to eq(version.inspect)
+    expect(lines.last).to start_with(@gem_home)
+  end
+
+  it 'attaches to a process that loaded the installed gem and evaluates code in it' do
+    app_r, app_w = IO.pipe
+    app = Process.spawn(clean_env.merge(gem_env), RbConfig.ruby, '-rrbtrace', '-e',
+                        'puts Process.pid; $stdout.flush; sleep',
+                        out: app_w, in: File::NULL, chdir: @tmp, unsetenv_others: true)
+    app_w.close
+    pid_line = Timeout.timeout(20) { app_r.gets }
+    expect(pid_line&.chomp).to eq(app.to_s)
+
+    output, status = run(gem_env, rbtrace, '-p', app.to_s, '-e', '1+1')
+    expect(status).to be_success, output
+    expect(output).to include("=> 2\n")
+  ensure
+    if app
+      Process.kill('KILL', app)
+      Process.wait(app)
+    end
+    app_r&.close
+  end
+end
