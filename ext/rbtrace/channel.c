@@ -99,41 +99,51 @@ static int channel_queue_open(void)
 static void channel_command_reset(void)
 {
     rbtrace.command_len = 0;
-    rbtrace.command_skipping = 0;
+    rbtrace.command_receiving = 0;
+}
+
+/* Makes room for len more bytes of the command. Returns 0, or -1. */
+static int channel_command_grow(size_t len)
+{
+    size_t cap = rbtrace.command_cap ? rbtrace.command_cap : RBTRACE_MSG_PAYLOAD;
+    char *grown;
+
+    if (rbtrace.command_len + len <= rbtrace.command_cap) return 0;
+    while (cap < rbtrace.command_len + len) cap *= 2;
+    grown = realloc(rbtrace.command, cap);
+    if (grown == NULL) return -1;
+    rbtrace.command = grown;
+    rbtrace.command_cap = cap;
+    return 0;
 }
 
 /* Appends one chunk; returns 1 when a whole command is ready. */
 static int channel_chunk(const unsigned char *chunk, size_t len)
 {
-    int more = len > 0 && (chunk[0] & RBTRACE_CHUNK_MORE);
+    int more, first;
 
     if (len == 0) return 0;
+    more = chunk[0] & RBTRACE_CHUNK_MORE;
+    first = chunk[0] & RBTRACE_CHUNK_FIRST;
     chunk++;
     len--;
-    if (rbtrace.command_skipping || rbtrace.command_len + len > RBTRACE_COMMAND_MAX) {
-        if (!rbtrace.command_skipping && rbtrace.attached)
+    if (first) {
+        channel_command_reset();
+        rbtrace.command_receiving = 1;
+    }
+    if (!rbtrace.command_receiving) return 0;   /* the rest of a dropped one */
+    if (rbtrace.command_len + len > RBTRACE_COMMAND_MAX || channel_command_grow(len) != 0) {
+        if (rbtrace.attached)
             rbtrace_emit_message(RBTRACE_EV_ERROR, "command longer than %d bytes ignored",
                                  RBTRACE_COMMAND_MAX);
-        rbtrace.command_skipping = 1;
-        if (!more) channel_command_reset();
+        channel_command_reset();
         return 0;
-    }
-    if (rbtrace.command_len + len > rbtrace.command_cap) {
-        size_t cap = rbtrace.command_cap ? rbtrace.command_cap : RBTRACE_MSG_PAYLOAD;
-        char *grown;
-        while (cap < rbtrace.command_len + len) cap *= 2;
-        grown = realloc(rbtrace.command, cap);
-        if (grown == NULL) {
-            rbtrace.command_skipping = more;
-            rbtrace.command_len = 0;
-            return 0;
-        }
-        rbtrace.command = grown;
-        rbtrace.command_cap = cap;
     }
     memcpy(rbtrace.command + rbtrace.command_len, chunk, len);
     rbtrace.command_len += len;
-    return !more;
+    if (more) return 0;
+    rbtrace.command_receiving = 0;
+    return 1;
 }
 
 /* Carries out every command waiting in the queue. GVL held. */
@@ -210,11 +220,19 @@ static VALUE channel_helper_loop_m(VALUE self)
     return Qnil;
 }
 
-/* Removes our queue when the process that created it exits. */
+/* Removes our queue when the process that created it exits. Both an end
+ * proc (Ruby runs those before re-raising a fatal signal such as SIGTERM,
+ * which skips atexit) and atexit (exits that bypass Ruby's cleanup). */
 static void channel_atexit(void)
 {
     if (rbtrace.queue_id >= 0 && rbtrace.queue_pid == getpid())
         msgctl(rbtrace.queue_id, IPC_RMID, NULL);
+}
+
+static void channel_end_proc(VALUE unused)
+{
+    channel_atexit();
+    rbtrace.queue_id = -1;
 }
 
 /* A forked child: a new pid, so a new queue, created on its first signal. */
@@ -242,6 +260,7 @@ void rbtrace_channel_init(void)
 #endif
     if (atexit(channel_atexit) != 0)
         rb_raise(rb_eRuntimeError, "rbtrace: atexit failed");
+    rb_set_end_proc(channel_end_proc, Qnil);
 
     memset(&sa, 0, sizeof(sa));
     sa.sa_sigaction = channel_sigurg;

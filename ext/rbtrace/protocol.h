@@ -39,9 +39,12 @@
 
 /*
  * mtext[0] holds chunk flags; mtext[1..] holds the next bytes of the
- * command. A command is complete at the first chunk without MORE.
+ * command. The first chunk of a command has FIRST (a half-received command
+ * before it is dropped); a command is complete at its first chunk without
+ * MORE.
  */
 #define RBTRACE_CHUNK_MORE 0x01
+#define RBTRACE_CHUNK_FIRST 0x02
 
 /* A command longer than this is refused (the target drops it, with an error). */
 #define RBTRACE_COMMAND_MAX (4 * 1024 * 1024)

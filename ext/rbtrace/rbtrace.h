@@ -50,7 +50,7 @@ struct rbtrace_state {
     int servicing;                   /* a command is being carried out */
     char *command;                   /* chunks of the command being received */
     size_t command_len, command_cap;
-    int command_skipping;            /* dropping chunks of an oversized one */
+    int command_receiving;           /* between a FIRST chunk and the last */
 
     /* session (session.c) */
     int attached;
