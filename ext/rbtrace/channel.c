@@ -173,6 +173,7 @@ static void channel_service(void)
     if (rbtrace.servicing) return;
     rbtrace.servicing = 1;
     rbtrace_session_check_peer();
+    if (!rbtrace.in_job) rbtrace_session_run_deferred();
     if (rbtrace.pending) {
         rbtrace.pending = 0;
         if (rbtrace.queue_id < 0) rbtrace.queue_id = channel_queue_open();
@@ -184,7 +185,9 @@ static void channel_service(void)
 #ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
 static void channel_job_i(void *unused)
 {
+    rbtrace.in_job = 1;
     channel_service();
+    rbtrace.in_job = 0;
 }
 #endif
 

@@ -48,6 +48,9 @@ struct rbtrace_state {
     pid_t queue_pid;                 /* the process that created it */
     int queue_refused;               /* a foreign queue was reported */
     int servicing;                   /* a command is being carried out */
+    int in_job;                      /* ... from a postponed job, on an app thread */
+    char *deferred;                  /* an eval left for the helper thread */
+    size_t deferred_len;
     char *command;                   /* chunks of the command being received */
     size_t command_len, command_cap;
     int command_receiving;           /* between a FIRST chunk and the last */
@@ -94,6 +97,7 @@ void Init_rbtrace_channel(VALUE mod);
 
 /* session.c: carrying out commands */
 void rbtrace_session_execute(const char *buf, size_t len);
+void rbtrace_session_run_deferred(void);
 void rbtrace_session_detach(int tell_client);
 void rbtrace_session_after_fork(void);
 void rbtrace_session_check_peer(void);

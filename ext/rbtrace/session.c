@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -235,6 +236,34 @@ static VALUE session_dispatch_i(VALUE p)
     return Qnil;
 }
 
+/* An eval may run for seconds: a postponed job (an app thread, in the
+ * middle of its work) leaves it to the helper thread. */
+static int session_defer(const struct rbtrace_command *cmd, const char *buf, size_t len)
+{
+    char *copy;
+
+    if (!rbtrace.in_job || cmd->type != RBTRACE_CMD_EVAL) return 0;
+    copy = malloc(len);
+    if (copy == NULL) return 0;
+    memcpy(copy, buf, len);
+    free(rbtrace.deferred);
+    rbtrace.deferred = copy;
+    rbtrace.deferred_len = len;
+    rbtrace_channel_wake();
+    return 1;
+}
+
+/* Carries out an eval a postponed job left. Helper thread only. */
+void rbtrace_session_run_deferred(void)
+{
+    char *buf = rbtrace.deferred;
+
+    if (buf == NULL) return;
+    rbtrace.deferred = NULL;
+    rbtrace_session_execute(buf, rbtrace.deferred_len);
+    free(buf);
+}
+
 /* Decodes and carries out one whole command. */
 void rbtrace_session_execute(const char *buf, size_t len)
 {
@@ -248,6 +277,7 @@ void rbtrace_session_execute(const char *buf, size_t len)
         if (rbtrace.attached) rbtrace_emit_message(RBTRACE_EV_ERROR, "malformed command: %s", err);
         goto destroy_zone;
     }
+    if (session_defer(&cmd, buf, len)) goto destroy_zone;
     rb_protect(session_dispatch_i, (VALUE)&cmd, &state);
     if (state) {
         VALUE e = rb_errinfo();
