@@ -8,7 +8,8 @@
  * first signal or attach on.
  *
  * Files: channel.c (signal, helper thread, message queue), session.c
- * (commands), tracer.c (selectors, event hook), emit.c (event encoding),
+ * (commands), tracer.c (selectors, event hook), wrapper.c (tracing one
+ * method by prepending a wrapper), emit.c (event encoding),
  * ring.c (the buffer between app threads and the writer), writer.c (the
  * writer pthread), codec.c (the wire format, shared with the client).
  */
@@ -59,5 +60,6 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     Init_rbtrace_channel(rbtrace_mRBTrace);
     Init_rbtrace_session(rbtrace_mRBTrace);
     Init_rbtrace_tracer(rbtrace_mRBTrace);
+    Init_rbtrace_wrapper(rbtrace_mRBTrace);
     rbtrace_channel_init();
 }

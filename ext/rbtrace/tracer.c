@@ -2,14 +2,16 @@
  * tracer.c - method selectors and the VM event hook that watches them.
  *
  * Selectors are parsed and resolved in Ruby (RBTrace.parse_selector in
- * lib/rbtrace.rb): class names by constant lookup, never by evaluating
+ * lib/rbtrace/selector.rb): class names by constant lookup, never by evaluating
  * text. Each becomes a (owner, method) pair of integers that the hook
  * compares against every call, so an unmatched call costs a few
  * comparisons and no allocation.
  *
- * Both -m and --firehose use one global call/return hook. Such a hook
- * leaves the VM somewhat slower after it is removed (see DESIGN.md, "Leave
- * the process as fast as it was"); the client is told when tracing starts.
+ * A selector naming one method of one class is traced by a wrapper
+ * (wrapper.c), which costs nothing elsewhere. Every other selector and
+ * --firehose use one global call/return hook. Such a hook leaves the VM
+ * somewhat slower after it is removed (see DESIGN.md, "Leave the process
+ * as fast as it was"); the client is told when it is installed.
  */
 #include "rbtrace.h"
 
@@ -139,7 +141,13 @@ void rbtrace_tracer_add(VALUE selectors)
                                  RBTRACE_SELECTORS_MAX);
             break;
         }
-        /* parsed is [owner or nil, method Symbol or nil, expressions or nil] */
+        /* parsed is [owner or nil, method Symbol or nil, expressions or nil,
+         * visibility Symbol if the method can be wrapped instead of hooked] */
+        if (!NIL_P(RARRAY_AREF(parsed, 3))) {
+            rbtrace_wrapper_add(RARRAY_AREF(parsed, 0), RARRAY_AREF(parsed, 1),
+                                RARRAY_AREF(parsed, 3));
+            continue;
+        }
         t = &rbtrace.tracers[rbtrace.n_tracers++];
         t->klass = NIL_P(RARRAY_AREF(parsed, 0)) ? 0 : RARRAY_AREF(parsed, 0);
         t->mid = NIL_P(RARRAY_AREF(parsed, 1)) ? 0 : RARRAY_AREF(parsed, 1);
@@ -155,9 +163,10 @@ void rbtrace_tracer_firehose(void)
     tracer_install();
 }
 
-/* Removes the hook and forgets every tracer. */
+/* Removes the hook and the wrappers, and forgets every tracer. */
 void rbtrace_tracer_clear(void)
 {
+    rbtrace_wrapper_clear();
     if (rbtrace.hook_installed) rb_remove_event_hook(TRACER_HOOK);
     rbtrace.hook_installed = 0;
     rbtrace.firehose = 0;

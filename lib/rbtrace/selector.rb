@@ -11,17 +11,57 @@ module RBTrace
   # Class names are resolved by constant lookup only; no selector text is
   # ever evaluated. Expressions are only syntax-checked here.
   module Selector
+    # Methods a wrapper must not stand in for: the VM's optimised operators
+    # (redefining one on a core class turns off its fast path for good), and
+    # methods that look at their caller's frame, which a wrapper would hide.
+    UNWRAPPABLE = %i[
+      + - * / % ** == != === =~ !~ ! < <= > >= <=> << >> & | ^ ~ -@ +@ [] []=
+      length size empty? nil? succ freeze max min hash call pack include? dup
+      binding block_given? iterator? eval local_variables __method__ __callee__ __dir__
+      caller caller_locations require_relative proc lambda using raise fail
+      private public protected module_function private_constant public_constant
+      instance_eval instance_exec class_eval module_eval class_exec module_exec
+      send __send__ public_send method_missing respond_to_missing? define_method
+    ].freeze
+
+    # Does prepending to a module reach the classes that already include it
+    # (Ruby 3.0+)? Without that, a wrapper on Kernel would never be called.
+    PREPEND_REACHES_INCLUDERS = begin
+      mod = Module.new
+      klass = Class.new { include mod }
+      wrapper = Module.new
+      mod.prepend(wrapper)
+      klass.ancestors.include?(wrapper)
+    end
+
     CLASS_PATH = /\A(?<path>[A-Z]\w*(?:::[A-Z]\w*)*)(?<sep>[#.])(?<meth>[^\s#.(),]*)\z/.freeze
     BARE_METHOD = /\A[^\s#.(),:]+\z/.freeze
 
     module_function
 
-    # Returns [owner or nil, method Symbol or nil, expressions or nil].
+    # Returns [owner or nil, method Symbol or nil, expressions or nil,
+    # visibility Symbol when the method can be traced by a wrapper, else nil].
     # Raises ArgumentError with a message meant for the user.
     def parse(text)
       name, exprs = split_expressions(text.strip)
       owner, meth = resolve(name)
-      [owner, meth, exprs]
+      [owner, meth, exprs, exprs ? nil : wrapper_visibility(owner, meth)]
+    end
+
+    # Trace expressions need the call's binding, which only the hook has.
+    def wrapper_visibility(owner, meth)
+      return nil if owner.nil? || meth.nil? || UNWRAPPABLE.include?(meth)
+      return nil if owner.instance_of?(Module) && !PREPEND_REACHES_INCLUDERS
+      return nil if refinement?(owner)
+
+      if owner.private_method_defined?(meth, false) then :private
+      elsif owner.protected_method_defined?(meth, false) then :protected
+      elsif owner.public_method_defined?(meth, false) then :public
+      end
+    end
+
+    def refinement?(mod)
+      defined?(Refinement) ? mod.is_a?(Refinement) : mod.inspect.start_with?('#<refinement:')
     end
 
     def split_expressions(text)

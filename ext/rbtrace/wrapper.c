@@ -1,0 +1,137 @@
+/*
+ * wrapper.c - method tracers that wrap the method instead of hooking the VM.
+ *
+ * A global call/return hook slows every call of the process, and the VM
+ * stays slower after the hook is removed (DESIGN.md, "Leave the process as
+ * fast as it was"). For a selector that names one method of one class
+ * (`Hash#key?`, `Process.pid`) we instead prepend to the method's owner a
+ * module holding a C method of the same name and visibility: it stamps the
+ * time, calls super, and records the return however the call ends
+ * (rb_ensure), so blocks, keywords, results, exceptions and throw/break
+ * pass through unchanged. Nothing else in the process pays anything.
+ *
+ * Detach removes the wrapper methods; the empty module stays prepended
+ * (a module cannot be un-prepended) and costs nothing. One module per
+ * owner is kept for the life of the process and reused.
+ *
+ * lib/rbtrace/selector.rb decides which selectors may be wrapped: never
+ * a core class's operator (wrapping `Integer#+` would turn off the VM's
+ * fast path for good), nor methods that look at their caller's frame.
+ */
+#include "rbtrace.h"
+
+struct wrapper_entry {
+    VALUE module;       /* the prepended module holding the wrapper */
+    VALUE mid;          /* method name Symbol */
+    VALUE owner;        /* the wrapped method's owner, for event names */
+};
+
+static struct wrapper_entry wrappers[RBTRACE_SELECTORS_MAX];
+static uint32_t n_wrappers;
+
+/* owner => its prepended module (identity Hash; lives forever) */
+static VALUE wrapper_modules;
+
+static const struct wrapper_entry *wrapper_find(VALUE module, VALUE mid)
+{
+    uint32_t i;
+
+    for (i = 0; i < n_wrappers; i++)
+        if (wrappers[i].module == module && wrappers[i].mid == mid) return &wrappers[i];
+    return NULL;
+}
+
+struct wrapper_call {
+    int argc;
+    const VALUE *argv;
+    int kw_splat;
+    const struct wrapper_entry *w;
+};
+
+static VALUE wrapper_super_i(VALUE p)
+{
+    struct wrapper_call *c = (struct wrapper_call *)p;
+    return rb_call_super_kw(c->argc, c->argv, c->kw_splat);
+}
+
+static VALUE wrapper_return_i(VALUE p)
+{
+    struct wrapper_call *c = (struct wrapper_call *)p;
+
+    if (rbtrace.attached)
+        rbtrace_emit_call(RUBY_EVENT_C_RETURN, c->w->owner, c->w->mid, rbtrace_now_ns());
+    return Qnil;
+}
+
+/* The body of every wrapper method. */
+static VALUE wrapper_call_m(int argc, VALUE *argv, VALUE self)
+{
+    struct wrapper_call c = { argc, argv, rb_keyword_given_p(), NULL };
+    ID mid;
+    VALUE module;
+
+    if (rb_frame_method_id_and_class(&mid, &module))
+        c.w = wrapper_find(module, ID2SYM(mid));
+    if (c.w == NULL || !rbtrace.attached)
+        return rb_call_super_kw(argc, argv, c.kw_splat);
+    rbtrace_emit_call(RUBY_EVENT_C_CALL, c.w->owner, c.w->mid, rbtrace_now_ns());
+    return rb_ensure(wrapper_super_i, (VALUE)&c, wrapper_return_i, (VALUE)&c);
+}
+
+static VALUE wrapper_module_for(VALUE owner)
+{
+    VALUE module = rb_hash_lookup(wrapper_modules, owner);
+
+    if (NIL_P(module)) {
+        module = rb_module_new();
+        rb_prepend_module(owner, module);
+        rb_hash_aset(wrapper_modules, owner, module);
+    }
+    return module;
+}
+
+/*
+ * Wraps owner's method mid (a Symbol) with the given visibility
+ * (:public, :private or :protected). GVL held, from a command.
+ */
+void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility)
+{
+    VALUE module;
+    const char *name;
+    struct wrapper_entry *w;
+
+    if (n_wrappers >= RBTRACE_SELECTORS_MAX) {
+        rbtrace_emit_message(RBTRACE_EV_ERROR, "too many wrapped methods (at most %d)",
+                             RBTRACE_SELECTORS_MAX);
+        return;
+    }
+    module = wrapper_module_for(owner);
+    if (wrapper_find(module, mid)) return;
+    name = rb_id2name(SYM2ID(mid));
+    if (visibility == ID2SYM(rb_intern("private")))
+        rb_define_private_method(module, name, wrapper_call_m, -1);
+    else if (visibility == ID2SYM(rb_intern("protected")))
+        rb_define_protected_method(module, name, wrapper_call_m, -1);
+    else
+        rb_define_method(module, name, wrapper_call_m, -1);
+    w = &wrappers[n_wrappers++];
+    w->module = module;
+    w->mid = mid;
+    w->owner = owner;
+}
+
+/* Removes every wrapper method; the modules stay, empty. */
+void rbtrace_wrapper_clear(void)
+{
+    while (n_wrappers > 0) {
+        struct wrapper_entry *w = &wrappers[--n_wrappers];
+        rb_remove_method_id(w->module, SYM2ID(w->mid));
+    }
+}
+
+void Init_rbtrace_wrapper(VALUE mod)
+{
+    wrapper_modules = rb_hash_new();
+    rb_funcall(wrapper_modules, rb_intern("compare_by_identity"), 0);
+    rb_global_variable(&wrapper_modules);
+}

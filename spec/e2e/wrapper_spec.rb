@@ -1,0 +1,72 @@
+require_relative '../spec_helper'
+
+# A selector naming one method of one class is traced by a prepended
+# wrapper (ext/rbtrace/wrapper.c); the program must not notice.
+RSpec.describe 'method wrappers' do
+  APP_WRAPPED = <<~'RUBY'.freeze
+    class Calc
+      def add(a, b = 1, *rest, scale: 1, **opts, &blk)
+        r = (a + b + rest.sum) * scale
+        blk ? blk.call(r) : r
+      end
+
+      def fail!(msg) = raise(ArgumentError, msg)
+      def each_item = [1, 2, 3].each { |i| yield i }
+      private def secret = :hidden
+      def reveal = secret
+    end
+
+    def check
+      c = Calc.new
+      results = []
+      results << c.add(1)
+      results << c.add(1, 2, 3, 4, scale: 2)
+      results << c.add(2) { |r| r * 10 }
+      results << c.add(1, 2, extra: true)
+      results << (begin; c.fail!("bad"); rescue ArgumentError => e; e.message; end)
+      results << c.each_item { |i| break i * 100 if i == 2 }
+      results << catch(:done) { c.each_item { |i| throw :done, i if i == 3 }; :never }
+      results << c.reveal
+      results << (begin; c.secret; rescue NoMethodError; :private_kept; end)
+      results << Process.pid.class
+      results
+    end
+
+    EXPECTED = [2, 20, 30, 3, "bad", 200, 3, :hidden, :private_kept, Integer]
+    puts "ready"
+    loop do
+      r = check
+      puts(r == EXPECTED ? "ok" : "MISMATCH #{r.inspect}")
+      sleep 0.05
+    end
+  RUBY
+
+  let(:app) { start_target(APP_WRAPPED).ready }
+
+  it 'passes blocks, keywords, results, exceptions, break and throw through unchanged' do
+    out = trace(app, '-m', 'Calc#add', 'Calc#fail!', 'Calc#each_item', 'Calc#secret', 'Process.pid',
+                until_output: /Process\.pid <.*Process\.pid </m) { sleep 0.3 }.stdout
+    expect(out).to match(/^Calc#add <\d+\.\d{6}>$/)
+    expect(out).to match(/^Calc#fail! <\d+\.\d{6}>$/)        # return recorded though it raised
+    expect(out).to match(/^Calc#each_item <\d+\.\d{6}>$/)    # and though it was left by break/throw
+    expect(out).to match(/^Calc#secret <\d+\.\d{6}>$/)
+    expect(out).to match(/^Process\.pid <\d+\.\d{6}>$/)
+    app.drain
+    expect(app.lines.grep(/MISMATCH/)).to be_empty
+    expect(app.lines.count('ok')).to be > 5
+  end
+
+  it 'does not install global hooks for wrapped selectors, and removes the wrappers on detach' do
+    r = trace(app, '-m', 'Calc#add', until_output: /Calc#add </)
+    expect(r.stderr).not_to include('global VM hooks')
+    owner = rbtrace('-p', app.pid, '-e', '[Calc.instance_method(:add).owner, Calc.ancestors.first.instance_methods(false)]')
+    expect(owner.stdout).to end_with("=> [Calc, []]\n")
+  end
+
+  it 'falls back to the hook for core operators, and says so' do
+    r = trace(app, '-m', 'Integer#+', until_output: /Integer#\+ </)
+    expect(r.stderr).to include('global VM hooks')
+    out = rbtrace('-p', app.pid, '-e', 'Integer.ancestors.first').stdout
+    expect(out).to end_with("=> Integer\n")
+  end
+end
