@@ -237,6 +237,40 @@ void rbtrace_event_pack_call(msgpack_packer *pk, enum rbtrace_event_type type,
     msgpack_pack_uint64(pk, method_id);
 }
 
+/* A msgpack unsigned integer in its shortest form, as msgpack-c packs it. */
+static size_t codec_put_uint(char *out, uint64_t v)
+{
+    unsigned char *p = (unsigned char *)out;
+    int bytes, i;
+
+    if (v < 128) {
+        p[0] = (unsigned char)v;
+        return 1;
+    }
+    if (v <= UINT8_MAX) { p[0] = 0xcc; bytes = 1; }
+    else if (v <= UINT16_MAX) { p[0] = 0xcd; bytes = 2; }
+    else if (v <= UINT32_MAX) { p[0] = 0xce; bytes = 4; }
+    else { p[0] = 0xcf; bytes = 8; }
+    for (i = bytes; i >= 1; i--) {
+        p[i] = (unsigned char)(v & 0xff);
+        v >>= 8;
+    }
+    return (size_t)bytes + 1;
+}
+
+size_t rbtrace_event_encode_call(char *out, enum rbtrace_event_type type,
+                                 uint64_t thread_id, uint64_t time_ns, uint64_t method_id)
+{
+    size_t n = 0;
+
+    out[n++] = (char)0x94;               /* fixarray of 4 */
+    n += codec_put_uint(out + n, type);
+    n += codec_put_uint(out + n, thread_id);
+    n += codec_put_uint(out + n, time_ns);
+    n += codec_put_uint(out + n, method_id);
+    return n;
+}
+
 void rbtrace_event_pack_call_args(msgpack_packer *pk, uint64_t thread_id,
                                   uint64_t time_ns, uint64_t method_id,
                                   uint32_t n_exprs)

@@ -84,6 +84,13 @@ void rbtrace_event_pack_method(msgpack_packer *pk, uint64_t method_id,
                                const char *name, size_t name_len);
 void rbtrace_event_pack_call(msgpack_packer *pk, enum rbtrace_event_type type,
                              uint64_t thread_id, uint64_t time_ns, uint64_t method_id);
+/* The hot path's form of rbtrace_event_pack_call: the same bytes, written
+ * straight into out (at least RBTRACE_CALL_EVENT_MAX bytes) without the
+ * packer's callbacks. Returns the length. */
+#define RBTRACE_CALL_EVENT_MAX 29
+size_t rbtrace_event_encode_call(char *out, enum rbtrace_event_type type,
+                                 uint64_t thread_id, uint64_t time_ns, uint64_t method_id);
+
 /* Starts a CALL_ARGS event; the caller then packs n_exprs pairs with
  * rbtrace_event_pack_expr. */
 void rbtrace_event_pack_call_args(msgpack_packer *pk, uint64_t thread_id,

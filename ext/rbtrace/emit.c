@@ -63,10 +63,10 @@ static void emit_flush_lost(void)
     if (rbtrace_ring_push(&rbtrace.ring, lost.data, lost.len) == 0) rbtrace.lost = 0;
 }
 
-/* Sends the scratch event, or counts it lost. Returns 0 if it was sent. */
-static int emit_commit(void)
+/* Sends one encoded event, or counts it lost. Returns 0 if it was sent. */
+static int emit_push(const char *data, size_t len)
 {
-    if (scratch.overflow || rbtrace.big_event || !rbtrace.attached) {
+    if (rbtrace.big_event || !rbtrace.attached) {
         rbtrace.lost++;
         return -1;
     }
@@ -77,11 +77,21 @@ static int emit_commit(void)
             return -1;
         }
     }
-    if (rbtrace_ring_push(&rbtrace.ring, scratch.data, scratch.len) != 0) {
+    if (rbtrace_ring_push(&rbtrace.ring, data, len) != 0) {
         rbtrace.lost++;
         return -1;
     }
     return 0;
+}
+
+/* Sends the scratch event, or counts it lost. Returns 0 if it was sent. */
+static int emit_commit(void)
+{
+    if (scratch.overflow) {
+        rbtrace.lost++;
+        return -1;
+    }
+    return emit_push(scratch.data, scratch.len);
 }
 
 /* ---- method names ---- */
@@ -187,14 +197,15 @@ void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t n
     uint32_t id = emit_method_id(klass, mid);
     enum rbtrace_event_type type =
         (event & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)) ? RBTRACE_EV_CALL : RBTRACE_EV_RETURN;
+    char bytes[RBTRACE_CALL_EVENT_MAX];
+    size_t len;
 
     if (id == 0) {
         rbtrace.lost++;
         return;
     }
-    emit_begin();
-    rbtrace_event_pack_call(&scratch_pk, type, emit_thread_id(), now - rbtrace.clock_origin_ns, id);
-    emit_commit();
+    len = rbtrace_event_encode_call(bytes, type, emit_thread_id(), now - rbtrace.clock_origin_ns, id);
+    emit_push(bytes, len);
 }
 
 /* A CALL with the values of its trace expressions (Arrays of Strings). */

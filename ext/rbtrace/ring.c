@@ -50,6 +50,11 @@ int rbtrace_ring_push(struct rbtrace_ring *ring, const void *data, size_t len)
     return 0;
 }
 
+size_t rbtrace_ring_used(const struct rbtrace_ring *ring)
+{
+    return (size_t)(__atomic_load_n(&ring->head, __ATOMIC_ACQUIRE) - ring->tail);
+}
+
 size_t rbtrace_ring_peek(const struct rbtrace_ring *ring, const char **data)
 {
     uint64_t head = __atomic_load_n(&ring->head, __ATOMIC_ACQUIRE);

@@ -30,6 +30,9 @@ size_t rbtrace_ring_space(const struct rbtrace_ring *ring);
 /* Appends len bytes, or nothing: returns 0, or -1 when they do not fit. */
 int rbtrace_ring_push(struct rbtrace_ring *ring, const void *data, size_t len);
 
+/* Consumer: bytes waiting to be read. */
+size_t rbtrace_ring_used(const struct rbtrace_ring *ring);
+
 /* Consumer: the readable bytes at the tail that are contiguous in memory. */
 size_t rbtrace_ring_peek(const struct rbtrace_ring *ring, const char **data);
 

@@ -64,44 +64,50 @@ static int writer_send_some(int fd)
     return -1;
 }
 
-static int writer_ring_empty(void)
+/* Sends what the ring holds: two pieces when it wraps around. */
+static int writer_flush(int fd)
 {
-    const char *data;
-    return rbtrace_ring_peek(&rbtrace.ring, &data) == 0;
+    int i;
+
+    for (i = 0; i < 2 && rbtrace_ring_used(&rbtrace.ring) > 0; i++)
+        if (writer_send_some(fd) != 0) return -1;
+    return 0;
 }
 
+/* Sleeps until the next batch; returns -1 if the client hung up. */
+static int writer_sleep(int fd)
+{
+    struct pollfd p = { fd, POLLIN | POLLRDHUP, 0 };
+    int r = poll(&p, 1, WRITER_IDLE_MS);
+
+    if (r < 0) return errno == EINTR ? 0 : -1;
+    return r > 0 && writer_check_hangup(fd, p.revents) ? -1 : 0;
+}
+
+/*
+ * Sends in batches: everything the ring holds, then a millisecond's sleep,
+ * so that a steady stream of events costs about a thousand wake-ups and
+ * sends a second rather than one per event. It goes on at once only while
+ * the ring is more than half full.
+ */
 static void *writer_main(void *unused)
 {
     int fd = rbtrace.sock;
     uint64_t stop_at = 0;
 
     for (;;) {
-        if (writer_send_some(fd) != 0) {
-            writer_peer_gone();
-            break;
-        }
-        if (!writer_ring_empty()) {
-            if (rbtrace.writer_stop) {
-                /* Stopping, with a client that does not read: give up. */
-                if (stop_at == 0) stop_at = rbtrace_now_ns() + WRITER_DRAIN_MS * 1000000ull;
-                if (rbtrace_now_ns() > stop_at) break;
-            }
+        if (writer_flush(fd) != 0) break;
+        if (rbtrace.writer_stop) {
+            if (rbtrace_ring_used(&rbtrace.ring) == 0) return NULL;
+            /* Stopping, with a client that does not read: give up in time. */
+            if (stop_at == 0) stop_at = rbtrace_now_ns() + WRITER_DRAIN_MS * 1000000ull;
+            if (rbtrace_now_ns() > stop_at) return NULL;
             continue;
         }
-        if (rbtrace.writer_stop) break;
-        {
-            struct pollfd p = { fd, POLLIN | POLLRDHUP, 0 };
-            int r = poll(&p, 1, WRITER_IDLE_MS);
-            if (r < 0 && errno != EINTR) {
-                writer_peer_gone();
-                break;
-            }
-            if (r > 0 && writer_check_hangup(fd, p.revents)) {
-                writer_peer_gone();
-                break;
-            }
-        }
+        if (rbtrace_ring_used(&rbtrace.ring) > rbtrace.ring.size / 2) continue;
+        if (writer_sleep(fd) != 0) break;
     }
+    writer_peer_gone();
     return NULL;
 }
 
