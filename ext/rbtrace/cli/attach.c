@@ -1,0 +1,416 @@
+/*
+ * attach.c - reaching a target: pid checks, the private socket, the
+ * target's message queue, chunked commands, and the target's connection.
+ *
+ * Security (DESIGN.md): we send commands only into a queue that belongs to
+ * us and grants nothing to others, and we read events only from a
+ * connection whose peer (SO_PEERCRED) is the target itself.
+ */
+#define _GNU_SOURCE   /* accept4, pipe2, struct ucred */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "attach.h"
+
+/* Between SIGURGs while we wait for the queue or a queue slot. */
+#define ATTACH_RESIGNAL_MS 50
+/* How often a wait checks that the target still exists. */
+#define ATTACH_TICK_MS 200
+
+static int attach_fail(struct attach *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int attach_fail(struct attach *a, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(a->errstr, sizeof(a->errstr), fmt, ap);
+    va_end(ap);
+    return CLI_ERR;
+}
+
+/* fmt, then ": strerror(errno)". */
+static int attach_fail_errno(struct attach *a, const char *what)
+{
+    return attach_fail(a, "%s: %s", what, strerror(errno));
+}
+
+void attach_init(struct attach *a, pid_t pid, int timeout_ms,
+                 volatile sig_atomic_t *stop, int wake_fd)
+{
+    memset(a, 0, sizeof(*a));
+    a->pid = pid;
+    a->timeout_ms = timeout_ms;
+    a->stop = stop;
+    a->wake_fd = wake_fd;
+    a->listen_fd = -1;
+    a->conn_fd = -1;
+    a->qid = -1;
+}
+
+static double attach_timeout_s(const struct attach *a)
+{
+    return a->timeout_ms / 1000.0;
+}
+
+/* ---- the target ---- */
+
+/* A zombie has exited; its parent just has not reaped it yet. */
+static int attach_is_zombie(pid_t pid)
+{
+    char path[64], buf[512];
+    const char *paren;
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    /* "pid (comm) S ...": comm may hold spaces and parentheses. */
+    paren = strrchr(buf, ')');
+    return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+int attach_target_alive(const struct attach *a)
+{
+    if (kill(a->pid, 0) < 0) return errno != ESRCH;
+    return !attach_is_zombie(a->pid);
+}
+
+/* A queue left by a dead target of ours: remove it (DESIGN.md). */
+static void attach_remove_stale_queue(pid_t pid)
+{
+    struct msqid_ds ds;
+    int qid = msgget(RBTRACE_QUEUE_KEY(pid), 0);
+
+    if (qid < 0 || msgctl(qid, IPC_STAT, &ds) < 0) return;
+    if (ds.msg_perm.uid == geteuid() && ds.msg_perm.cuid == geteuid())
+        msgctl(qid, IPC_RMID, NULL);
+}
+
+/* Whether /proc/PID/maps names rbtrace.so: 1, 0, or -1 if unreadable. */
+static int attach_maps_has_rbtrace(pid_t pid)
+{
+    static const char suffix[] = "rbtrace.so";
+    static const char deleted[] = " (deleted)";
+    char path[64], line[4096];
+    int found = 0;
+    FILE *maps;
+
+    snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+    maps = fopen(path, "re");
+    if (!maps) return -1;
+    while (!found && fgets(line, sizeof(line), maps)) {
+        size_t len = strcspn(line, "\n");
+        line[len] = '\0';
+        if (len >= sizeof(deleted) - 1 && !strcmp(line + len - (sizeof(deleted) - 1), deleted))
+            len -= sizeof(deleted) - 1;
+        found = len >= sizeof(suffix) - 1 &&
+                !strncmp(line + len - (sizeof(suffix) - 1), suffix, sizeof(suffix) - 1);
+    }
+    if (ferror(maps)) found = -1;
+    fclose(maps);
+    return found;
+}
+
+int attach_check_target(struct attach *a)
+{
+    int pid = (int)a->pid;
+
+    if (kill(a->pid, 0) < 0) {
+        if (errno == ESRCH) {
+            attach_remove_stale_queue(a->pid);
+            return attach_fail(a, "no process with pid %d (check the pid with ps)", pid);
+        }
+        if (errno == EPERM)
+            return attach_fail(a, "not permitted to trace process %d: it runs as another user "
+                               "(run rbtrace as that user, or as root)", pid);
+        return attach_fail_errno(a, "could not signal the process");
+    }
+    if (attach_maps_has_rbtrace(a->pid) == 0)
+        return attach_fail(a, "process %d has not loaded rbtrace: add require 'rbtrace' to the "
+                           "app, or start it with RUBYOPT=-rrbtrace", pid);
+    return CLI_OK;
+}
+
+int attach_signal(struct attach *a)
+{
+    if (kill(a->pid, SIGURG) == 0) return CLI_OK;
+    if (errno == ESRCH) return attach_fail(a, "process %d exited", (int)a->pid);
+    return attach_fail_errno(a, "could not signal the process");
+}
+
+/* ---- the private socket ---- */
+
+/* As root tracing another user's process, the target must enter our
+ * directory: give it to the target's owner (still 0700). */
+static int attach_share_dir(struct attach *a)
+{
+    char proc[64];
+    struct stat st;
+
+    if (geteuid() != 0) return CLI_OK;
+    snprintf(proc, sizeof(proc), "/proc/%d", (int)a->pid);
+    if (stat(proc, &st) < 0) return attach_fail_errno(a, "could not stat the process");
+    if (st.st_uid == 0) return CLI_OK;
+    if (chown(a->dir, st.st_uid, st.st_gid) < 0)
+        return attach_fail_errno(a, "could not give the socket directory to the process's user");
+    return CLI_OK;
+}
+
+static int attach_make_dir(struct attach *a)
+{
+    const char *tmp = getenv("TMPDIR");
+    struct sockaddr_un sun;
+    int n;
+
+    if (!tmp || !*tmp) tmp = "/tmp";
+    n = snprintf(a->dir, sizeof(a->dir), "%s/rbtrace-XXXXXX", tmp);
+    if (n < 0 || (size_t)n >= sizeof(a->dir) ||
+        (size_t)n + sizeof("/sock") > sizeof(sun.sun_path)) {
+        a->dir[0] = '\0';
+        return attach_fail(a, "TMPDIR (%s) is too long for a socket path: set a shorter one", tmp);
+    }
+    if (!mkdtemp(a->dir)) {
+        int e = errno;
+        a->dir[0] = '\0';
+        errno = e;
+        return attach_fail(a, "could not create a directory in %s: %s", tmp, strerror(e));
+    }
+    n = snprintf(a->sock_path, sizeof(a->sock_path), "%s/sock", a->dir);
+    if (n < 0 || (size_t)n >= sizeof(a->sock_path)) {   /* checked above; for the compiler */
+        a->sock_path[0] = '\0';
+        return attach_fail(a, "the socket path is too long");
+    }
+    return attach_share_dir(a);
+}
+
+int attach_listen(struct attach *a)
+{
+    struct sockaddr_un sun;
+
+    if (attach_make_dir(a) != CLI_OK) return CLI_ERR;
+    a->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (a->listen_fd < 0) return attach_fail_errno(a, "could not create a socket");
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    memcpy(sun.sun_path, a->sock_path, strlen(a->sock_path) + 1);
+    if (bind(a->listen_fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
+        int e = errno;
+        a->sock_path[0] = '\0';   /* nothing to unlink */
+        errno = e;
+        return attach_fail_errno(a, "could not bind the socket");
+    }
+    if (listen(a->listen_fd, 4) < 0) return attach_fail_errno(a, "could not listen on the socket");
+    return CLI_OK;
+}
+
+/* ---- the message queue ---- */
+
+/* The queue must be ours alone (unless we are root): never send into one
+ * that someone else created or could read. */
+static int attach_check_queue(struct attach *a)
+{
+    struct msqid_ds ds;
+    uid_t me = geteuid();
+
+    if (msgctl(a->qid, IPC_STAT, &ds) < 0)
+        return attach_fail_errno(a, "could not inspect the message queue of the process");
+    if (me != 0 && (ds.msg_perm.uid != me || ds.msg_perm.cuid != me))
+        return attach_fail(a, "the message queue of process %d (key 0x%x) belongs to uid %u, "
+                           "not to you: refusing to send commands into it", (int)a->pid,
+                           (unsigned)RBTRACE_QUEUE_KEY(a->pid), (unsigned)ds.msg_perm.uid);
+    if (ds.msg_perm.mode & 077)
+        return attach_fail(a, "the message queue of process %d (key 0x%x) is open to other "
+                           "users (mode %03o): refusing to send commands into it", (int)a->pid,
+                           (unsigned)RBTRACE_QUEUE_KEY(a->pid), ds.msg_perm.mode & 0777);
+    return CLI_OK;
+}
+
+int attach_find_queue(struct attach *a)
+{
+    int64_t now = cli_now_ms(), deadline = now + a->timeout_ms;
+    int64_t signalled = now - ATTACH_RESIGNAL_MS;
+
+    for (;;) {
+        if (*a->stop) return CLI_INTERRUPTED;
+        now = cli_now_ms();
+        if (now - signalled >= ATTACH_RESIGNAL_MS) {
+            if (attach_signal(a) != CLI_OK) return CLI_ERR;
+            signalled = now;
+        }
+        a->qid = msgget(RBTRACE_QUEUE_KEY(a->pid), 0);
+        if (a->qid >= 0) return attach_check_queue(a);
+        if (errno == EACCES)
+            return attach_fail(a, "the message queue of process %d belongs to another user: "
+                               "refusing to use it", (int)a->pid);
+        if (errno != ENOENT) return attach_fail_errno(a, "could not open the message queue");
+        if (now >= deadline)
+            return attach_fail(a, "process %d did not answer within %g s: it may not have rbtrace "
+                               "loaded, be stopped, or have replaced rbtrace's SIGURG handler "
+                               "with its own trap", (int)a->pid, attach_timeout_s(a));
+        cli_sleep_ms(1);
+    }
+}
+
+/* One message; when the queue is full, nudge the target until it drains. */
+static int attach_send_chunk(struct attach *a, const struct rbtrace_msg *msg, size_t size,
+                             int64_t deadline)
+{
+    for (;;) {
+        if (msgsnd(a->qid, msg, size, IPC_NOWAIT) == 0) return CLI_OK;
+        if (errno == EINTR) continue;
+        if (errno == EIDRM || errno == EINVAL)
+            return attach_fail(a, "the message queue of process %d was removed", (int)a->pid);
+        if (errno != EAGAIN) return attach_fail_errno(a, "could not send a command");
+        if (cli_now_ms() >= deadline)
+            return attach_fail(a, "process %d does not read its commands (its queue stayed full "
+                               "for %g s)", (int)a->pid, attach_timeout_s(a));
+        if (attach_signal(a) != CLI_OK) return CLI_ERR;
+        cli_sleep_ms(1);
+    }
+}
+
+/* Not interruptible: DETACH is sent after the user pressed ^C. */
+static int attach_send_chunks(struct attach *a, const char *data, size_t len)
+{
+    int64_t deadline = cli_now_ms() + a->timeout_ms;
+    struct rbtrace_msg msg;
+    size_t off = 0;
+
+    msg.mtype = RBTRACE_MSG_TYPE;
+    do {
+        size_t n = len - off;
+        if (n > RBTRACE_MSG_PAYLOAD - 1) n = RBTRACE_MSG_PAYLOAD - 1;
+        msg.mtext[0] = (off + n < len ? RBTRACE_CHUNK_MORE : 0) | (off == 0 ? RBTRACE_CHUNK_FIRST : 0);
+        memcpy(msg.mtext + 1, data + off, n);
+        if (attach_send_chunk(a, &msg, n + 1, deadline) != CLI_OK) return CLI_ERR;
+        off += n;
+    } while (off < len);
+    return attach_signal(a);
+}
+
+int attach_send(struct attach *a, const struct rbtrace_command *cmd)
+{
+    msgpack_sbuffer sbuf;
+    msgpack_packer pk;
+    int rc = CLI_ERR;
+
+    msgpack_sbuffer_init(&sbuf);
+    msgpack_packer_init(&pk, &sbuf, msgpack_sbuffer_write);
+    if (rbtrace_command_encode(&pk, cmd) != RBTRACE_OK) {
+        attach_fail(a, "could not encode command %d", (int)cmd->type);
+        goto free_sbuf;
+    }
+    if (sbuf.size > RBTRACE_COMMAND_MAX) {
+        attach_fail(a, "the command is too long (%zu bytes, at most %d)", sbuf.size,
+                    RBTRACE_COMMAND_MAX);
+        goto free_sbuf;
+    }
+    rc = attach_send_chunks(a, sbuf.data, sbuf.size);
+free_sbuf:
+    msgpack_sbuffer_destroy(&sbuf);
+    return rc;
+}
+
+/* ---- the target's connection ---- */
+
+/* 1 if fd's peer is the target; 0 if someone else (fd is then closed). */
+static int attach_peer_is_target(struct attach *a, int fd)
+{
+    struct ucred cred = { 0, 0, 0 };
+    socklen_t len = sizeof(cred);
+
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid == a->pid)
+        return 1;
+    fprintf(stderr, "*** ignored a connection from process %d: not process %d\n",
+            (int)cred.pid, (int)a->pid);
+    close(fd);
+    return 0;
+}
+
+/* One accept; CLI_OK with a->conn_fd set, or with nothing yet. */
+static int attach_accept_one(struct attach *a)
+{
+    int fd = accept4(a->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+
+    if (fd < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
+            return CLI_OK;
+        return attach_fail_errno(a, "could not accept the process's connection");
+    }
+    if (attach_peer_is_target(a, fd)) a->conn_fd = fd;
+    return CLI_OK;
+}
+
+int attach_accept(struct attach *a)
+{
+    int64_t deadline = cli_now_ms() + a->timeout_ms;
+
+    while (a->conn_fd < 0) {
+        struct pollfd fds[2] = { { a->listen_fd, POLLIN, 0 }, { a->wake_fd, POLLIN, 0 } };
+        int64_t left = deadline - cli_now_ms();
+
+        if (*a->stop) return CLI_INTERRUPTED;
+        if (!attach_target_alive(a)) return attach_fail(a, "process %d exited", (int)a->pid);
+        if (left <= 0)
+            return attach_fail(a, "process %d did not connect back within %g s", (int)a->pid,
+                               attach_timeout_s(a));
+        if (poll(fds, a->wake_fd >= 0 ? 2 : 1, left < ATTACH_TICK_MS ? (int)left : ATTACH_TICK_MS) < 0) {
+            if (errno == EINTR) continue;
+            return attach_fail_errno(a, "poll");
+        }
+        if ((fds[0].revents & POLLIN) && attach_accept_one(a) != CLI_OK) return CLI_ERR;
+    }
+    /* Nobody else may connect now. */
+    attach_remove_socket(a);
+    return CLI_OK;
+}
+
+/* ---- cleanup ---- */
+
+/* Cleanup cannot fail the run, but a leftover should not go unnoticed. */
+static void attach_warn(const char *what, const char *path)
+{
+    if (errno != ENOENT) fprintf(stderr, "rbtrace: could not remove %s %s: %s\n", what, path,
+                                 strerror(errno));
+}
+
+void attach_remove_socket(struct attach *a)
+{
+    if (a->listen_fd >= 0) {
+        close(a->listen_fd);
+        a->listen_fd = -1;
+    }
+    if (a->sock_path[0]) {
+        if (unlink(a->sock_path) < 0) attach_warn("the socket", a->sock_path);
+        a->sock_path[0] = '\0';
+    }
+    if (a->dir[0]) {
+        if (rmdir(a->dir) < 0) attach_warn("the directory", a->dir);
+        a->dir[0] = '\0';
+    }
+}
+
+void attach_close(struct attach *a)
+{
+    attach_remove_socket(a);
+    if (a->conn_fd >= 0) {
+        close(a->conn_fd);
+        a->conn_fd = -1;
+    }
+}

@@ -1,0 +1,59 @@
+/*
+ * attach.h - reaching a target process (DESIGN.md, "Attaching").
+ *
+ * In order: attach_check_target (exists, ours to signal, has rbtrace
+ * loaded), attach_listen (private 0700 directory, Unix socket),
+ * attach_find_queue (SIGURG until the target's queue appears; refuse a
+ * queue others could use), attach_send (one command, in chunks),
+ * attach_accept (the target connects back; the peer must be the target).
+ * attach_close releases everything, whatever step failed.
+ *
+ * Every function returns CLI_OK, CLI_ERR with a message in errstr, or
+ * CLI_INTERRUPTED when *stop was set while it waited.
+ */
+#ifndef RBTRACE_CLI_ATTACH_H
+#define RBTRACE_CLI_ATTACH_H
+
+#include <limits.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include "cli.h"
+#include "codec.h"
+
+struct attach {
+    pid_t pid;                      /* the target */
+    int timeout_ms;                 /* how long each step may wait */
+    volatile sig_atomic_t *stop;    /* set by the session's signal handlers */
+    int wake_fd;                    /* readable once *stop is set, or -1 */
+    char dir[PATH_MAX];             /* our private directory; "" when none */
+    char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];  /* "" when none */
+    int listen_fd;                  /* listening socket, or -1 */
+    int conn_fd;                    /* the target's connection, or -1 */
+    int qid;                        /* the target's message queue, or -1 */
+    char errstr[CLI_ERRLEN];        /* why the last call failed */
+};
+
+void attach_init(struct attach *a, pid_t pid, int timeout_ms,
+                 volatile sig_atomic_t *stop, int wake_fd);
+
+int attach_check_target(struct attach *a);
+int attach_listen(struct attach *a);
+int attach_find_queue(struct attach *a);
+int attach_send(struct attach *a, const struct rbtrace_command *cmd);
+int attach_accept(struct attach *a);
+
+/* Sends SIGURG to the target: it then reads its queue. */
+int attach_signal(struct attach *a);
+
+/* 1 while the target exists, 0 once it is gone. */
+int attach_target_alive(const struct attach *a);
+
+/* Closes the listening socket and removes it and the directory. */
+void attach_remove_socket(struct attach *a);
+
+/* Closes every fd and removes the socket and directory. */
+void attach_close(struct attach *a);
+
+#endif

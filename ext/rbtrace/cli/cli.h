@@ -1,0 +1,44 @@
+/*
+ * cli.h - what every part of the rbtrace client shares: return codes,
+ * exit codes, the version, and the clock helpers of util.c.
+ *
+ * The client's parts, one job per file:
+ *   main.c     main(), usage
+ *   options.c  command line -> struct options
+ *   attach.c   target checks, private socket, message queue, accept
+ *   session.c  event loop: socket -> decoder -> renderer; signals; detach
+ *   render.c   events -> rbtrace's text format on a FILE* (no other I/O)
+ *   util.c     monotonic clock, sleeping
+ */
+#ifndef RBTRACE_CLI_H
+#define RBTRACE_CLI_H
+
+#include <stdint.h>
+
+#ifndef RBTRACE_VERSION
+#define RBTRACE_VERSION "0.6.0"
+#endif
+
+/* Return codes of the client's functions (hiredis style). */
+#define CLI_OK 0
+#define CLI_ERR (-1)
+#define CLI_INTERRUPTED (-2)   /* the user asked us to stop (SIGINT, ...) */
+
+/* Room for an error message in a context struct. */
+#define CLI_ERRLEN 512
+
+/* The client's exit codes. */
+enum cli_exit {
+    CLI_EXIT_OK = 0,           /* traced and detached, or eval returned */
+    CLI_EXIT_FAIL = 1,         /* could not attach, eval failed, I/O error */
+    CLI_EXIT_USAGE = 2,        /* bad command line */
+    CLI_EXIT_TARGET_GONE = 3   /* the target exited while we traced it */
+};
+
+/* Milliseconds of CLOCK_MONOTONIC. */
+int64_t cli_now_ms(void);
+
+/* Sleeps ms milliseconds (returns early on a signal). */
+void cli_sleep_ms(int ms);
+
+#endif

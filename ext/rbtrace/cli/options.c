@@ -1,0 +1,316 @@
+/*
+ * options.c - parses the command line into struct options.
+ *
+ * Table-driven: each option has a short letter, a long name, a kind and a
+ * setter. Accepted spellings: -p 123, -p123, --pid 123, --pid=123; flags
+ * combine (-tn). -m takes every following argument up to the next one that
+ * starts with '-', and may repeat.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "options.h"
+#include "codec.h"
+
+#define OPTIONS_DEFAULT_PREFIX 2
+#define OPTIONS_DEFAULT_TIMEOUT 5.0
+#define OPTIONS_MAX_PREFIX 64
+#define OPTIONS_MAX_TIMEOUT 86400.0
+
+enum options_kind {
+    OPTIONS_FLAG,              /* no value */
+    OPTIONS_VALUE,             /* one value */
+    OPTIONS_LIST               /* one or more values (-m) */
+};
+
+struct options_spec {
+    char letter;               /* short name, 0 if none */
+    const char *name;          /* long name */
+    enum options_kind kind;
+    int (*set)(struct options *o, const struct options_spec *spec, const char *value);
+};
+
+static int options_fail(struct options *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int options_fail(struct options *o, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(o->errstr, sizeof(o->errstr), fmt, ap);
+    va_end(ap);
+    return CLI_ERR;
+}
+
+/* "-p" or "--timeout", for messages. */
+static const char *options_spelling(const struct options_spec *spec, char *buf, size_t len)
+{
+    if (spec->letter) snprintf(buf, len, "-%c", spec->letter);
+    else snprintf(buf, len, "--%s", spec->name);
+    return buf;
+}
+
+static int options_bad_value(struct options *o, const struct options_spec *spec,
+                             const char *value, const char *want)
+{
+    char name[40];
+
+    return options_fail(o, "invalid value '%s' for %s: expected %s", value,
+                        options_spelling(spec, name, sizeof(name)), want);
+}
+
+static int options_set_mode(struct options *o, enum options_mode mode)
+{
+    if (o->mode != OPTIONS_MODE_NONE && o->mode != mode)
+        return options_fail(o, "-m, -f and -e cannot be combined: choose one");
+    o->mode = mode;
+    return CLI_OK;
+}
+
+/* ---- setters, one per option ---- */
+
+static int options_set_pid(struct options *o, const struct options_spec *spec, const char *value)
+{
+    char *end;
+    long pid;
+
+    errno = 0;
+    pid = strtol(value, &end, 10);
+    if (errno || end == value || *end || pid <= 0 || pid > INT_MAX)
+        return options_bad_value(o, spec, value, "a process id");
+    o->pid = (pid_t)pid;
+    return CLI_OK;
+}
+
+static int options_add_selector(struct options *o, const struct options_spec *spec, const char *value)
+{
+    (void)spec;
+    if (options_set_mode(o, OPTIONS_MODE_METHODS) != CLI_OK) return CLI_ERR;
+    if (*value == '\0') return options_fail(o, "empty method selector for -m");
+    if (o->n_selectors >= RBTRACE_SELECTORS_MAX)
+        return options_fail(o, "too many method selectors (at most %d)", RBTRACE_SELECTORS_MAX);
+    o->selectors[o->n_selectors++] = value;
+    return CLI_OK;
+}
+
+static int options_set_firehose(struct options *o, const struct options_spec *spec, const char *value)
+{
+    (void)spec; (void)value;
+    return options_set_mode(o, OPTIONS_MODE_FIREHOSE);
+}
+
+static int options_set_eval(struct options *o, const struct options_spec *spec, const char *value)
+{
+    (void)spec;
+    if (o->eval_code) return options_fail(o, "-e may be given only once");
+    if (options_set_mode(o, OPTIONS_MODE_EVAL) != CLI_OK) return CLI_ERR;
+    o->eval_code = value;
+    return CLI_OK;
+}
+
+static int options_set_output(struct options *o, const struct options_spec *spec, const char *value)
+{
+    if (*value == '\0') return options_bad_value(o, spec, value, "a file name");
+    o->output_path = value;
+    return CLI_OK;
+}
+
+static int options_set_append(struct options *o, const struct options_spec *spec, const char *value)
+{
+    (void)spec; (void)value;
+    o->append = 1;
+    return CLI_OK;
+}
+
+static int options_set_start_time(struct options *o, const struct options_spec *spec, const char *value)
+{
+    (void)spec; (void)value;
+    o->start_time = 1;
+    return CLI_OK;
+}
+
+static int options_set_no_duration(struct options *o, const struct options_spec *spec, const char *value)
+{
+    (void)spec; (void)value;
+    o->no_duration = 1;
+    return CLI_OK;
+}
+
+static int options_set_prefix(struct options *o, const struct options_spec *spec, const char *value)
+{
+    char *end;
+    long n;
+
+    errno = 0;
+    n = strtol(value, &end, 10);
+    if (errno || end == value || *end || n < 0 || n > OPTIONS_MAX_PREFIX)
+        return options_bad_value(o, spec, value, "a number of spaces from 0 to 64");
+    o->prefix = (unsigned)n;
+    return CLI_OK;
+}
+
+static int options_set_timeout(struct options *o, const struct options_spec *spec, const char *value)
+{
+    char *end;
+    double t;
+
+    errno = 0;
+    t = strtod(value, &end);
+    if (errno || end == value || *end || !isfinite(t) || t <= 0 || t > OPTIONS_MAX_TIMEOUT)
+        return options_bad_value(o, spec, value, "a number of seconds above 0");
+    o->timeout = t;
+    return CLI_OK;
+}
+
+static int options_set_help(struct options *o, const struct options_spec *spec, const char *value)
+{
+    (void)spec; (void)value;
+    o->help = 1;
+    return CLI_OK;
+}
+
+static int options_set_version(struct options *o, const struct options_spec *spec, const char *value)
+{
+    (void)spec; (void)value;
+    o->version = 1;
+    return CLI_OK;
+}
+
+static const struct options_spec options_table[] = {
+    { 'p', "pid",         OPTIONS_VALUE, options_set_pid },
+    { 'm', "methods",     OPTIONS_LIST,  options_add_selector },
+    { 'f', "firehose",    OPTIONS_FLAG,  options_set_firehose },
+    { 'e', "eval",        OPTIONS_VALUE, options_set_eval },
+    { 'o', "output",      OPTIONS_VALUE, options_set_output },
+    { 'a', "append",      OPTIONS_FLAG,  options_set_append },
+    { 't', "start-time",  OPTIONS_FLAG,  options_set_start_time },
+    { 'n', "no-duration", OPTIONS_FLAG,  options_set_no_duration },
+    { 'r', "prefix",      OPTIONS_VALUE, options_set_prefix },
+    { 0,   "timeout",     OPTIONS_VALUE, options_set_timeout },
+    { 'h', "help",        OPTIONS_FLAG,  options_set_help },
+    { 0,   "version",     OPTIONS_FLAG,  options_set_version },
+};
+
+#define OPTIONS_COUNT (sizeof(options_table) / sizeof(options_table[0]))
+
+static const struct options_spec *options_find_letter(char letter)
+{
+    size_t i;
+
+    for (i = 0; i < OPTIONS_COUNT; i++)
+        if (options_table[i].letter == letter) return &options_table[i];
+    return NULL;
+}
+
+static const struct options_spec *options_find_name(const char *name, size_t len)
+{
+    size_t i;
+
+    for (i = 0; i < OPTIONS_COUNT; i++)
+        if (strlen(options_table[i].name) == len && !strncmp(options_table[i].name, name, len))
+            return &options_table[i];
+    return NULL;
+}
+
+/*
+ * Applies spec with its value: inline (may be NULL) or from argv[*i + 1...].
+ * Advances *i past the arguments consumed.
+ */
+static int options_apply(struct options *o, const struct options_spec *spec,
+                         const char *inline_value, int argc, char **argv, int *i)
+{
+    char name[40];
+    int taken = 0;
+
+    options_spelling(spec, name, sizeof(name));
+    if (spec->kind == OPTIONS_FLAG) {
+        if (inline_value) return options_fail(o, "option %s takes no value", name);
+        return spec->set(o, spec, NULL);
+    }
+    if (inline_value) {
+        if (spec->set(o, spec, inline_value) != CLI_OK) return CLI_ERR;
+        taken = 1;
+    } else if (spec->kind == OPTIONS_VALUE) {
+        /* Takes the next argument even if it starts with '-' (-e '-1'). */
+        if (*i + 1 >= argc) return options_fail(o, "option %s needs a value", name);
+        return spec->set(o, spec, argv[++*i]);
+    }
+    /* A list: every following argument up to the next option. */
+    while (*i + 1 < argc && argv[*i + 1][0] != '-') {
+        if (spec->set(o, spec, argv[++*i]) != CLI_OK) return CLI_ERR;
+        taken = 1;
+    }
+    if (!taken) return options_fail(o, "option %s needs at least one value", name);
+    return CLI_OK;
+}
+
+static int options_parse_long(struct options *o, int argc, char **argv, int *i)
+{
+    const char *name = argv[*i] + 2;
+    const char *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    const struct options_spec *spec = options_find_name(name, len);
+
+    if (!spec) return options_fail(o, "unknown option --%.*s", (int)len, name);
+    return options_apply(o, spec, eq ? eq + 1 : NULL, argc, argv, i);
+}
+
+/* -p123, -tn, -m Foo#bar */
+static int options_parse_short(struct options *o, int argc, char **argv, int *i)
+{
+    const char *p = argv[*i] + 1;
+
+    for (; *p; p++) {
+        const struct options_spec *spec = options_find_letter(*p);
+        if (!spec) return options_fail(o, "unknown option -%c", *p);
+        if (spec->kind != OPTIONS_FLAG)
+            return options_apply(o, spec, p[1] ? p + 1 : NULL, argc, argv, i);
+        if (spec->set(o, spec, NULL) != CLI_OK) return CLI_ERR;
+    }
+    return CLI_OK;
+}
+
+static int options_check(struct options *o)
+{
+    if (o->help || o->version) return CLI_OK;
+    if (!o->pid) return options_fail(o, "no process given: use -p PID");
+    if (o->mode == OPTIONS_MODE_NONE)
+        return options_fail(o, "nothing to do: give -m METHODS, -f or -e CODE");
+    if (o->append && !o->output_path) return options_fail(o, "-a needs -o FILE");
+    return CLI_OK;
+}
+
+int options_parse(struct options *o, int argc, char **argv)
+{
+    int i;
+
+    memset(o, 0, sizeof(*o));
+    o->prefix = OPTIONS_DEFAULT_PREFIX;
+    o->timeout = OPTIONS_DEFAULT_TIMEOUT;
+    /* Never more selectors than arguments. */
+    o->selectors = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*o->selectors));
+    if (!o->selectors) return options_fail(o, "out of memory");
+
+    for (i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        int rc;
+
+        if (arg[0] == '-' && arg[1] == '-' && arg[2]) rc = options_parse_long(o, argc, argv, &i);
+        else if (arg[0] == '-' && arg[1] && arg[1] != '-') rc = options_parse_short(o, argc, argv, &i);
+        else rc = options_fail(o, "unexpected argument '%s'", arg);
+        if (rc != CLI_OK) return CLI_ERR;
+    }
+    return options_check(o);
+}
+
+void options_free(struct options *o)
+{
+    free(o->selectors);
+    o->selectors = NULL;
+    o->n_selectors = 0;
+}

@@ -1,0 +1,304 @@
+/*
+ * render.c - the original rbtrace's text output, from events.
+ *
+ * State: the method names, one stack of open calls per thread, whether the
+ * last line printed is still open (waiting for its call's duration) and
+ * which call it shows, and the deepest nesting seen (which decides whether
+ * a blank line follows each outermost return, as in the original).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "cli.h"
+#include "render.h"
+
+#define RENDER_NAMES_MIN 64
+#define RENDER_FRAMES_MIN 16
+#define RENDER_THREADS_MIN 4
+#define RENDER_UNKNOWN "(unknown)"
+/* Width of "HH:MM:SS.uuuuuu ", the -t column. */
+#define RENDER_TIME_WIDTH 16
+
+static int render_fail(struct render *r, const char *msg)
+{
+    snprintf(r->errstr, sizeof(r->errstr), "%s", msg);
+    return CLI_ERR;
+}
+
+/* Write errors stick to the FILE*: one check per event is enough. */
+static int render_check_io(struct render *r)
+{
+    if (!ferror(r->out)) return CLI_OK;
+    snprintf(r->errstr, sizeof(r->errstr), "could not write the output: %s", strerror(errno));
+    return CLI_ERR;
+}
+
+void render_init(struct render *r, FILE *out, const struct render_opts *opts)
+{
+    memset(r, 0, sizeof(*r));
+    r->out = out;
+    r->opts = *opts;
+}
+
+void render_free(struct render *r)
+{
+    size_t i;
+
+    for (i = 0; i < r->names_cap; i++) free(r->names[i].name);
+    free(r->names);
+    for (i = 0; i < r->n_threads; i++) free(r->threads[i].frames);
+    free(r->threads);
+    r->names = NULL;
+    r->threads = NULL;
+    r->names_cap = r->names_count = r->n_threads = r->threads_cap = 0;
+}
+
+void render_set_wall_origin(struct render *r, uint64_t wall_origin_ns)
+{
+    r->wall_origin_ns = wall_origin_ns;
+}
+
+/* ---- method names ---- */
+
+static size_t render_names_slot(const struct render_name *names, size_t cap, uint64_t id)
+{
+    uint64_t h = id * 0x9e3779b97f4a7c15ULL;
+    size_t i = (size_t)(h ^ (h >> 32)) & (cap - 1);
+
+    while (names[i].name && names[i].id != id) i = (i + 1) & (cap - 1);
+    return i;
+}
+
+static int render_names_grow(struct render *r)
+{
+    size_t cap = r->names_cap ? r->names_cap * 2 : RENDER_NAMES_MIN;
+    struct render_name *names = calloc(cap, sizeof(*names));
+    size_t i;
+
+    if (!names) return render_fail(r, "out of memory");
+    for (i = 0; i < r->names_cap; i++) {
+        if (r->names[i].name)
+            names[render_names_slot(names, cap, r->names[i].id)] = r->names[i];
+    }
+    free(r->names);
+    r->names = names;
+    r->names_cap = cap;
+    return CLI_OK;
+}
+
+static int render_method(struct render *r, const struct rbtrace_event *ev)
+{
+    struct render_name *slot;
+    char *name;
+
+    if ((r->names_count + 1) * 2 > r->names_cap && render_names_grow(r) != CLI_OK)
+        return CLI_ERR;
+    name = malloc((size_t)ev->text.len + 1);
+    if (!name) return render_fail(r, "out of memory");
+    memcpy(name, ev->text.ptr, ev->text.len);
+    name[ev->text.len] = '\0';
+
+    slot = &r->names[render_names_slot(r->names, r->names_cap, ev->method_id)];
+    if (slot->name) free(slot->name);   /* renamed: keep the latest */
+    else r->names_count++;
+    slot->id = ev->method_id;
+    slot->name = name;
+    return CLI_OK;
+}
+
+static const char *render_name_of(const struct render *r, uint64_t id)
+{
+    size_t i;
+
+    if (!r->names_cap) return RENDER_UNKNOWN;
+    i = render_names_slot(r->names, r->names_cap, id);
+    return r->names[i].name ? r->names[i].name : RENDER_UNKNOWN;
+}
+
+/* ---- threads and their stacks ---- */
+
+/* The index of thread id in r->threads, added if new; -1 when out of memory. */
+static long render_thread_index(struct render *r, uint64_t id)
+{
+    struct render_thread *t;
+    size_t i;
+
+    for (i = 0; i < r->n_threads; i++)
+        if (r->threads[i].id == id) return (long)i;
+    if (r->n_threads == r->threads_cap) {
+        size_t cap = r->threads_cap ? r->threads_cap * 2 : RENDER_THREADS_MIN;
+        t = realloc(r->threads, cap * sizeof(*t));
+        if (!t) return render_fail(r, "out of memory");
+        r->threads = t;
+        r->threads_cap = cap;
+    }
+    t = &r->threads[r->n_threads];
+    memset(t, 0, sizeof(*t));
+    t->id = id;
+    t->ordinal = (unsigned)r->n_threads + 1;
+    return (long)r->n_threads++;
+}
+
+static int render_push(struct render *r, struct render_thread *t, uint64_t method_id, uint64_t start_ns)
+{
+    if (t->depth == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : RENDER_FRAMES_MIN;
+        struct render_frame *frames = realloc(t->frames, cap * sizeof(*frames));
+        if (!frames) return render_fail(r, "out of memory");
+        t->frames = frames;
+        t->cap = cap;
+    }
+    t->frames[t->depth].method_id = method_id;
+    t->frames[t->depth].start_ns = start_ns;
+    t->depth++;
+    return CLI_OK;
+}
+
+/* ---- output ---- */
+
+int render_end_line(struct render *r)
+{
+    if (r->line_open) {
+        fputc('\n', r->out);
+        r->line_open = 0;
+    }
+    return render_check_io(r);
+}
+
+static void render_time(struct render *r, uint64_t time_ns)
+{
+    uint64_t wall = r->wall_origin_ns + time_ns;
+    time_t secs = (time_t)(wall / 1000000000ULL);
+    unsigned usec = (unsigned)(wall % 1000000000ULL / 1000);
+    char hms[16];
+    struct tm tm;
+
+    if (!localtime_r(&secs, &tm) || !strftime(hms, sizeof(hms), "%H:%M:%S", &tm))
+        snprintf(hms, sizeof(hms), "??:??:??");
+    fprintf(r->out, "%s.%06u ", hms, usec);
+}
+
+/*
+ * The start of a line: the thread, the start time (time_ns) or blanks of
+ * its width (time_ns NULL), the indent for depth.
+ */
+static void render_line_start(struct render *r, const struct render_thread *t,
+                              const uint64_t *time_ns, size_t depth)
+{
+    if (r->n_threads > 1) fprintf(r->out, "[t%u] ", t->ordinal);
+    if (r->opts.start_time) {
+        if (time_ns) render_time(r, *time_ns);
+        else fprintf(r->out, "%*s", RENDER_TIME_WIDTH, "");
+    }
+    fprintf(r->out, "%*s", (int)(depth * r->opts.prefix), "");
+}
+
+static void render_args(struct render *r, const struct rbtrace_event *ev)
+{
+    uint32_t i;
+
+    if (ev->type != RBTRACE_EV_CALL_ARGS || ev->n_exprs == 0) return;
+    fputc('(', r->out);
+    for (i = 0; i < ev->n_exprs; i++) {
+        if (i) fputs(", ", r->out);
+        fwrite(ev->exprs[i].ptr, 1, ev->exprs[i].len, r->out);
+        fputc('=', r->out);
+        fwrite(ev->values[i].ptr, 1, ev->values[i].len, r->out);
+    }
+    fputc(')', r->out);
+}
+
+static void render_duration(struct render *r, uint64_t start_ns, uint64_t end_ns)
+{
+    if (r->opts.no_duration) return;
+    fprintf(r->out, " <%.6f>", end_ns > start_ns ? (double)(end_ns - start_ns) / 1e9 : 0.0);
+}
+
+/* CALL, CALL_ARGS: the name, left open for the duration. */
+static int render_call(struct render *r, const struct rbtrace_event *ev)
+{
+    long ti = render_thread_index(r, ev->thread_id);
+    struct render_thread *t;
+
+    if (ti < 0) return CLI_ERR;
+    t = &r->threads[ti];
+    if (render_end_line(r) != CLI_OK) return CLI_ERR;
+    render_line_start(r, t, &ev->time_ns, t->depth);
+    fputs(render_name_of(r, ev->method_id), r->out);
+    render_args(r, ev);
+    if (render_push(r, t, ev->method_id, ev->time_ns) != CLI_OK) return CLI_ERR;
+    r->line_open = 1;
+    r->open_thread = (size_t)ti;
+    r->open_depth = t->depth;
+    if (t->depth > r->max_nesting) r->max_nesting = t->depth;
+    return render_check_io(r);
+}
+
+/* The depth (1-based) of the innermost open call of method_id; 0 if none. */
+static size_t render_find_frame(const struct render_thread *t, uint64_t method_id)
+{
+    size_t d;
+
+    for (d = t->depth; d > 0; d--)
+        if (t->frames[d - 1].method_id == method_id) return d;
+    return 0;
+}
+
+/*
+ * RETURN: the duration on the call's open line, or on a line of its own.
+ * A return with no matching open call (we attached mid-call, or events were
+ * lost) prints nothing; calls above the matching one lost their returns and
+ * are dropped.
+ */
+static int render_return(struct render *r, const struct rbtrace_event *ev)
+{
+    long ti = render_thread_index(r, ev->thread_id);
+    struct render_thread *t;
+    size_t d;
+    uint64_t start_ns;
+
+    if (ti < 0) return CLI_ERR;
+    t = &r->threads[ti];
+    d = render_find_frame(t, ev->method_id);
+    if (d == 0) return CLI_OK;
+    start_ns = t->frames[d - 1].start_ns;
+
+    if (r->line_open && r->open_thread == (size_t)ti && r->open_depth == d && t->depth == d) {
+        render_duration(r, start_ns, ev->time_ns);
+    } else {
+        if (render_end_line(r) != CLI_OK) return CLI_ERR;
+        render_line_start(r, t, NULL, d - 1);
+        fputs(render_name_of(r, ev->method_id), r->out);
+        render_duration(r, start_ns, ev->time_ns);
+    }
+    fputc('\n', r->out);
+    r->line_open = 0;
+    t->depth = d - 1;
+    if (t->depth == 0 && r->max_nesting > 1) fputc('\n', r->out);
+    return render_check_io(r);
+}
+
+static int render_lost(struct render *r, const struct rbtrace_event *ev)
+{
+    if (render_end_line(r) != CLI_OK) return CLI_ERR;
+    fprintf(r->out, "*** %llu events lost\n", (unsigned long long)ev->number);
+    return render_check_io(r);
+}
+
+int render_event(struct render *r, const struct rbtrace_event *ev)
+{
+    switch (ev->type) {
+    case RBTRACE_EV_METHOD:
+        return render_method(r, ev);
+    case RBTRACE_EV_CALL:
+    case RBTRACE_EV_CALL_ARGS:
+        return render_call(r, ev);
+    case RBTRACE_EV_RETURN:
+        return render_return(r, ev);
+    case RBTRACE_EV_LOST:
+        return render_lost(r, ev);
+    default:
+        return CLI_OK;
+    }
+}

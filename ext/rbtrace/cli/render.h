@@ -1,0 +1,83 @@
+/*
+ * render.h - turns events into the original rbtrace's text output.
+ *
+ * Pure: events in, text out to one FILE*, no other I/O. The session feeds
+ * it METHOD, CALL, CALL_ARGS, RETURN and LOST events; status lines
+ * ("*** attached ...") are the session's business, on stderr.
+ *
+ * Output, per call: the caller's name when the call starts, left open; the
+ * duration on the same line if nothing was printed before the return,
+ * otherwise the name again with the duration on a line of its own:
+ *
+ *   Dir.chdir
+ *     Dir.pwd <0.000023>
+ *   Dir.chdir <0.499025>
+ *
+ * Nesting is tracked per thread; once two threads have been seen, every
+ * line starts with "[tN] ", N the thread's ordinal.
+ */
+#ifndef RBTRACE_CLI_RENDER_H
+#define RBTRACE_CLI_RENDER_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include "codec.h"
+
+struct render_opts {
+    int start_time;            /* -t: "HH:MM:SS.uuuuuu " before each call */
+    int no_duration;           /* -n: no " <seconds>" */
+    unsigned prefix;           /* -r: spaces per nesting level */
+};
+
+/* One open call on a thread's stack. */
+struct render_frame {
+    uint64_t method_id;
+    uint64_t start_ns;
+};
+
+struct render_thread {
+    uint64_t id;               /* the target's thread id */
+    unsigned ordinal;          /* 1-based, in order of first appearance */
+    struct render_frame *frames;
+    size_t depth;              /* open calls */
+    size_t cap;                /* room in frames */
+};
+
+/* Method names by id: open addressing, linear probing. */
+struct render_name {
+    uint64_t id;
+    char *name;                /* NUL-terminated copy; NULL for a free slot */
+};
+
+struct render {
+    FILE *out;
+    struct render_opts opts;
+    uint64_t wall_origin_ns;   /* CLOCK_REALTIME at the target's clock origin */
+    struct render_name *names;
+    size_t names_cap;          /* a power of two, or 0 */
+    size_t names_count;
+    struct render_thread *threads;
+    size_t n_threads;
+    size_t threads_cap;
+    int line_open;             /* the last line printed is not yet ended */
+    size_t open_thread;        /* which thread's call it shows (index) ... */
+    size_t open_depth;         /* ... and that call's depth (1-based) */
+    size_t max_nesting;        /* deepest stack seen on any thread; never reset */
+    char errstr[128];          /* why a call failed */
+};
+
+void render_init(struct render *r, FILE *out, const struct render_opts *opts);
+void render_free(struct render *r);
+
+/* Where -t times come from: the ATTACHED event's wall_origin_ns. */
+void render_set_wall_origin(struct render *r, uint64_t wall_origin_ns);
+
+/* Renders METHOD, CALL, CALL_ARGS, RETURN or LOST; ignores other events.
+ * CLI_OK, or CLI_ERR (out of memory, write error) with r->errstr set. */
+int render_event(struct render *r, const struct rbtrace_event *ev);
+
+/* Ends the open line, if any: call before printing anything else on the
+ * same terminal. CLI_OK or CLI_ERR as above. */
+int render_end_line(struct render *r);
+
+#endif

@@ -1,0 +1,601 @@
+/*
+ * session.c - the client's event loop.
+ *
+ * Reads the target's socket into a msgpack unpacker, decodes each event
+ * (rbtrace_event_decode) and hands it to the renderer, or acts on it
+ * (ATTACHED, REFUSED, DETACHED, EVAL_RESULT, ERROR, NOTICE). SIGINT, SIGTERM
+ * and SIGHUP only count and write a byte to a self-pipe; the loop polls that
+ * pipe with the socket, and every 200 ms checks that the target still exists.
+ */
+#define _GNU_SOURCE   /* accept4, pipe2, struct ucred */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "attach.h"
+#include "render.h"
+#include "session.h"
+
+#define SESSION_TICK_MS 200
+#define SESSION_READ_SIZE 65536
+/* An event larger than this is malformed (the biggest real ones carry
+ * RBTRACE_EXPRS_MAX values of RBTRACE_VALUE_MAX bytes, or an eval result). */
+#define SESSION_EVENT_MAX (64 * 1024 * 1024)
+/* Eval: how long past its own timeout we wait for the target's answer. */
+#define SESSION_EVAL_GRACE_MS 2000
+/* Our one eval's id. */
+#define SESSION_EVAL_ID 1
+
+/* Signals seen; read by attach.c through struct attach's stop. */
+static volatile sig_atomic_t session_signals;
+/* The self-pipe: [0] polled by the loop, [1] written by the handler. */
+static int session_wake[2] = { -1, -1 };
+
+/* What a wait ended with. */
+enum session_wait {
+    SESSION_DONE,       /* the flag we waited for was set */
+    SESSION_TIMEOUT,    /* the deadline passed */
+    SESSION_SIGNAL,     /* the user asked us to stop */
+    SESSION_EOF,        /* the target closed the connection */
+    SESSION_GONE,       /* the target exited */
+    SESSION_MALFORMED,  /* the target sent something we cannot decode */
+    SESSION_FAILED      /* our error (output, memory), in errstr */
+};
+
+struct session {
+    const struct options *opts;
+    struct attach at;
+    struct render render;
+    FILE *out;                 /* stdout or the -o file */
+    msgpack_unpacker unp;
+    int unp_ready;             /* unp is initialised */
+    int timeout_ms;            /* --timeout */
+    sig_atomic_t signals_seen; /* signals already acted on */
+    int answered;              /* ATTACHED or REFUSED received */
+    int attached;              /* ATTACHED received */
+    int detached;              /* DETACHED received */
+    int stream_broken;         /* undecodable bytes: stop reading */
+    int eval_done;             /* our EVAL_RESULT received */
+    enum cli_exit eval_exit;   /* the exit code that result calls for */
+    char errstr[CLI_ERRLEN];   /* why the session failed (SESSION_FAILED) */
+};
+
+/* ---- signals ---- */
+
+static void session_on_signal(int sig)
+{
+    int saved = errno;
+
+    (void)sig;
+    session_signals = session_signals + 1;
+    if (write(session_wake[1], "!", 1) < 0) {
+        /* The pipe is full: the loop is already awake. */
+    }
+    errno = saved;
+}
+
+static int session_install_signals(struct session *s)
+{
+    static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
+    struct sigaction sa;
+    size_t i;
+
+    if (pipe2(session_wake, O_CLOEXEC | O_NONBLOCK) < 0) {
+        snprintf(s->errstr, sizeof(s->errstr), "pipe: %s", strerror(errno));
+        return CLI_ERR;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = session_on_signal;
+    for (i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+        if (sigaction(sigs[i], &sa, NULL) < 0) goto fail;
+    }
+    /* A closed output pipe is a write error we report, not a death. */
+    sa.sa_handler = SIG_IGN;
+    if (sigaction(SIGPIPE, &sa, NULL) < 0) goto fail;
+    return CLI_OK;
+fail:
+    snprintf(s->errstr, sizeof(s->errstr), "sigaction: %s", strerror(errno));
+    return CLI_ERR;
+}
+
+static void session_drain_wake(void)
+{
+    char buf[64];
+
+    while (read(session_wake[0], buf, sizeof(buf)) > 0) {
+    }
+}
+
+/* ---- output ---- */
+
+/* A status line on stderr, after any pending output. */
+static void session_status(struct session *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void session_status(struct session *s, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (s->out == stdout) render_end_line(&s->render);
+    fflush(s->out);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static int session_flush(struct session *s)
+{
+    if (fflush(s->out) == 0) return CLI_OK;
+    snprintf(s->errstr, sizeof(s->errstr), "could not write the output: %s", strerror(errno));
+    return CLI_ERR;
+}
+
+static double session_timeout_s(const struct session *s)
+{
+    return s->timeout_ms / 1000.0;
+}
+
+/* ---- events ---- */
+
+static int session_on_attached(struct session *s, const struct rbtrace_event *ev)
+{
+    s->answered = 1;
+    if (ev->number != RBTRACE_PROTOCOL_VERSION) {
+        session_status(s, "rbtrace: process %d speaks protocol version %llu, this rbtrace %d: "
+                       "use the rbtrace of the app's gem", (int)s->at.pid,
+                       (unsigned long long)ev->number, RBTRACE_PROTOCOL_VERSION);
+        return CLI_OK;
+    }
+    s->attached = 1;
+    render_set_wall_origin(&s->render, ev->wall_origin_ns);
+    return CLI_OK;
+}
+
+static int session_on_refused(struct session *s, const struct rbtrace_event *ev)
+{
+    s->answered = 1;
+    if (ev->number == RBTRACE_REFUSED_BUSY)
+        session_status(s, "rbtrace: process %d is already traced by rbtrace (pid %llu); stop "
+                       "that tracer first", (int)s->at.pid, (unsigned long long)ev->pid);
+    else
+        session_status(s, "rbtrace: %.*s", (int)ev->text.len, ev->text.ptr);
+    return CLI_OK;
+}
+
+static int session_on_eval_result(struct session *s, const struct rbtrace_event *ev)
+{
+    int len = (int)ev->text.len;
+
+    if (ev->number != SESSION_EVAL_ID || s->eval_done) return CLI_OK;
+    s->eval_done = 1;
+    s->eval_exit = CLI_EXIT_FAIL;
+    switch (ev->status) {
+    case RBTRACE_EVAL_OK:
+    case RBTRACE_EVAL_RAISED:
+        fprintf(s->out, ">> %s\n=> %.*s\n", s->opts->eval_code, len, ev->text.ptr);
+        if (ev->status == RBTRACE_EVAL_OK) s->eval_exit = CLI_EXIT_OK;
+        return session_flush(s);
+    case RBTRACE_EVAL_SYNTAX:
+        session_status(s, "rbtrace: syntax error in the code: %.*s", len, ev->text.ptr);
+        return CLI_OK;
+    case RBTRACE_EVAL_TIMEOUT:
+        session_status(s, "rbtrace: the code did not finish within %g s; it was stopped in the "
+                       "process", session_timeout_s(s));
+        return CLI_OK;
+    }
+    session_status(s, "rbtrace: unknown eval status %u: %.*s", ev->status, len, ev->text.ptr);
+    return CLI_OK;
+}
+
+static int session_render(struct session *s, const struct rbtrace_event *ev)
+{
+    if (!s->attached) return CLI_OK;
+    if (render_event(&s->render, ev) == CLI_OK) return CLI_OK;
+    snprintf(s->errstr, sizeof(s->errstr), "%s", s->render.errstr);
+    return CLI_ERR;
+}
+
+static int session_on_event(struct session *s, const struct rbtrace_event *ev)
+{
+    switch (ev->type) {
+    case RBTRACE_EV_ATTACHED:
+        return session_on_attached(s, ev);
+    case RBTRACE_EV_REFUSED:
+        return session_on_refused(s, ev);
+    case RBTRACE_EV_DETACHED:
+        s->detached = 1;
+        return CLI_OK;
+    case RBTRACE_EV_EVAL_RESULT:
+        return session_on_eval_result(s, ev);
+    case RBTRACE_EV_ERROR:
+        session_status(s, "*** error: %.*s", (int)ev->text.len, ev->text.ptr);
+        return CLI_OK;
+    case RBTRACE_EV_NOTICE:
+        session_status(s, "*** %.*s", (int)ev->text.len, ev->text.ptr);
+        return CLI_OK;
+    default:
+        return session_render(s, ev);
+    }
+}
+
+static enum session_wait session_malformed(struct session *s, const char *why)
+{
+    session_status(s, "*** malformed event from process %d: %s", (int)s->at.pid, why);
+    return SESSION_MALFORMED;
+}
+
+/* Decodes and handles every complete event in the unpacker. */
+static enum session_wait session_drain(struct session *s)
+{
+    enum session_wait rc = SESSION_DONE;
+    msgpack_unpacked result;
+    char err[RBTRACE_ERRLEN];
+    struct rbtrace_event *ev = malloc(sizeof(*ev));   /* ~2 KiB: keep it off the stack */
+
+    if (!ev) {
+        snprintf(s->errstr, sizeof(s->errstr), "out of memory");
+        return SESSION_FAILED;
+    }
+    msgpack_unpacked_init(&result);
+    while (rc == SESSION_DONE) {
+        int ret = msgpack_unpacker_next(&s->unp, &result);
+        if (ret == MSGPACK_UNPACK_CONTINUE) {
+            if (msgpack_unpacker_message_size(&s->unp) > SESSION_EVENT_MAX) {
+                s->stream_broken = 1;
+                rc = session_malformed(s, "an event larger than 64 MiB");
+            }
+            break;
+        }
+        if (ret != MSGPACK_UNPACK_SUCCESS) {
+            s->stream_broken = 1;
+            rc = session_malformed(s, ret == MSGPACK_UNPACK_NOMEM_ERROR ? "out of memory"
+                                                                        : "invalid msgpack");
+        } else if (rbtrace_event_decode(&result.data, ev, err) != RBTRACE_OK) {
+            rc = session_malformed(s, err);
+        } else if (session_on_event(s, ev) != CLI_OK) {
+            rc = SESSION_FAILED;
+        }
+    }
+    msgpack_unpacked_destroy(&result);
+    free(ev);
+    if (rc == SESSION_DONE && session_flush(s) != CLI_OK) rc = SESSION_FAILED;
+    return rc;
+}
+
+/* One read from the socket; SESSION_DONE when it went well. */
+static enum session_wait session_read(struct session *s)
+{
+    ssize_t n;
+
+    if (!msgpack_unpacker_reserve_buffer(&s->unp, SESSION_READ_SIZE)) {
+        snprintf(s->errstr, sizeof(s->errstr), "out of memory");
+        return SESSION_FAILED;
+    }
+    n = read(s->at.conn_fd, msgpack_unpacker_buffer(&s->unp),
+             msgpack_unpacker_buffer_capacity(&s->unp));
+    if (n < 0) {
+        if (errno == EINTR || errno == EAGAIN) return SESSION_DONE;
+        if (errno == ECONNRESET) return SESSION_EOF;
+        snprintf(s->errstr, sizeof(s->errstr), "could not read from the process: %s",
+                 strerror(errno));
+        return SESSION_FAILED;
+    }
+    if (n == 0) return SESSION_EOF;
+    msgpack_unpacker_buffer_consumed(&s->unp, (size_t)n);
+    return session_drain(s);
+}
+
+/* Milliseconds to poll: until the next tick, or the deadline if sooner. */
+static int session_poll_ms(int64_t now, int64_t next_tick, int64_t deadline)
+{
+    int64_t ms = next_tick - now;
+
+    if (deadline >= 0 && deadline - now < ms) ms = deadline - now;
+    return ms < 0 ? 0 : (int)ms;
+}
+
+/*
+ * Reads and handles events until *flag is set, the deadline (-1: none)
+ * passes, the user interrupts, or the target goes away.
+ */
+static enum session_wait session_wait(struct session *s, const int *flag, int64_t deadline)
+{
+    int64_t now = cli_now_ms(), next_tick = now + SESSION_TICK_MS;
+
+    for (;;) {
+        struct pollfd fds[2] = { { s->at.conn_fd, POLLIN, 0 }, { session_wake[0], POLLIN, 0 } };
+        enum session_wait rc;
+
+        if (*flag) return SESSION_DONE;
+        if (session_signals != s->signals_seen) {
+            s->signals_seen = session_signals;
+            return SESSION_SIGNAL;
+        }
+        if (s->stream_broken) return SESSION_EOF;
+        now = cli_now_ms();
+        if (now >= next_tick) {
+            if (!attach_target_alive(&s->at)) return SESSION_GONE;
+            next_tick = now + SESSION_TICK_MS;
+        }
+        if (deadline >= 0 && now >= deadline) return SESSION_TIMEOUT;
+        if (poll(fds, 2, session_poll_ms(now, next_tick, deadline)) < 0) {
+            if (errno == EINTR) continue;
+            snprintf(s->errstr, sizeof(s->errstr), "poll: %s", strerror(errno));
+            return SESSION_FAILED;
+        }
+        if (fds[1].revents) session_drain_wake();
+        if (fds[0].revents && (rc = session_read(s)) != SESSION_DONE) return rc;
+    }
+}
+
+/* ---- setup and teardown ---- */
+
+static int session_open_output(struct session *s)
+{
+    const struct options *o = s->opts;
+
+    if (!o->output_path) {
+        s->out = stdout;
+        return CLI_OK;
+    }
+    s->out = fopen(o->output_path, o->append ? "ae" : "we");
+    if (s->out) return CLI_OK;
+    snprintf(s->errstr, sizeof(s->errstr), "could not open %s: %s", o->output_path,
+             strerror(errno));
+    return CLI_ERR;
+}
+
+static int session_init(struct session *s, const struct options *opts)
+{
+    struct render_opts ropts = { opts->start_time, opts->no_duration, opts->prefix };
+
+    memset(s, 0, sizeof(*s));
+    s->opts = opts;
+    s->timeout_ms = (int)(opts->timeout * 1000 + 0.5);
+    if (s->timeout_ms < 1) s->timeout_ms = 1;
+    attach_init(&s->at, opts->pid, s->timeout_ms, &session_signals, -1);
+    if (session_open_output(s) != CLI_OK) return CLI_ERR;
+    render_init(&s->render, s->out, &ropts);
+    if (!msgpack_unpacker_init(&s->unp, SESSION_READ_SIZE)) {
+        snprintf(s->errstr, sizeof(s->errstr), "out of memory");
+        return CLI_ERR;
+    }
+    s->unp_ready = 1;
+    if (session_install_signals(s) != CLI_OK) return CLI_ERR;
+    s->at.wake_fd = session_wake[0];
+    return CLI_OK;
+}
+
+/* Releases everything; a failing close of the output makes rc a failure. */
+static enum cli_exit session_close(struct session *s, enum cli_exit rc)
+{
+    int i;
+
+    attach_close(&s->at);
+    if (s->unp_ready) msgpack_unpacker_destroy(&s->unp);
+    render_free(&s->render);
+    for (i = 0; i < 2; i++) {
+        if (session_wake[i] >= 0) close(session_wake[i]);
+        session_wake[i] = -1;
+    }
+    if (s->out && s->out != stdout && fclose(s->out) != 0) {
+        fprintf(stderr, "rbtrace: could not write %s: %s\n", s->opts->output_path,
+                strerror(errno));
+        if (rc == CLI_EXIT_OK) rc = CLI_EXIT_FAIL;
+    }
+    s->out = NULL;
+    return rc;
+}
+
+/* ---- attach, detach, and the target's end ---- */
+
+static enum cli_exit session_attach_error(struct session *s, int rc)
+{
+    if (rc == CLI_INTERRUPTED) fprintf(stderr, "rbtrace: interrupted before attaching\n");
+    else fprintf(stderr, "rbtrace: %s\n", s->at.errstr);
+    return CLI_EXIT_FAIL;
+}
+
+/* Sends ATTACH and waits for the target to connect and answer. */
+static enum cli_exit session_attach(struct session *s)
+{
+    struct rbtrace_command cmd;
+    int rc;
+
+    memset(&cmd, 0, sizeof(cmd));
+    if ((rc = attach_check_target(&s->at)) != CLI_OK) return session_attach_error(s, rc);
+    if ((rc = attach_listen(&s->at)) != CLI_OK) return session_attach_error(s, rc);
+    if ((rc = attach_find_queue(&s->at)) != CLI_OK) return session_attach_error(s, rc);
+    cmd.type = RBTRACE_CMD_ATTACH;
+    cmd.client_pid = (uint32_t)getpid();
+    cmd.protocol_version = RBTRACE_PROTOCOL_VERSION;
+    cmd.text.ptr = s->at.sock_path;
+    cmd.text.len = (uint32_t)strlen(s->at.sock_path);
+    if ((rc = attach_send(&s->at, &cmd)) != CLI_OK) return session_attach_error(s, rc);
+    if ((rc = attach_accept(&s->at)) != CLI_OK) return session_attach_error(s, rc);
+
+    switch (session_wait(s, &s->answered, cli_now_ms() + s->timeout_ms)) {
+    case SESSION_DONE:
+        if (!s->attached) return CLI_EXIT_FAIL;   /* refused: already said why */
+        fprintf(stderr, "*** attached to process %d\n", (int)s->at.pid);
+        return CLI_EXIT_OK;
+    case SESSION_TIMEOUT:
+        fprintf(stderr, "rbtrace: process %d did not answer the attach within %g s\n",
+                (int)s->at.pid, session_timeout_s(s));
+        return CLI_EXIT_FAIL;
+    case SESSION_SIGNAL:
+        return session_attach_error(s, CLI_INTERRUPTED);
+    case SESSION_EOF:
+        fprintf(stderr, "rbtrace: process %d closed the connection before attaching\n",
+                (int)s->at.pid);
+        return CLI_EXIT_FAIL;
+    case SESSION_GONE:
+        fprintf(stderr, "rbtrace: process %d exited\n", (int)s->at.pid);
+        return CLI_EXIT_FAIL;
+    case SESSION_MALFORMED:
+        return CLI_EXIT_FAIL;
+    case SESSION_FAILED:
+        break;
+    }
+    fprintf(stderr, "rbtrace: %s\n", s->errstr);
+    return CLI_EXIT_FAIL;
+}
+
+static enum cli_exit session_gone(struct session *s)
+{
+    session_status(s, "*** process %d exited", (int)s->at.pid);
+    return CLI_EXIT_TARGET_GONE;
+}
+
+/* The connection closed without DETACHED: did the target exit? */
+static enum cli_exit session_closed(struct session *s)
+{
+    int64_t deadline = cli_now_ms() + 1000;
+
+    while (cli_now_ms() < deadline) {
+        if (!attach_target_alive(&s->at)) return session_gone(s);
+        cli_sleep_ms(10);
+    }
+    session_status(s, "*** process %d closed the connection", (int)s->at.pid);
+    return CLI_EXIT_FAIL;
+}
+
+/* Sends DETACH, waits (bounded) for DETACHED, says so; returns rc. */
+static enum cli_exit session_detach(struct session *s, enum cli_exit rc)
+{
+    struct rbtrace_command cmd;
+
+    memset(&cmd, 0, sizeof(cmd));
+    cmd.type = RBTRACE_CMD_DETACH;
+    cmd.client_pid = (uint32_t)getpid();
+    if (attach_send(&s->at, &cmd) != CLI_OK) {
+        if (!attach_target_alive(&s->at)) return session_gone(s);
+        session_status(s, "rbtrace: %s", s->at.errstr);
+        return CLI_EXIT_FAIL;
+    }
+    switch (session_wait(s, &s->detached, cli_now_ms() + s->timeout_ms)) {
+    case SESSION_GONE:
+        return session_gone(s);
+    case SESSION_TIMEOUT:
+        session_status(s, "rbtrace: process %d did not confirm the detach within %g s",
+                       (int)s->at.pid, session_timeout_s(s));
+        break;
+    case SESSION_FAILED:
+        session_status(s, "rbtrace: %s", s->errstr);
+        if (rc == CLI_EXIT_OK) rc = CLI_EXIT_FAIL;
+        break;
+    default:
+        break;
+    }
+    session_status(s, "*** detached from process %d", (int)s->at.pid);
+    return rc;
+}
+
+/* What to do when a wait for the end of a session ends. */
+static enum cli_exit session_finish(struct session *s, enum session_wait w, enum cli_exit rc)
+{
+    switch (w) {
+    case SESSION_DONE:
+    case SESSION_SIGNAL:
+        return session_detach(s, rc);
+    case SESSION_TIMEOUT:
+    case SESSION_MALFORMED:
+        return session_detach(s, CLI_EXIT_FAIL);
+    case SESSION_EOF:
+        return session_closed(s);
+    case SESSION_GONE:
+        return session_gone(s);
+    case SESSION_FAILED:
+        break;
+    }
+    session_status(s, "rbtrace: %s", s->errstr);
+    return session_detach(s, CLI_EXIT_FAIL);
+}
+
+/* ---- the modes ---- */
+
+static enum cli_exit session_send_mode(struct session *s, struct rbtrace_command *cmd)
+{
+    cmd->client_pid = (uint32_t)getpid();
+    if (attach_send(&s->at, cmd) == CLI_OK) return CLI_EXIT_OK;
+    session_status(s, "rbtrace: %s", s->at.errstr);
+    return CLI_EXIT_FAIL;
+}
+
+/* -m, -f: render events until ^C or the target goes away. */
+static enum cli_exit session_trace(struct session *s)
+{
+    const struct options *o = s->opts;
+    struct rbtrace_command *cmd = calloc(1, sizeof(*cmd));
+    enum session_wait w;
+    size_t i;
+
+    if (!cmd) {
+        fprintf(stderr, "rbtrace: out of memory\n");
+        return session_detach(s, CLI_EXIT_FAIL);
+    }
+    cmd->type = o->mode == OPTIONS_MODE_FIREHOSE ? RBTRACE_CMD_FIREHOSE : RBTRACE_CMD_METHODS;
+    for (i = 0; i < o->n_selectors; i++) {
+        cmd->selectors[i].ptr = o->selectors[i];
+        cmd->selectors[i].len = (uint32_t)strlen(o->selectors[i]);
+    }
+    cmd->n_selectors = (uint32_t)o->n_selectors;
+    if (session_send_mode(s, cmd) != CLI_EXIT_OK) {
+        free(cmd);
+        return session_detach(s, CLI_EXIT_FAIL);
+    }
+    free(cmd);
+    if (s->detached) w = SESSION_DONE;
+    else w = session_wait(s, &s->detached, -1);
+    if (w == SESSION_DONE) {
+        /* The target detached on its own. */
+        session_status(s, "*** detached from process %d", (int)s->at.pid);
+        return CLI_EXIT_OK;
+    }
+    return session_finish(s, w, CLI_EXIT_OK);
+}
+
+/* -e: run the code, print its result, detach. */
+static enum cli_exit session_eval(struct session *s)
+{
+    struct rbtrace_command cmd;
+    enum session_wait w;
+
+    memset(&cmd, 0, sizeof(cmd));
+    cmd.type = RBTRACE_CMD_EVAL;
+    cmd.eval_id = SESSION_EVAL_ID;
+    cmd.text.ptr = s->opts->eval_code;
+    cmd.text.len = (uint32_t)strlen(s->opts->eval_code);
+    cmd.timeout_ms = (uint32_t)s->timeout_ms;
+    if (session_send_mode(s, &cmd) != CLI_EXIT_OK) return session_detach(s, CLI_EXIT_FAIL);
+
+    w = session_wait(s, &s->eval_done, cli_now_ms() + s->timeout_ms + SESSION_EVAL_GRACE_MS);
+    if (w == SESSION_DONE) return session_detach(s, s->eval_exit);
+    if (w == SESSION_TIMEOUT)
+        session_status(s, "rbtrace: no eval result from process %d within %g s", (int)s->at.pid,
+                       session_timeout_s(s));
+    if (w == SESSION_SIGNAL) session_status(s, "rbtrace: interrupted");
+    return session_finish(s, w, CLI_EXIT_FAIL);
+}
+
+enum cli_exit session_run(const struct options *opts)
+{
+    struct session s;
+    enum cli_exit rc;
+
+    if (session_init(&s, opts) != CLI_OK) {
+        fprintf(stderr, "rbtrace: %s\n", s.errstr);
+        return session_close(&s, CLI_EXIT_FAIL);
+    }
+    rc = session_attach(&s);
+    if (rc == CLI_EXIT_OK)
+        rc = opts->mode == OPTIONS_MODE_EVAL ? session_eval(&s) : session_trace(&s);
+    return session_close(&s, rc);
+}

@@ -1,0 +1,62 @@
+# rakelib/ctest.rake - `rake test:c`: the C unit tests (test/c) and the
+# client, built with AddressSanitizer and UBSan, then run. Any compiler
+# warning, test failure or sanitizer report fails the task.
+
+module CTest
+  ROOT = File.expand_path('..', __dir__)
+  EXT = File.join(ROOT, 'ext', 'rbtrace')
+  OUT = File.join(ROOT, 'tmp', 'ctest')
+  CFLAGS = %w[-std=gnu99 -g -O1 -Wall -Wextra -Werror
+              -fsanitize=address,undefined -fno-omit-frame-pointer
+              -fno-sanitize-recover=undefined].freeze
+  INCLUDES = ["-I#{EXT}", "-I#{EXT}/cli", "-I#{ROOT}/test/c"].freeze
+  ENV_VARS = { 'UBSAN_OPTIONS' => 'print_stacktrace=1:halt_on_error=1' }.freeze
+  # Each test and the client sources it links besides ext/rbtrace/codec.c.
+  TESTS = {
+    'test_codec' => [],
+    'test_render' => %w[cli/render.c],
+    'test_options' => %w[cli/options.c]
+  }.freeze
+
+  def self.msgpack_libs
+    %w[msgpack-c msgpack].each do |mod|
+      libs = `pkg-config --libs #{mod} 2>/dev/null`.split
+      return libs if $?.success? && !libs.empty?
+    end
+    ['-lmsgpackc']
+  end
+
+  def self.cc
+    ENV['CC'] || 'gcc'
+  end
+end
+
+namespace :test do
+  desc 'Build and run the C unit tests (codec, renderer, options) under ASan and UBSan'
+  task :c do
+    mkdir_p CTest::OUT
+    libs = CTest.msgpack_libs
+    failed = []
+    CTest::TESTS.each do |name, srcs|
+      bin = File.join(CTest::OUT, name)
+      sources = ["#{CTest::ROOT}/test/c/#{name}.c", "#{CTest::EXT}/codec.c"] +
+                srcs.map { |s| File.join(CTest::EXT, s) }
+      sh CTest.cc, *CTest::CFLAGS, *CTest::INCLUDES, '-o', bin, *sources, *libs
+      puts "== #{name}"
+      failed << name unless system(CTest::ENV_VARS, bin)
+    end
+
+    # The client itself, once, under the sanitizers: it must build and answer.
+    client = File.join(CTest::OUT, 'rbtrace-client-asan')
+    sh CTest.cc, *CTest::CFLAGS, *CTest::INCLUDES, '-o', client,
+       *Dir["#{CTest::EXT}/cli/*.c"].sort, "#{CTest::EXT}/codec.c", *libs
+    puts '== rbtrace-client (ASan)'
+    version = `#{client} --version`
+    failed << 'client --version' unless $?.success? && version.start_with?('rbtrace ')
+    system(client, '--bogus', err: File::NULL)
+    failed << 'client usage exit code' unless $?.exitstatus == 2
+
+    abort "C tests failed: #{failed.join(', ')}" unless failed.empty?
+    puts 'C tests passed'
+  end
+end

@@ -1,0 +1,863 @@
+/*
+ * test_codec.c - the codec (ext/rbtrace/codec.c): every command and event
+ * survives encode -> decode; every malformed input (truncated at every
+ * length, fields missing or mistyped, unknown numbers, wrong shapes, random
+ * bytes) is refused with a message, never a crash (run under ASan+UBSan).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+#include "codec.h"
+
+/*
+ * msgpack-c allocates an array's elements as soon as it reads the array's
+ * header, before the elements arrive: 5 bytes declaring 2^27 elements make
+ * a 4 GiB allocation (cheap without ASan: untouched pages; the codec then
+ * fails), and ASan would spend seconds poisoning each. Cap allocations under
+ * ASan so that a huge one is a NULL (msgpack's NOMEM), as it usually is in
+ * production.
+ */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+    return "allocator_may_return_null=1:max_allocation_size_mb=256";
+}
+
+static int str_eq(struct rbtrace_str s, const char *want)
+{
+    return s.len == strlen(want) && (s.len == 0 || !memcmp(s.ptr, want, s.len));
+}
+
+static struct rbtrace_str str_of(const char *s)
+{
+    struct rbtrace_str r = { s, (uint32_t)strlen(s) };
+    return r;
+}
+
+/* ---- helpers over msgpack objects ---- */
+
+/* A copy of array obj with element i replaced by *with (or removed from
+ * the end when with is NULL and i == size - 1...): the caller frees *store. */
+static msgpack_object obj_replace(const msgpack_object *obj, uint32_t i, const msgpack_object *with,
+                                  msgpack_object **store)
+{
+    msgpack_object copy = *obj;
+    uint32_t n = obj->via.array.size;
+
+    *store = malloc((n + 1) * sizeof(msgpack_object));
+    if (!*store) abort();
+    memcpy(*store, obj->via.array.ptr, n * sizeof(msgpack_object));
+    (*store)[i] = *with;
+    copy.via.array.ptr = *store;
+    if (i == n) copy.via.array.size = n + 1;
+    return copy;
+}
+
+static msgpack_object obj_nil(void)
+{
+    msgpack_object o;
+    memset(&o, 0, sizeof(o));
+    o.type = MSGPACK_OBJECT_NIL;
+    return o;
+}
+
+static msgpack_object obj_uint(uint64_t v)
+{
+    msgpack_object o;
+    memset(&o, 0, sizeof(o));
+    o.type = MSGPACK_OBJECT_POSITIVE_INTEGER;
+    o.via.u64 = v;
+    return o;
+}
+
+static msgpack_object obj_neg(int64_t v)
+{
+    msgpack_object o;
+    memset(&o, 0, sizeof(o));
+    o.type = MSGPACK_OBJECT_NEGATIVE_INTEGER;
+    o.via.i64 = v;
+    return o;
+}
+
+static msgpack_object obj_str(const char *s)
+{
+    msgpack_object o;
+    memset(&o, 0, sizeof(o));
+    o.type = MSGPACK_OBJECT_STR;
+    o.via.str.ptr = s;
+    o.via.str.size = (uint32_t)strlen(s);
+    return o;
+}
+
+static msgpack_object obj_float(double d)
+{
+    msgpack_object o;
+    memset(&o, 0, sizeof(o));
+    o.type = MSGPACK_OBJECT_FLOAT64;
+    o.via.f64 = d;
+    return o;
+}
+
+/* An object of another type than o. */
+static msgpack_object obj_wrong_type(const msgpack_object *o)
+{
+    return o->type == MSGPACK_OBJECT_STR ? obj_uint(1) : obj_str("x");
+}
+
+/* ---- commands ---- */
+
+/* Decodes buf; checks that a failure comes with a message. */
+static int cmd_decode(const char *buf, size_t len, msgpack_zone *zone, struct rbtrace_command *cmd)
+{
+    char err[RBTRACE_ERRLEN] = "";
+    int rc = rbtrace_command_decode(buf, len, zone, cmd, err);
+
+    if (rc != RBTRACE_OK) CHECK(err[0] != '\0');
+    return rc;
+}
+
+/* Re-packs obj and decodes it as a command. */
+static int cmd_decode_obj(const msgpack_object *obj)
+{
+    struct rbtrace_command *cmd = malloc(sizeof(*cmd));
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_zone zone;
+    int rc;
+
+    if (!cmd) abort();
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_object(&pk, *obj);
+    msgpack_zone_init(&zone, 1024);
+    rc = cmd_decode(sb.data, sb.size, &zone, cmd);
+    msgpack_zone_destroy(&zone);
+    msgpack_sbuffer_destroy(&sb);
+    free(cmd);
+    return rc;
+}
+
+static void cmd_compare(const struct rbtrace_command *got, const struct rbtrace_command *want)
+{
+    uint32_t i;
+
+    CHECK(got->type == want->type);
+    CHECK(got->client_pid == want->client_pid);
+    switch (want->type) {
+    case RBTRACE_CMD_ATTACH:
+        CHECK(got->protocol_version == want->protocol_version);
+        CHECK(got->text.len == want->text.len && !memcmp(got->text.ptr, want->text.ptr, want->text.len));
+        break;
+    case RBTRACE_CMD_METHODS:
+        CHECK(got->n_selectors == want->n_selectors);
+        for (i = 0; i < want->n_selectors && i < got->n_selectors; i++)
+            CHECK(got->selectors[i].len == want->selectors[i].len &&
+                  !memcmp(got->selectors[i].ptr, want->selectors[i].ptr, want->selectors[i].len));
+        break;
+    case RBTRACE_CMD_EVAL:
+        CHECK(got->eval_id == want->eval_id);
+        CHECK(got->timeout_ms == want->timeout_ms);
+        CHECK(got->text.len == want->text.len && !memcmp(got->text.ptr, want->text.ptr, want->text.len));
+        break;
+    default:
+        break;
+    }
+}
+
+/* Every shorter buffer, every missing field, every mistyped field fails;
+ * an extra trailing field is accepted. */
+static void cmd_check_malformed(const msgpack_sbuffer *sb)
+{
+    struct rbtrace_command *cmd = malloc(sizeof(*cmd));
+    msgpack_zone zone;
+    msgpack_object obj, bad, nil = obj_nil(), *store;
+    size_t len, off = 0;
+    uint32_t i;
+    int all_fail = 1;
+
+    if (!cmd) abort();
+    msgpack_zone_init(&zone, 1024);
+    for (len = 0; len < sb->size; len++) {
+        /* A fresh heap copy of exactly len bytes, so ASan sees any overread. */
+        char *copy = malloc(len ? len : 1);
+        if (!copy) abort();
+        memcpy(copy, sb->data, len);
+        all_fail &= cmd_decode(copy, len, &zone, cmd) == RBTRACE_ERR;
+        free(copy);
+    }
+    CHECK(all_fail);
+    CHECK(msgpack_unpack(sb->data, sb->size, &off, &zone, &obj) == MSGPACK_UNPACK_SUCCESS);
+    for (i = 0; i < obj.via.array.size; i++) {
+        msgpack_object prefix = obj, wrong = obj_wrong_type(&obj.via.array.ptr[i]);
+        prefix.via.array.size = i;
+        CHECK(cmd_decode_obj(&prefix) == RBTRACE_ERR);
+        bad = obj_replace(&obj, i, &nil, &store);
+        CHECK(cmd_decode_obj(&bad) == RBTRACE_ERR);
+        free(store);
+        bad = obj_replace(&obj, i, &wrong, &store);
+        CHECK(cmd_decode_obj(&bad) == RBTRACE_ERR);
+        free(store);
+    }
+    bad = obj_replace(&obj, obj.via.array.size, &nil, &store);
+    CHECK(cmd_decode_obj(&bad) == RBTRACE_OK);
+    free(store);
+    msgpack_zone_destroy(&zone);
+    free(cmd);
+}
+
+static void cmd_roundtrip(const struct rbtrace_command *want)
+{
+    struct rbtrace_command *got = malloc(sizeof(*got));
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_zone zone;
+
+    if (!got) abort();
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    CHECK(rbtrace_command_encode(&pk, want) == RBTRACE_OK);
+    msgpack_zone_init(&zone, 1024);
+    CHECK(cmd_decode(sb.data, sb.size, &zone, got) == RBTRACE_OK);
+    cmd_compare(got, want);
+    msgpack_zone_destroy(&zone);
+    cmd_check_malformed(&sb);
+    msgpack_sbuffer_destroy(&sb);
+    free(got);
+}
+
+static void test_commands(void)
+{
+    struct rbtrace_command *cmd = calloc(1, sizeof(*cmd));
+    static char names[RBTRACE_SELECTORS_MAX][24];
+    char *code;
+    uint32_t i;
+
+    if (!cmd) abort();
+    cmd->type = RBTRACE_CMD_ATTACH;
+    cmd->client_pid = 4194303;
+    cmd->protocol_version = RBTRACE_PROTOCOL_VERSION;
+    cmd->text = str_of("/tmp/rbtrace-AbC123/sock");
+    cmd_roundtrip(cmd);
+
+    memset(cmd, 0, sizeof(*cmd));
+    cmd->type = RBTRACE_CMD_DETACH;
+    cmd->client_pid = UINT32_MAX;
+    cmd_roundtrip(cmd);
+    cmd->type = RBTRACE_CMD_FIREHOSE;
+    cmd_roundtrip(cmd);
+
+    cmd->type = RBTRACE_CMD_METHODS;
+    cmd->n_selectors = 0;
+    cmd_roundtrip(cmd);
+    cmd->n_selectors = 2;
+    cmd->selectors[0] = str_of("String#gsub(self, @x)");
+    cmd->selectors[1] = str_of("");
+    cmd_roundtrip(cmd);
+    for (i = 0; i < RBTRACE_SELECTORS_MAX; i++) {
+        snprintf(names[i], sizeof(names[i]), "C%u#m", i);
+        cmd->selectors[i] = str_of(names[i]);
+    }
+    cmd->n_selectors = RBTRACE_SELECTORS_MAX;
+    cmd_roundtrip(cmd);
+
+    memset(cmd, 0, sizeof(*cmd));
+    cmd->type = RBTRACE_CMD_EVAL;
+    cmd->client_pid = 77;
+    cmd->eval_id = 1;
+    cmd->timeout_ms = 5000;
+    cmd->text = str_of("1 + 1");
+    cmd_roundtrip(cmd);
+    /* 64 KiB of code: longer than one queue message. */
+    code = malloc(65537);
+    if (!code) abort();
+    for (i = 0; i < 65536; i++) code[i] = (char)('a' + i % 26);
+    code[65536] = '\0';
+    cmd->text = str_of(code);
+    cmd_roundtrip(cmd);
+    free(code);
+    free(cmd);
+}
+
+static void test_command_encode_refuses(void)
+{
+    struct rbtrace_command *cmd = calloc(1, sizeof(*cmd));
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+
+    if (!cmd) abort();
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    cmd->type = RBTRACE_CMD_METHODS;
+    cmd->n_selectors = RBTRACE_SELECTORS_MAX + 1;
+    CHECK(rbtrace_command_encode(&pk, cmd) == RBTRACE_ERR);
+    cmd->type = (enum rbtrace_command_type)99;
+    CHECK(rbtrace_command_encode(&pk, cmd) == RBTRACE_ERR);
+    msgpack_sbuffer_destroy(&sb);
+    free(cmd);
+}
+
+/* Packs [items...] from a small description: 'u' uint, 'n' negative,
+ * 's' string, 'z' nil, 'f' float, 'm' empty map, 'a' N strings (N next). */
+static void pack_items(msgpack_packer *pk, const char *spec, const uint64_t *vals)
+{
+    size_t i, n = strlen(spec);
+
+    msgpack_pack_array(pk, (uint32_t)n);
+    for (i = 0; i < n; i++) {
+        switch (spec[i]) {
+        case 'u': msgpack_pack_uint64(pk, vals[i]); break;
+        case 'n': msgpack_pack_int64(pk, -(int64_t)vals[i]); break;
+        case 's': msgpack_pack_str_with_body(pk, "sel", 3); break;
+        case 'z': msgpack_pack_nil(pk); break;
+        case 'f': msgpack_pack_double(pk, 1.5); break;
+        case 'm': msgpack_pack_map(pk, 0); break;
+        case 'a': {
+            uint64_t k;
+            msgpack_pack_array(pk, (uint32_t)vals[i]);
+            for (k = 0; k < vals[i]; k++) msgpack_pack_str_with_body(pk, "C#m", 3);
+            break;
+        }
+        }
+    }
+}
+
+/* 1 if the command described by spec decodes. */
+static int cmd_decodes(const char *spec, const uint64_t *vals)
+{
+    struct rbtrace_command *cmd = malloc(sizeof(*cmd));
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_zone zone;
+    int rc;
+
+    if (!cmd) abort();
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    pack_items(&pk, spec, vals);
+    msgpack_zone_init(&zone, 1024);
+    rc = cmd_decode(sb.data, sb.size, &zone, cmd);
+    msgpack_zone_destroy(&zone);
+    msgpack_sbuffer_destroy(&sb);
+    free(cmd);
+    return rc == RBTRACE_OK;
+}
+
+static void test_command_malformed(void)
+{
+    struct rbtrace_command *cmd = malloc(sizeof(*cmd));
+    static const char garbage[] = { (char)0xc1, 0x01 };
+    static const char extra[] = { (char)0x92, 0x02, 0x05, 0x00 };   /* [2, 5] + 1 byte */
+    static const char map[] = { (char)0x80 };
+    static const char str[] = { (char)0xa1, 'x' };
+    static const char empty_array[] = { (char)0x90 };
+    msgpack_zone zone;
+    uint64_t v[4];
+
+    if (!cmd) abort();
+    msgpack_zone_init(&zone, 1024);
+    CHECK(cmd_decode(garbage, sizeof(garbage), &zone, cmd) == RBTRACE_ERR);
+    CHECK(cmd_decode(extra, sizeof(extra), &zone, cmd) == RBTRACE_ERR);
+    CHECK(cmd_decode(extra, sizeof(extra) - 1, &zone, cmd) == RBTRACE_OK);
+    CHECK(cmd_decode(map, sizeof(map), &zone, cmd) == RBTRACE_ERR);
+    CHECK(cmd_decode(str, sizeof(str), &zone, cmd) == RBTRACE_ERR);
+    CHECK(cmd_decode(empty_array, sizeof(empty_array), &zone, cmd) == RBTRACE_ERR);
+    CHECK(cmd_decode("", 0, &zone, cmd) == RBTRACE_ERR);
+    msgpack_zone_destroy(&zone);
+    free(cmd);
+
+    /* unknown numbers */
+    v[0] = 0; v[1] = 1;
+    CHECK(!cmd_decodes("uu", v));
+    v[0] = 6;
+    CHECK(!cmd_decodes("uu", v));
+    v[0] = 99;
+    CHECK(!cmd_decodes("uu", v));
+    v[0] = (1ULL << 32) + RBTRACE_CMD_DETACH;
+    CHECK(!cmd_decodes("uu", v));
+    v[0] = 1;
+    CHECK(!cmd_decodes("nu", v));
+    v[0] = RBTRACE_CMD_DETACH;
+    CHECK(cmd_decodes("uu", v));
+    CHECK(!cmd_decodes("fu", v));
+    CHECK(!cmd_decodes("un", v));
+    v[1] = 1ULL << 32;                 /* client_pid beyond 32 bits */
+    CHECK(!cmd_decodes("uu", v));
+    v[1] = 5; v[2] = 1ULL << 32;       /* protocol version beyond 32 bits */
+    v[0] = RBTRACE_CMD_ATTACH;
+    CHECK(!cmd_decodes("uuus", v));
+    v[2] = 1;
+    CHECK(cmd_decodes("uuus", v));
+    CHECK(!cmd_decodes("uuum", v));
+    /* selectors */
+    v[0] = RBTRACE_CMD_METHODS;
+    v[2] = RBTRACE_SELECTORS_MAX;
+    CHECK(cmd_decodes("uua", v));
+    v[2] = RBTRACE_SELECTORS_MAX + 1;
+    CHECK(!cmd_decodes("uua", v));
+    CHECK(!cmd_decodes("uus", v));
+    CHECK(!cmd_decodes("uum", v));
+}
+
+/* A METHODS command whose selector list holds a non-string. */
+static void test_command_bad_selector(void)
+{
+    struct rbtrace_command *cmd = malloc(sizeof(*cmd));
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_zone zone;
+    char err[RBTRACE_ERRLEN] = "";
+
+    if (!cmd) abort();
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_array(&pk, 3);
+    msgpack_pack_uint32(&pk, RBTRACE_CMD_METHODS);
+    msgpack_pack_uint32(&pk, 1);
+    msgpack_pack_array(&pk, 2);
+    msgpack_pack_str_with_body(&pk, "A#a", 3);
+    msgpack_pack_uint32(&pk, 7);
+    msgpack_zone_init(&zone, 1024);
+    CHECK(rbtrace_command_decode(sb.data, sb.size, &zone, cmd, err) == RBTRACE_ERR);
+    CHECK(strstr(err, "selector 1") != NULL);
+    msgpack_zone_destroy(&zone);
+    msgpack_sbuffer_destroy(&sb);
+    free(cmd);
+}
+
+/* ---- events ---- */
+
+static int ev_decode(const msgpack_object *obj, struct rbtrace_event *ev)
+{
+    char err[RBTRACE_ERRLEN] = "";
+    int rc = rbtrace_event_decode(obj, ev, err);
+
+    if (rc != RBTRACE_OK) CHECK(err[0] != '\0');
+    return rc;
+}
+
+/* Every field missing or mistyped fails; a trailing extra field is fine. */
+static void ev_check_malformed(const msgpack_object *obj, struct rbtrace_event *ev)
+{
+    msgpack_object nil = obj_nil(), bad, *store;
+    uint32_t i;
+
+    for (i = 0; i < obj->via.array.size; i++) {
+        msgpack_object prefix = *obj, wrong = obj_wrong_type(&obj->via.array.ptr[i]);
+        prefix.via.array.size = i;
+        CHECK(ev_decode(&prefix, ev) == RBTRACE_ERR);
+        bad = obj_replace(obj, i, &nil, &store);
+        CHECK(ev_decode(&bad, ev) == RBTRACE_ERR);
+        free(store);
+        bad = obj_replace(obj, i, &wrong, &store);
+        CHECK(ev_decode(&bad, ev) == RBTRACE_ERR);
+        free(store);
+    }
+    bad = obj_replace(obj, obj->via.array.size, &nil, &store);
+    CHECK(ev_decode(&bad, ev) == RBTRACE_OK);
+    free(store);
+}
+
+/* A truncated stream never yields an event. */
+static void ev_check_truncated(const msgpack_sbuffer *sb)
+{
+    msgpack_unpacked result;
+    size_t len;
+    int none = 1;
+
+    msgpack_unpacked_init(&result);
+    for (len = 0; len < sb->size; len++) {
+        msgpack_unpacker unp;
+        if (!msgpack_unpacker_init(&unp, 64) || !msgpack_unpacker_reserve_buffer(&unp, len + 1)) abort();
+        memcpy(msgpack_unpacker_buffer(&unp), sb->data, len);
+        msgpack_unpacker_buffer_consumed(&unp, len);
+        none &= msgpack_unpacker_next(&unp, &result) == MSGPACK_UNPACK_CONTINUE;
+        msgpack_unpacker_destroy(&unp);
+    }
+    msgpack_unpacked_destroy(&result);
+    CHECK(none);
+}
+
+/* Unpacks sb (one event), decodes it into *ev, runs the malformed checks,
+ * then decodes again so that *ev is valid; the strings live in *zone. */
+static void ev_roundtrip(const msgpack_sbuffer *sb, msgpack_zone *zone, struct rbtrace_event *ev)
+{
+    msgpack_object obj;
+    size_t off = 0;
+
+    CHECK(msgpack_unpack(sb->data, sb->size, &off, zone, &obj) == MSGPACK_UNPACK_SUCCESS);
+    CHECK(off == sb->size);
+    ev_check_malformed(&obj, ev);
+    ev_check_truncated(sb);
+    CHECK(ev_decode(&obj, ev) == RBTRACE_OK);
+}
+
+struct ev_fixture {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_zone zone;
+    struct rbtrace_event ev;
+};
+
+static void evf_begin(struct ev_fixture *f)
+{
+    msgpack_sbuffer_init(&f->sb);
+    msgpack_packer_init(&f->pk, &f->sb, msgpack_sbuffer_write);
+    msgpack_zone_init(&f->zone, 1024);
+}
+
+static void evf_decode(struct ev_fixture *f)
+{
+    ev_roundtrip(&f->sb, &f->zone, &f->ev);
+}
+
+static void evf_end(struct ev_fixture *f)
+{
+    msgpack_zone_destroy(&f->zone);
+    msgpack_sbuffer_destroy(&f->sb);
+}
+
+static void test_event_attached(struct ev_fixture *f)
+{
+    evf_begin(f);
+    rbtrace_event_pack_attached(&f->pk, 4194303, "3.3.0", 123456789ULL, 1700000000123456789ULL);
+    evf_decode(f);
+    CHECK(f->ev.type == RBTRACE_EV_ATTACHED);
+    CHECK(f->ev.number == RBTRACE_PROTOCOL_VERSION);
+    CHECK(f->ev.pid == 4194303);
+    CHECK(str_eq(f->ev.text, "3.3.0"));
+    CHECK(f->ev.clock_origin_ns == 123456789ULL);
+    CHECK(f->ev.wall_origin_ns == 1700000000123456789ULL);
+    evf_end(f);
+}
+
+static void test_event_refused(struct ev_fixture *f)
+{
+    evf_begin(f);
+    rbtrace_event_pack_refused(&f->pk, RBTRACE_REFUSED_BUSY, 999, "already traced");
+    evf_decode(f);
+    CHECK(f->ev.type == RBTRACE_EV_REFUSED);
+    CHECK(f->ev.number == RBTRACE_REFUSED_BUSY);
+    CHECK(f->ev.pid == 999);
+    CHECK(str_eq(f->ev.text, "already traced"));
+    evf_end(f);
+}
+
+static void test_event_detached(struct ev_fixture *f)
+{
+    evf_begin(f);
+    rbtrace_event_pack_detached(&f->pk);
+    evf_decode(f);
+    CHECK(f->ev.type == RBTRACE_EV_DETACHED);
+    evf_end(f);
+}
+
+static void test_event_method(struct ev_fixture *f)
+{
+    evf_begin(f);
+    rbtrace_event_pack_method(&f->pk, 1ULL << 40, "String#gsub", 11);
+    evf_decode(f);
+    CHECK(f->ev.type == RBTRACE_EV_METHOD);
+    CHECK(f->ev.method_id == 1ULL << 40);
+    CHECK(str_eq(f->ev.text, "String#gsub"));
+    evf_end(f);
+}
+
+static void test_event_call_return(struct ev_fixture *f)
+{
+    static const enum rbtrace_event_type types[] = { RBTRACE_EV_CALL, RBTRACE_EV_RETURN };
+    size_t i;
+
+    for (i = 0; i < 2; i++) {
+        evf_begin(f);
+        rbtrace_event_pack_call(&f->pk, types[i], UINT64_MAX, 1ULL << 62, 7);
+        evf_decode(f);
+        CHECK(f->ev.type == types[i]);
+        CHECK(f->ev.thread_id == UINT64_MAX);
+        CHECK(f->ev.time_ns == 1ULL << 62);
+        CHECK(f->ev.method_id == 7);
+        CHECK(f->ev.n_exprs == 0);
+        evf_end(f);
+    }
+}
+
+static void test_event_call_args(struct ev_fixture *f, uint32_t n)
+{
+    char exprs[RBTRACE_EXPRS_MAX][16], values[RBTRACE_EXPRS_MAX][16];
+    uint32_t i;
+    int ok = 1;
+
+    evf_begin(f);
+    rbtrace_event_pack_call_args(&f->pk, 3, 4, 5, n);
+    for (i = 0; i < n; i++) {
+        snprintf(exprs[i], sizeof(exprs[i]), "@x%u", i);
+        snprintf(values[i], sizeof(values[i]), "\"v%u\"", i);
+        rbtrace_event_pack_expr(&f->pk, exprs[i], strlen(exprs[i]), values[i], strlen(values[i]));
+    }
+    evf_decode(f);
+    CHECK(f->ev.type == RBTRACE_EV_CALL_ARGS);
+    CHECK(f->ev.thread_id == 3 && f->ev.time_ns == 4 && f->ev.method_id == 5);
+    CHECK(f->ev.n_exprs == n);
+    for (i = 0; i < n && i < f->ev.n_exprs; i++)
+        ok &= str_eq(f->ev.exprs[i], exprs[i]) && str_eq(f->ev.values[i], values[i]);
+    CHECK(ok);
+    evf_end(f);
+}
+
+static void test_event_lost(struct ev_fixture *f)
+{
+    evf_begin(f);
+    rbtrace_event_pack_lost(&f->pk, 123456789012ULL);
+    evf_decode(f);
+    CHECK(f->ev.type == RBTRACE_EV_LOST);
+    CHECK(f->ev.number == 123456789012ULL);
+    evf_end(f);
+}
+
+static void test_event_eval_result(struct ev_fixture *f)
+{
+    static const char text[] = "RuntimeError: boom\n\t(eval):1:in `<main>'";
+    char *big = malloc(100000);
+    size_t i;
+
+    if (!big) abort();
+    evf_begin(f);
+    rbtrace_event_pack_eval_result(&f->pk, 1, RBTRACE_EVAL_RAISED, text, strlen(text));
+    evf_decode(f);
+    CHECK(f->ev.type == RBTRACE_EV_EVAL_RESULT);
+    CHECK(f->ev.number == 1);
+    CHECK(f->ev.status == RBTRACE_EVAL_RAISED);
+    CHECK(str_eq(f->ev.text, text));
+    evf_end(f);
+
+    for (i = 0; i < 100000; i++) big[i] = (char)('0' + i % 10);
+    evf_begin(f);
+    rbtrace_event_pack_eval_result(&f->pk, UINT32_MAX, RBTRACE_EVAL_OK, big, 100000);
+    evf_decode(f);
+    CHECK(f->ev.number == UINT32_MAX && f->ev.status == RBTRACE_EVAL_OK);
+    CHECK(f->ev.text.len == 100000 && !memcmp(f->ev.text.ptr, big, 100000));
+    evf_end(f);
+    free(big);
+}
+
+static void test_event_messages(struct ev_fixture *f)
+{
+    static const enum rbtrace_event_type types[] = { RBTRACE_EV_ERROR, RBTRACE_EV_NOTICE };
+    size_t i;
+
+    for (i = 0; i < 2; i++) {
+        evf_begin(f);
+        rbtrace_event_pack_message(&f->pk, types[i], "no such method", 14);
+        evf_decode(f);
+        CHECK(f->ev.type == types[i]);
+        CHECK(str_eq(f->ev.text, "no such method"));
+        evf_end(f);
+    }
+}
+
+/* Decodes a hand-built object. */
+static int ev_decodes(const msgpack_object *obj)
+{
+    struct rbtrace_event *ev = malloc(sizeof(*ev));
+    int rc;
+
+    if (!ev) abort();
+    rc = ev_decode(obj, ev);
+    free(ev);
+    return rc == RBTRACE_OK;
+}
+
+static msgpack_object obj_array(msgpack_object *items, uint32_t n)
+{
+    msgpack_object o;
+    memset(&o, 0, sizeof(o));
+    o.type = MSGPACK_OBJECT_ARRAY;
+    o.via.array.ptr = items;
+    o.via.array.size = n;
+    return o;
+}
+
+static void test_event_malformed(void)
+{
+    msgpack_object items[6], pair[3], pairs[RBTRACE_EXPRS_MAX + 1], o;
+    uint32_t i;
+
+    o = obj_nil();
+    CHECK(!ev_decodes(&o));
+    o = obj_uint(5);
+    CHECK(!ev_decodes(&o));
+    o = obj_str("x");
+    CHECK(!ev_decodes(&o));
+    o = obj_float(1.0);
+    CHECK(!ev_decodes(&o));
+    o = obj_array(items, 0);
+    CHECK(!ev_decodes(&o));
+
+    /* unknown numbers */
+    items[0] = obj_uint(0);
+    o = obj_array(items, 1);
+    CHECK(!ev_decodes(&o));
+    items[0] = obj_uint(12);
+    CHECK(!ev_decodes(&o));
+    items[0] = obj_uint(1ULL << 32 | RBTRACE_EV_DETACHED);
+    CHECK(!ev_decodes(&o));
+    items[0] = obj_neg(-3);
+    CHECK(!ev_decodes(&o));
+    items[0] = obj_uint(RBTRACE_EV_DETACHED);
+    CHECK(ev_decodes(&o));
+
+    /* EVAL_RESULT status beyond 32 bits */
+    items[0] = obj_uint(RBTRACE_EV_EVAL_RESULT);
+    items[1] = obj_uint(1);
+    items[2] = obj_uint(1ULL << 32);
+    items[3] = obj_str("x");
+    o = obj_array(items, 4);
+    CHECK(!ev_decodes(&o));
+
+    /* CALL_ARGS: too many pairs, and pairs of the wrong shape */
+    items[0] = obj_uint(RBTRACE_EV_CALL_ARGS);
+    items[1] = obj_uint(1);
+    items[2] = obj_uint(2);
+    items[3] = obj_uint(3);
+    pair[0] = obj_str("@x");
+    pair[1] = obj_str("1");
+    pair[2] = obj_str("extra");
+    for (i = 0; i <= RBTRACE_EXPRS_MAX; i++) pairs[i] = obj_array(pair, 2);
+    o = obj_array(items, 5);
+    items[4] = obj_array(pairs, RBTRACE_EXPRS_MAX);
+    CHECK(ev_decodes(&o));
+    items[4] = obj_array(pairs, RBTRACE_EXPRS_MAX + 1);
+    CHECK(!ev_decodes(&o));
+    items[4] = obj_array(pairs, 1);
+    pairs[0] = obj_array(pair, 1);
+    CHECK(!ev_decodes(&o));
+    pairs[0] = obj_array(pair, 3);
+    CHECK(!ev_decodes(&o));
+    pairs[0] = obj_str("@x=1");
+    CHECK(!ev_decodes(&o));
+    pair[1] = obj_uint(1);
+    pairs[0] = obj_array(pair, 2);
+    CHECK(!ev_decodes(&o));
+    pair[0] = obj_nil();
+    pair[1] = obj_str("1");
+    CHECK(!ev_decodes(&o));
+}
+
+/* ---- random input ---- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static uint32_t rng(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+/* Decodes buf as a command and, if it unpacks, as an event: no crash. */
+static void fuzz_one(const char *buf, size_t len, struct rbtrace_command *cmd,
+                     struct rbtrace_event *ev)
+{
+    char err[RBTRACE_ERRLEN];
+    msgpack_zone zone;
+    msgpack_object obj;
+    size_t off = 0;
+
+    msgpack_zone_init(&zone, 256);
+    rbtrace_command_decode(buf, len, &zone, cmd, err);
+    msgpack_zone_destroy(&zone);
+    msgpack_zone_init(&zone, 256);
+    if (msgpack_unpack(buf, len, &off, &zone, &obj) >= MSGPACK_UNPACK_SUCCESS)
+        rbtrace_event_decode(&obj, ev, err);
+    msgpack_zone_destroy(&zone);
+}
+
+/* Keeps 32-bit container headers (array32, map32) out of random input:
+ * see __asan_default_options; test_huge_array covers them. */
+static char fuzz_tame(char c)
+{
+    unsigned char u = (unsigned char)c;
+    return (char)(u == 0xdd ? 0xdc : u == 0xdf ? 0xde : u);
+}
+
+/* A few bytes that declare 2^31 elements: refused, not a crash. */
+static void test_huge_array(void)
+{
+    static const char buf[] = { (char)0xdd, (char)0x80, 0, 0, 0, 0x01 };
+    struct rbtrace_command *cmd = malloc(sizeof(*cmd));
+    msgpack_zone zone;
+
+    if (!cmd) abort();
+    msgpack_zone_init(&zone, 256);
+    CHECK(cmd_decode(buf, sizeof(buf), &zone, cmd) == RBTRACE_ERR);
+    msgpack_zone_destroy(&zone);
+    free(cmd);
+}
+
+static void test_fuzz(void)
+{
+    struct rbtrace_command *cmd = malloc(sizeof(*cmd));
+    struct rbtrace_event *ev = malloc(sizeof(*ev));
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    char buf[96];
+    int i;
+
+    if (!cmd || !ev) abort();
+    /* random bytes, biased to look like arrays of small ints and strings */
+    for (i = 0; i < 50000; i++) {
+        size_t len = rng() % sizeof(buf), k;
+        for (k = 0; k < len; k++) {
+            uint32_t r = rng();
+            buf[k] = fuzz_tame((char)(r % 4 == 0 ? 0x90 + (r >> 8) % 8 : r % 4 == 1 ? (r >> 8) % 16 : (r >> 8)));
+        }
+        fuzz_one(buf, len, cmd, ev);
+    }
+    /* bit flips in valid messages */
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    rbtrace_event_pack_call_args(&pk, 1, 2, 3, 2);
+    rbtrace_event_pack_expr(&pk, "self", 4, "\"hello\"", 7);
+    rbtrace_event_pack_expr(&pk, "@test", 5, "123", 3);
+    for (i = 0; i < 20000; i++) {
+        char *copy = malloc(sb.size);
+        if (!copy) abort();
+        memcpy(copy, sb.data, sb.size);
+        size_t at = rng() % sb.size;
+        copy[at] = fuzz_tame((char)(copy[at] ^ (char)(1u << (rng() % 8))));
+        fuzz_one(copy, sb.size, cmd, ev);
+        free(copy);
+    }
+    msgpack_sbuffer_destroy(&sb);
+    free(ev);
+    free(cmd);
+    CHECK(1);
+}
+
+int main(void)
+{
+    struct ev_fixture *f = malloc(sizeof(*f));
+
+    if (!f) abort();
+    test_commands();
+    test_command_encode_refuses();
+    test_command_malformed();
+    test_command_bad_selector();
+    test_event_attached(f);
+    test_event_refused(f);
+    test_event_detached(f);
+    test_event_method(f);
+    test_event_call_return(f);
+    test_event_call_args(f, 0);
+    test_event_call_args(f, 2);
+    test_event_call_args(f, RBTRACE_EXPRS_MAX);
+    test_event_lost(f);
+    test_event_eval_result(f);
+    test_event_messages(f);
+    test_event_malformed();
+    test_huge_array();
+    test_fuzz();
+    free(f);
+    return check_report();
+}

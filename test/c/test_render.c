@@ -1,0 +1,481 @@
+/*
+ * test_render.c - the renderer against exact expected text: rbtrace's
+ * output format, line for line. Events are built by hand, output goes to
+ * an open_memstream buffer.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "check.h"
+#include "cli.h"
+#include "render.h"
+
+#define US 1000ULL             /* ns per microsecond */
+#define MS 1000000ULL          /* ns per millisecond */
+
+struct fixture {
+    char *buf;
+    size_t len;
+    FILE *f;
+    struct render r;
+    int failures;              /* render_event calls that did not return CLI_OK */
+};
+
+static void fx_open(struct fixture *fx, int start_time, int no_duration, unsigned prefix)
+{
+    struct render_opts o = { start_time, no_duration, prefix };
+
+    memset(fx, 0, sizeof(*fx));
+    fx->f = open_memstream(&fx->buf, &fx->len);
+    if (!fx->f) {
+        perror("open_memstream");
+        exit(2);
+    }
+    render_init(&fx->r, fx->f, &o);
+}
+
+static void fx_send(struct fixture *fx, const struct rbtrace_event *ev)
+{
+    if (render_event(&fx->r, ev) != CLI_OK) fx->failures++;
+}
+
+static void fx_method(struct fixture *fx, uint64_t id, const char *name)
+{
+    struct rbtrace_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = RBTRACE_EV_METHOD;
+    ev.method_id = id;
+    ev.text.ptr = name;
+    ev.text.len = (uint32_t)strlen(name);
+    fx_send(fx, &ev);
+}
+
+static void fx_call_type(struct fixture *fx, enum rbtrace_event_type type, uint64_t thread,
+                         uint64_t time_ns, uint64_t id)
+{
+    struct rbtrace_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = type;
+    ev.thread_id = thread;
+    ev.time_ns = time_ns;
+    ev.method_id = id;
+    fx_send(fx, &ev);
+}
+
+static void fx_call(struct fixture *fx, uint64_t thread, uint64_t time_ns, uint64_t id)
+{
+    fx_call_type(fx, RBTRACE_EV_CALL, thread, time_ns, id);
+}
+
+static void fx_return(struct fixture *fx, uint64_t thread, uint64_t time_ns, uint64_t id)
+{
+    fx_call_type(fx, RBTRACE_EV_RETURN, thread, time_ns, id);
+}
+
+/* CALL_ARGS with pairs: exprs[i] = values[i] */
+static void fx_call_args(struct fixture *fx, uint64_t thread, uint64_t time_ns, uint64_t id,
+                         const char **pairs, uint32_t n)
+{
+    struct rbtrace_event ev;
+    uint32_t i;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = RBTRACE_EV_CALL_ARGS;
+    ev.thread_id = thread;
+    ev.time_ns = time_ns;
+    ev.method_id = id;
+    ev.n_exprs = n;
+    for (i = 0; i < n; i++) {
+        ev.exprs[i].ptr = pairs[2 * i];
+        ev.exprs[i].len = (uint32_t)strlen(pairs[2 * i]);
+        ev.values[i].ptr = pairs[2 * i + 1];
+        ev.values[i].len = (uint32_t)strlen(pairs[2 * i + 1]);
+    }
+    fx_send(fx, &ev);
+}
+
+static void fx_lost(struct fixture *fx, uint64_t count)
+{
+    struct rbtrace_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = RBTRACE_EV_LOST;
+    ev.number = count;
+    fx_send(fx, &ev);
+}
+
+/* Ends the output and checks it; frees everything. */
+static void fx_check(struct fixture *fx, const char *want, const char *file, int line)
+{
+    CHECK(render_end_line(&fx->r) == CLI_OK);
+    CHECK(fx->failures == 0);
+    fclose(fx->f);
+    check_str(fx->buf, want, file, line);
+    render_free(&fx->r);
+    free(fx->buf);
+}
+
+#define FX_CHECK(fx, want) fx_check((fx), (want), __FILE__, __LINE__)
+
+static void test_leaf(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_method(&fx, 1, "Kernel#sleep");
+    fx_call(&fx, 7, 1000, 1);
+    fx_return(&fx, 7, 1000 + 138615 * US, 1);
+    FX_CHECK(&fx, "Kernel#sleep <0.138615>\n");
+}
+
+/* The README's example: nesting, CALL_ARGS, the blank line after the
+ * outermost return once anything nested. */
+static void fx_example(struct fixture *fx)
+{
+    static const char *args[] = { "self", "\"hello\"", "@test", "123" };
+
+    fx_method(fx, 1, "Dir.chdir");
+    fx_method(fx, 2, "Dir.pwd");
+    fx_method(fx, 3, "String#gsub");
+    fx_method(fx, 4, "String#*");
+    fx_call(fx, 1, 0, 1);
+    fx_call(fx, 1, 10 * US, 2);
+    fx_return(fx, 1, 33 * US, 2);
+    fx_call_args(fx, 1, 100 * US, 3, args, 2);
+    fx_call(fx, 1, 110 * US, 4);
+    fx_return(fx, 1, 118 * US, 4);
+    fx_return(fx, 1, 150 * US, 3);
+    fx_return(fx, 1, 499025 * US, 1);
+}
+
+static void test_nesting(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_example(&fx);
+    FX_CHECK(&fx,
+             "Dir.chdir\n"
+             "  Dir.pwd <0.000023>\n"
+             "  String#gsub(self=\"hello\", @test=123)\n"
+             "    String#* <0.000008>\n"
+             "  String#gsub <0.000050>\n"
+             "Dir.chdir <0.499025>\n"
+             "\n");
+}
+
+/* max_nesting is never reset: once anything nested, every outermost
+ * return is followed by a blank line, as in the original. */
+static void test_blank_line_rule(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_method(&fx, 1, "A#a");
+    fx_method(&fx, 2, "B#b");
+    fx_call(&fx, 1, 0, 1);
+    fx_return(&fx, 1, 1 * US, 1);
+    fx_call(&fx, 1, 2 * US, 1);
+    fx_call(&fx, 1, 3 * US, 2);
+    fx_return(&fx, 1, 4 * US, 2);
+    fx_return(&fx, 1, 5 * US, 1);
+    fx_call(&fx, 1, 6 * US, 2);
+    fx_return(&fx, 1, 7 * US, 2);
+    FX_CHECK(&fx,
+             "A#a <0.000001>\n"
+             "A#a\n"
+             "  B#b <0.000001>\n"
+             "A#a <0.000003>\n"
+             "\n"
+             "B#b <0.000001>\n"
+             "\n");
+}
+
+static void test_call_args_empty(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_method(&fx, 1, "A#a");
+    fx_call_args(&fx, 1, 0, 1, NULL, 0);
+    fx_return(&fx, 1, 2 * US, 1);
+    FX_CHECK(&fx, "A#a <0.000002>\n");
+}
+
+static void test_no_duration(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 1, 2);
+    fx_example(&fx);
+    FX_CHECK(&fx,
+             "Dir.chdir\n"
+             "  Dir.pwd\n"
+             "  String#gsub(self=\"hello\", @test=123)\n"
+             "    String#*\n"
+             "  String#gsub\n"
+             "Dir.chdir\n"
+             "\n");
+}
+
+static void test_prefix(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 4);
+    fx_example(&fx);
+    FX_CHECK(&fx,
+             "Dir.chdir\n"
+             "    Dir.pwd <0.000023>\n"
+             "    String#gsub(self=\"hello\", @test=123)\n"
+             "        String#* <0.000008>\n"
+             "    String#gsub <0.000050>\n"
+             "Dir.chdir <0.499025>\n"
+             "\n");
+}
+
+static void test_prefix_zero(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 0);
+    fx_method(&fx, 1, "A#a");
+    fx_method(&fx, 2, "B#b");
+    fx_call(&fx, 1, 0, 1);
+    fx_call(&fx, 1, 1 * US, 2);
+    fx_return(&fx, 1, 2 * US, 2);
+    fx_return(&fx, 1, 3 * US, 1);
+    FX_CHECK(&fx, "A#a\nB#b <0.000001>\nA#a <0.000003>\n\n");
+}
+
+/* -t: the start time of each call; lines that show only a return are
+ * indented by the width of a time so that names stay aligned. */
+static void test_start_time(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 1, 0, 2);
+    /* 2023-11-14 22:13:20 UTC */
+    render_set_wall_origin(&fx.r, 1700000000ULL * 1000000000ULL);
+    fx_example(&fx);
+    FX_CHECK(&fx,
+             "22:13:20.000000 Dir.chdir\n"
+             "22:13:20.000010   Dir.pwd <0.000023>\n"
+             "22:13:20.000100   String#gsub(self=\"hello\", @test=123)\n"
+             "22:13:20.000110     String#* <0.000008>\n"
+             "                  String#gsub <0.000050>\n"
+             "                Dir.chdir <0.499025>\n"
+             "\n");
+}
+
+/* Two threads: once the second one appears, every line says which. */
+static void test_threads(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_method(&fx, 1, "A#a");
+    fx_method(&fx, 2, "B#b");
+    fx_method(&fx, 3, "C#c");
+    fx_call(&fx, 100, 0, 1);
+    fx_return(&fx, 100, 1 * US, 1);
+    fx_call(&fx, 100, 2 * US, 1);
+    fx_call(&fx, 200, 3 * US, 2);
+    fx_call(&fx, 200, 4 * US, 3);
+    fx_return(&fx, 100, 5 * US, 1);
+    fx_return(&fx, 200, 6 * US, 3);
+    fx_return(&fx, 200, 9 * US, 2);
+    fx_call(&fx, 100, 10 * US, 1);
+    fx_return(&fx, 100, 11 * US, 1);
+    FX_CHECK(&fx,
+             "A#a <0.000001>\n"
+             "A#a\n"
+             "[t2] B#b\n"
+             "[t2]   C#c\n"
+             "[t1] A#a <0.000003>\n"
+             "\n"
+             "[t2]   C#c <0.000002>\n"
+             "[t2] B#b <0.000006>\n"
+             "\n"
+             "[t1] A#a <0.000001>\n"
+             "\n");
+}
+
+static void test_threads_start_time(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 1, 0, 2);
+    render_set_wall_origin(&fx.r, 1700000000ULL * 1000000000ULL);
+    fx_method(&fx, 1, "A#a");
+    fx_call(&fx, 1, 0, 1);
+    fx_call(&fx, 2, 1 * MS, 1);
+    fx_return(&fx, 1, 2 * MS, 1);
+    fx_return(&fx, 2, 3 * MS, 1);
+    FX_CHECK(&fx,
+             "22:13:20.000000 A#a\n"
+             "[t2] 22:13:20.001000 A#a\n"
+             "[t1]                 A#a <0.002000>\n"
+             "[t2]                 A#a <0.002000>\n");
+}
+
+static void test_unmatched_return(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_method(&fx, 1, "A#a");
+    fx_method(&fx, 2, "B#b");
+    fx_method(&fx, 3, "C#c");
+    fx_return(&fx, 1, 0, 1);            /* nothing open: ignored */
+    fx_call(&fx, 1, 1 * US, 1);
+    fx_return(&fx, 1, 2 * US, 2);       /* not open: ignored */
+    fx_return(&fx, 1, 3 * US, 1);
+    fx_call(&fx, 1, 4 * US, 1);
+    fx_call(&fx, 1, 5 * US, 2);
+    fx_call(&fx, 1, 6 * US, 3);
+    fx_return(&fx, 1, 8 * US, 1);       /* B and C lost their returns */
+    fx_return(&fx, 1, 9 * US, 2);       /* already popped: ignored */
+    FX_CHECK(&fx,
+             "A#a <0.000002>\n"
+             "A#a\n"
+             "  B#b\n"
+             "    C#c\n"
+             "A#a <0.000004>\n"
+             "\n");
+}
+
+static void test_unknown_method(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_call(&fx, 1, 0, 42);
+    fx_return(&fx, 1, 5 * US, 42);
+    FX_CHECK(&fx, "(unknown) <0.000005>\n");
+}
+
+static void test_lost(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_method(&fx, 1, "A#a");
+    fx_lost(&fx, 12);
+    fx_call(&fx, 1, 0, 1);
+    fx_lost(&fx, 3);
+    fx_return(&fx, 1, 5 * US, 1);
+    FX_CHECK(&fx,
+             "*** 12 events lost\n"
+             "A#a\n"
+             "*** 3 events lost\n"
+             "A#a <0.000005>\n");
+}
+
+/* Sparse, huge and renamed ids; enough of them to grow the table. */
+static void test_many_methods(void)
+{
+    struct fixture fx;
+    char name[32], want[32];
+    uint64_t i;
+    int ok = 1;
+
+    fx_open(&fx, 0, 1, 2);
+    for (i = 0; i < 1000; i++) {
+        snprintf(name, sizeof(name), "M%llu#m", (unsigned long long)i);
+        fx_method(&fx, i * 7919 + (i << 40), name);
+    }
+    fx_method(&fx, UINT64_MAX, "Max#m");
+    fx_method(&fx, 0, "Renamed#m");
+    fflush(fx.f);
+    for (i = 1; i < 1000; i += 37) {
+        size_t start = fx.len;
+        fx_call(&fx, 1, 0, i * 7919 + (i << 40));
+        fx_return(&fx, 1, 1, i * 7919 + (i << 40));
+        fflush(fx.f);
+        snprintf(want, sizeof(want), "M%llu#m\n", (unsigned long long)i);
+        ok &= fx.len - start == strlen(want) && !memcmp(fx.buf + start, want, strlen(want));
+    }
+    CHECK(ok);
+    fx_call(&fx, 1, 0, UINT64_MAX);
+    fx_return(&fx, 1, 1, UINT64_MAX);
+    fx_call(&fx, 1, 0, 0);
+    fx_return(&fx, 1, 1, 0);
+    fflush(fx.f);
+    CHECK(strstr(fx.buf, "Max#m\nRenamed#m\n") != NULL);
+    CHECK(render_end_line(&fx.r) == CLI_OK);
+    fclose(fx.f);
+    render_free(&fx.r);
+    free(fx.buf);
+}
+
+/* Deep stacks grow; the indent follows. */
+static void test_deep(void)
+{
+    struct fixture fx;
+    int i;
+
+    fx_open(&fx, 0, 1, 1);
+    fx_method(&fx, 1, "R#r");
+    for (i = 0; i < 100; i++) fx_call(&fx, 1, (uint64_t)i, 1);
+    for (i = 0; i < 100; i++) fx_return(&fx, 1, 200, 1);
+    fflush(fx.f);
+    CHECK(strstr(fx.buf, "\n" "                                                                      "
+                         "                             R#r\n") != NULL);
+    CHECK(fx.len > 2 && !strcmp(fx.buf + fx.len - 6, "\nR#r\n\n"));
+    CHECK(render_end_line(&fx.r) == CLI_OK);
+    fclose(fx.f);
+    render_free(&fx.r);
+    free(fx.buf);
+}
+
+/* A write error (full disk) is reported, not ignored. */
+static void test_write_error(void)
+{
+    struct render_opts o = { 0, 0, 2 };
+    struct rbtrace_event ev;
+    struct render r;
+    FILE *full = fopen("/dev/full", "w");
+    int rc = CLI_OK, i;
+
+    if (!full) {
+        printf("skipped: no /dev/full\n");
+        return;
+    }
+    setvbuf(full, NULL, _IONBF, 0);
+    render_init(&r, full, &o);
+    memset(&ev, 0, sizeof(ev));
+    ev.type = RBTRACE_EV_CALL;
+    for (i = 0; i < 3 && rc == CLI_OK; i++) rc = render_event(&r, &ev);
+    CHECK(rc == CLI_ERR);
+    CHECK(strstr(r.errstr, "could not write") != NULL);
+    render_free(&r);
+    fclose(full);
+}
+
+int main(void)
+{
+    setenv("TZ", "UTC", 1);
+    tzset();
+    test_leaf();
+    test_nesting();
+    test_blank_line_rule();
+    test_call_args_empty();
+    test_no_duration();
+    test_prefix();
+    test_prefix_zero();
+    test_start_time();
+    test_threads();
+    test_threads_start_time();
+    test_unmatched_return();
+    test_unknown_method();
+    test_lost();
+    test_many_methods();
+    test_deep();
+    test_write_error();
+    return check_report();
+}
