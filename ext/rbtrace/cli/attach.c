@@ -91,15 +91,37 @@ int attach_target_alive(const struct attach *a)
     return !attach_is_zombie(a->pid);
 }
 
-/* A queue left by a dead target of ours: remove it (DESIGN.md). */
-static void attach_remove_stale_queue(pid_t pid)
+/* Whether queue ds is one of rbtrace's, ours, and its target is gone. */
+static int attach_queue_is_stale(const struct msqid_ds *ds)
 {
-    struct msqid_ds ds;
-    int qid = msgget(RBTRACE_QUEUE_KEY(pid), 0);
+    key_t key = ds->msg_perm.__key;
+    pid_t pid = (pid_t)(key & 0x00ffffff);
 
-    if (qid < 0 || msgctl(qid, IPC_STAT, &ds) < 0) return;
-    if (ds.msg_perm.uid == geteuid() && ds.msg_perm.cuid == geteuid())
-        msgctl(qid, IPC_RMID, NULL);
+    if (pid == 0 || RBTRACE_QUEUE_KEY(pid) != key) return 0;
+    if (ds->msg_perm.uid != geteuid() || ds->msg_perm.cuid != geteuid()) return 0;
+    if ((ds->msg_perm.mode & 0777) != 0600) return 0;
+    return kill(pid, 0) < 0 && errno == ESRCH;
+}
+
+/*
+ * A target killed with SIGKILL cannot remove its queue: remove the queues
+ * of ours whose process is gone (DESIGN.md). Best effort, Linux's
+ * MSG_INFO/MSG_STAT walk over every queue.
+ */
+static void attach_sweep_stale_queues(void)
+{
+    struct msginfo info;
+    struct msqid_ds ds;
+    int max, i;
+
+    max = msgctl(0, MSG_INFO, (struct msqid_ds *)(void *)&info);
+    for (i = 0; i <= max; i++) {
+        int qid = msgctl(i, MSG_STAT, &ds);
+        if (qid >= 0 && attach_queue_is_stale(&ds) && msgctl(qid, IPC_RMID, NULL) < 0 &&
+            errno != EIDRM && errno != EINVAL)
+            fprintf(stderr, "rbtrace: could not remove the stale message queue 0x%x: %s\n",
+                    (unsigned)ds.msg_perm.__key, strerror(errno));
+    }
 }
 
 /* Whether /proc/PID/maps names rbtrace.so: 1, 0, or -1 if unreadable. */
@@ -131,11 +153,10 @@ int attach_check_target(struct attach *a)
 {
     int pid = (int)a->pid;
 
+    attach_sweep_stale_queues();
     if (kill(a->pid, 0) < 0) {
-        if (errno == ESRCH) {
-            attach_remove_stale_queue(a->pid);
+        if (errno == ESRCH)
             return attach_fail(a, "no process with pid %d (check the pid with ps)", pid);
-        }
         if (errno == EPERM)
             return attach_fail(a, "not permitted to trace process %d: it runs as another user "
                                "(run rbtrace as that user, or as root)", pid);

@@ -114,7 +114,19 @@ static void session_drain_wake(void)
 
 /* ---- output ---- */
 
-/* A status line on stderr, after any pending output. */
+static void session_vstatus(struct session *s, int end_line, const char *fmt, va_list ap)
+{
+    if (end_line) render_end_line(&s->render);
+    fflush(s->out);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+/*
+ * A status line on stderr, after any pending output. An open line on
+ * stdout is ended first (both usually share a terminal); one in a -o file
+ * stays open for its duration.
+ */
 static void session_status(struct session *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -122,12 +134,22 @@ static void session_status(struct session *s, const char *fmt, ...)
 {
     va_list ap;
 
-    if (s->out == stdout) render_end_line(&s->render);
-    fflush(s->out);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    session_vstatus(s, s->out == stdout, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+}
+
+/* The session's last status line: the open line ends, wherever it is. */
+static void session_final_status(struct session *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void session_final_status(struct session *s, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    session_vstatus(s, 1, fmt, ap);
+    va_end(ap);
 }
 
 static int session_flush(struct session *s)
@@ -450,7 +472,7 @@ static enum cli_exit session_attach(struct session *s)
 
 static enum cli_exit session_gone(struct session *s)
 {
-    session_status(s, "*** process %d exited", (int)s->at.pid);
+    session_final_status(s, "*** process %d exited", (int)s->at.pid);
     return CLI_EXIT_TARGET_GONE;
 }
 
@@ -463,7 +485,7 @@ static enum cli_exit session_closed(struct session *s)
         if (!attach_target_alive(&s->at)) return session_gone(s);
         cli_sleep_ms(10);
     }
-    session_status(s, "*** process %d closed the connection", (int)s->at.pid);
+    session_final_status(s, "*** process %d closed the connection", (int)s->at.pid);
     return CLI_EXIT_FAIL;
 }
 
@@ -494,7 +516,7 @@ static enum cli_exit session_detach(struct session *s, enum cli_exit rc)
     default:
         break;
     }
-    session_status(s, "*** detached from process %d", (int)s->at.pid);
+    session_final_status(s, "*** detached from process %d", (int)s->at.pid);
     return rc;
 }
 
@@ -556,7 +578,7 @@ static enum cli_exit session_trace(struct session *s)
     else w = session_wait(s, &s->detached, -1);
     if (w == SESSION_DONE) {
         /* The target detached on its own. */
-        session_status(s, "*** detached from process %d", (int)s->at.pid);
+        session_final_status(s, "*** detached from process %d", (int)s->at.pid);
         return CLI_EXIT_OK;
     }
     return session_finish(s, w, CLI_EXIT_OK);
