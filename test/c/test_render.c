@@ -359,21 +359,26 @@ static void test_unknown_method(void)
     FX_CHECK(&fx, "(unknown) <0.000005>\n");
 }
 
+/* A loss empties the stacks: returns may have been dropped, and calls left
+ * open would indent everything after them. */
 static void test_lost(void)
 {
     struct fixture fx;
 
     fx_open(&fx, 0, 0, 2);
     fx_method(&fx, 1, "A#a");
+    fx_method(&fx, 2, "B#b");
     fx_lost(&fx, 12);
     fx_call(&fx, 1, 0, 1);
     fx_lost(&fx, 3);
-    fx_return(&fx, 1, 5 * US, 1);
+    fx_return(&fx, 1, 5 * US, 1);      /* opened before the loss: nothing */
+    fx_call(&fx, 1, 6 * US, 2);
+    fx_return(&fx, 1, 7 * US, 2);
     FX_CHECK(&fx,
              "*** 12 events lost\n"
              "A#a\n"
              "*** 3 events lost\n"
-             "A#a <0.000005>\n");
+             "B#b <0.000001>\n");
 }
 
 /* Sparse, huge and renamed ids; enough of them to grow the table. */

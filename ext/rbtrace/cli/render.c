@@ -279,8 +279,16 @@ static int render_return(struct render *r, const struct rbtrace_event *ev)
     return render_check_io(r);
 }
 
+/*
+ * LOST: the dropped events may include returns, which would leave calls
+ * open for good and indent everything after them deeper and deeper. Start
+ * every stack afresh; returns of calls open before the loss print nothing.
+ */
 static int render_lost(struct render *r, const struct rbtrace_event *ev)
 {
+    size_t i;
+
+    for (i = 0; i < r->n_threads; i++) r->threads[i].depth = 0;
     if (render_end_line(r) != CLI_OK) return CLI_ERR;
     fprintf(r->out, "*** %llu events lost\n", (unsigned long long)ev->number);
     return render_check_io(r);

@@ -14,7 +14,8 @@
  *   Dir.chdir <0.499025>
  *
  * Nesting is tracked per thread; once two threads have been seen, every
- * line starts with "[tN] ", N the thread's ordinal.
+ * line starts with "[tN] ", N the thread's ordinal. LOST events (the target
+ * dropped some) print "*** N events lost" and empty every stack.
  */
 #ifndef RBTRACE_CLI_RENDER_H
 #define RBTRACE_CLI_RENDER_H
