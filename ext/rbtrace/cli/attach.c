@@ -306,7 +306,10 @@ static int attach_send_chunk(struct attach *a, const struct rbtrace_msg *msg, si
     }
 }
 
-/* Not interruptible: DETACH is sent after the user pressed ^C. */
+/*
+ * One command in chunks (protocol.h): FIRST on the first, MORE on all but
+ * the last, then SIGURG. Not interruptible: DETACH is sent after ^C.
+ */
 static int attach_send_chunks(struct attach *a, const char *data, size_t len)
 {
     int64_t deadline = cli_now_ms() + a->timeout_ms;
@@ -317,7 +320,8 @@ static int attach_send_chunks(struct attach *a, const char *data, size_t len)
     do {
         size_t n = len - off;
         if (n > RBTRACE_MSG_PAYLOAD - 1) n = RBTRACE_MSG_PAYLOAD - 1;
-        msg.mtext[0] = (off + n < len ? RBTRACE_CHUNK_MORE : 0) | (off == 0 ? RBTRACE_CHUNK_FIRST : 0);
+        msg.mtext[0] = (unsigned char)((off + n < len ? RBTRACE_CHUNK_MORE : 0) |
+                                       (off == 0 ? RBTRACE_CHUNK_FIRST : 0));
         memcpy(msg.mtext + 1, data + off, n);
         if (attach_send_chunk(a, &msg, n + 1, deadline) != CLI_OK) return CLI_ERR;
         off += n;
