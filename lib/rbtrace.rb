@@ -16,11 +16,10 @@ module RBTrace
     # It must be a Ruby thread, started from Ruby, so that eval and tracing
     # work on it like on any other thread.
     def start_helper
-      @helper = Thread.new do
-        Thread.current.name = HELPER_NAME
-        Thread.current.report_on_exception = false
-        helper_loop
-      end
+      @helper = Thread.new { helper_loop }
+      @helper.name = HELPER_NAME
+      @helper.report_on_exception = false
+      @helper
     end
 
     attr_reader :helper

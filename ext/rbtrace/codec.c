@@ -271,6 +271,13 @@ size_t rbtrace_event_encode_call(char *out, enum rbtrace_event_type type,
     return n;
 }
 
+size_t rbtrace_event_encode_lost(char *out, uint64_t count)
+{
+    out[0] = (char)0x92;                 /* fixarray of 2 */
+    out[1] = RBTRACE_EV_LOST;
+    return 2 + codec_put_uint(out + 2, count);
+}
+
 void rbtrace_event_pack_call_args(msgpack_packer *pk, uint64_t thread_id,
                                   uint64_t time_ns, uint64_t method_id,
                                   uint32_t n_exprs)

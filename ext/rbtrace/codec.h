@@ -91,6 +91,10 @@ void rbtrace_event_pack_call(msgpack_packer *pk, enum rbtrace_event_type type,
 size_t rbtrace_event_encode_call(char *out, enum rbtrace_event_type type,
                                  uint64_t thread_id, uint64_t time_ns, uint64_t method_id);
 
+/* LOST, the same way: the same bytes as rbtrace_event_pack_lost. */
+#define RBTRACE_LOST_EVENT_MAX 11
+size_t rbtrace_event_encode_lost(char *out, uint64_t count);
+
 /* Starts a CALL_ARGS event; the caller then packs n_exprs pairs with
  * rbtrace_event_pack_expr. */
 void rbtrace_event_pack_call_args(msgpack_packer *pk, uint64_t thread_id,

@@ -50,38 +50,27 @@ static void emit_begin(void)
     scratch.overflow = 0;
 }
 
-/* Reports dropped events, if any, ahead of the next event. */
-static void emit_flush_lost(void)
-{
-    struct emit_buffer lost;
-    msgpack_packer pk;
-
-    lost.len = 0;
-    lost.overflow = 0;
-    msgpack_packer_init(&pk, &lost, emit_buffer_write);
-    rbtrace_event_pack_lost(&pk, rbtrace.lost);
-    if (rbtrace_ring_push(&rbtrace.ring, lost.data, lost.len) == 0) rbtrace.lost = 0;
-}
-
-/* Sends one encoded event, or counts it lost. Returns 0 if it was sent. */
+/* Sends one encoded event, or counts it lost. Returns 0 if it was sent.
+ * A pending loss report goes out first, and only together with the event,
+ * so that a full ring does not fill up with reports. */
 static int emit_push(const char *data, size_t len)
 {
-    if (rbtrace.big_event || !rbtrace.attached) {
-        rbtrace.lost++;
-        return -1;
+    char lost[RBTRACE_LOST_EVENT_MAX];
+    size_t lost_len = 0;
+
+    if (rbtrace.big_event || !rbtrace.attached) goto drop;
+    if (rbtrace.lost) lost_len = rbtrace_event_encode_lost(lost, rbtrace.lost);
+    if (rbtrace_ring_space(&rbtrace.ring) < lost_len + len) goto drop;
+    if (lost_len) {
+        rbtrace_ring_push(&rbtrace.ring, lost, lost_len);
+        rbtrace.lost = 0;
     }
-    if (rbtrace.lost) {
-        emit_flush_lost();
-        if (rbtrace.lost) {
-            rbtrace.lost++;
-            return -1;
-        }
-    }
-    if (rbtrace_ring_push(&rbtrace.ring, data, len) != 0) {
-        rbtrace.lost++;
-        return -1;
-    }
+    rbtrace_ring_push(&rbtrace.ring, data, len);
     return 0;
+
+drop:
+    rbtrace.lost++;
+    return -1;
 }
 
 /* Sends the scratch event, or counts it lost. Returns 0 if it was sent. */
@@ -283,9 +272,19 @@ static void emit_push_big(const char *data, size_t len)
     }
 }
 
+/* Reports dropped events from a thread that may wait for room. */
+static void emit_lost_big(void)
+{
+    char lost[RBTRACE_LOST_EVENT_MAX];
+
+    if (rbtrace.lost == 0) return;
+    emit_push_big(lost, rbtrace_event_encode_lost(lost, rbtrace.lost));
+    rbtrace.lost = 0;
+}
+
 static void emit_sbuffer_push(msgpack_sbuffer *sb)
 {
-    if (rbtrace.lost) emit_flush_lost();
+    emit_lost_big();
     emit_push_big(sb->data, sb->size);
     msgpack_sbuffer_destroy(sb);
 }
@@ -334,12 +333,13 @@ void rbtrace_emit_attached(void)
     emit_commit();
 }
 
+/* The last events of a session: the final loss count, then DETACHED. */
 void rbtrace_emit_detached(void)
 {
+    emit_lost_big();
     emit_begin();
     rbtrace_event_pack_detached(&scratch_pk);
-    if (rbtrace.lost) emit_flush_lost();
-    rbtrace_ring_push(&rbtrace.ring, scratch.data, scratch.len);
+    emit_push_big(scratch.data, scratch.len);
 }
 
 /* Allocates the ring and the method table for a new session. */

@@ -28,6 +28,24 @@ uint64_t rbtrace_now_ns(void)
 }
 
 /*
+ * rb_protect that lets a thread die: it returns a raised exception (state
+ * set, errinfo cleared, for the caller to report), but re-throws a
+ * Thread#kill or process exit. Swallowing those would leave a thread the
+ * VM is waiting for at exit alive, and the process hung.
+ */
+VALUE rbtrace_protect(VALUE (*func)(VALUE), VALUE arg, int *state, VALUE *error)
+{
+    VALUE result = rb_protect(func, arg, state), err;
+
+    if (*state == 0) return result;
+    err = rb_errinfo();
+    if (!rb_obj_is_kind_of(err, rb_eException)) rb_jump_tag(*state);
+    rb_set_errinfo(Qnil);
+    if (error) *error = err;
+    return Qnil;
+}
+
+/*
  * call-seq: RBTrace.after_fork_child -> nil
  *
  * Called in a forked child (lib/rbtrace.rb hooks Process._fork): the child

@@ -88,6 +88,7 @@ extern VALUE rbtrace_mRBTrace;
 
 /* rbtrace.c */
 uint64_t rbtrace_now_ns(void);
+VALUE rbtrace_protect(VALUE (*func)(VALUE), VALUE arg, int *state, VALUE *error);
 
 /* channel.c: signal, queue, command chunks */
 void rbtrace_channel_init(void);

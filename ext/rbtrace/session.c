@@ -3,8 +3,8 @@
  * socket, check who is there), detach, method tracers, firehose, eval.
  *
  * Runs with the GVL, on the helper thread (or a postponed job on 3.3+).
- * Every Ruby call is made under rb_protect: an exception must never escape
- * into the helper thread's loop or an app thread.
+ * Every Ruby call is made under rbtrace_protect: an exception must never
+ * escape into the helper thread's loop or an app thread.
  */
 #include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
 #include <errno.h>
@@ -180,10 +180,9 @@ static void session_eval(const struct rbtrace_command *cmd)
     VALUE res;
     int state = 0;
 
-    res = rb_protect(session_eval_i, (VALUE)&arg, &state);
+    res = rbtrace_protect(session_eval_i, (VALUE)&arg, &state, NULL);
     if (state || !RB_TYPE_P(res, T_ARRAY) || RARRAY_LEN(res) != 2 ||
         !RB_INTEGER_TYPE_P(RARRAY_AREF(res, 0)) || !RB_TYPE_P(RARRAY_AREF(res, 1), T_STRING)) {
-        rb_set_errinfo(Qnil);
         rbtrace_emit_eval_result(cmd->eval_id, RBTRACE_EVAL_RAISED,
                                  rb_str_new_cstr("rbtrace: the eval helper failed"));
         return;
@@ -271,6 +270,7 @@ void rbtrace_session_execute(const char *buf, size_t len)
     char err[RBTRACE_ERRLEN];
     msgpack_zone zone;
     int state = 0;
+    VALUE e = Qnil;
 
     if (!msgpack_zone_init(&zone, 4096)) return;
     if (rbtrace_command_decode(buf, len, &zone, &cmd, err) != RBTRACE_OK) {
@@ -278,16 +278,11 @@ void rbtrace_session_execute(const char *buf, size_t len)
         goto destroy_zone;
     }
     if (session_defer(&cmd, buf, len)) goto destroy_zone;
-    rb_protect(session_dispatch_i, (VALUE)&cmd, &state);
+    rbtrace_protect(session_dispatch_i, (VALUE)&cmd, &state, &e);
     if (state) {
-        VALUE e = rb_errinfo();
-        rb_set_errinfo(Qnil);
         if (rbtrace.attached) {
-            VALUE msg = rb_protect(rb_inspect, e, &state);
-            if (state) {
-                rb_set_errinfo(Qnil);
-                msg = rb_str_new_cstr("(exception)");
-            }
+            VALUE msg = rbtrace_protect(rb_inspect, e, &state, NULL);
+            if (state) msg = rb_str_new_cstr("(exception)");
             rbtrace_emit_message(RBTRACE_EV_ERROR, "command failed: %.*s",
                                  (int)RSTRING_LEN(msg), RSTRING_PTR(msg));
         }

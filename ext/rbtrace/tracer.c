@@ -62,8 +62,11 @@ static void tracer_call_with_exprs(rb_trace_arg_t *targ, VALUE klass, VALUE mid,
     rbtrace.in_expr = 1;
     values = rb_protect(tracer_exprs_i, (VALUE)&arg, &state);
     rbtrace.in_expr = 0;
-    if (state || !RB_TYPE_P(values, T_ARRAY) || RARRAY_LEN(values) != RARRAY_LEN(exprs)) {
-        rb_set_errinfo(Qnil);
+    /* Expressions that raise are rescued in Ruby; what escapes is the app's
+     * own interrupt (Thread#raise, Timeout, kill), deferred past the
+     * evaluation by trace_exprs: it goes on to the app as it would have. */
+    if (state) rb_jump_tag(state);
+    if (!RB_TYPE_P(values, T_ARRAY) || RARRAY_LEN(values) != RARRAY_LEN(exprs)) {
         rbtrace_emit_call(RUBY_EVENT_CALL, klass, mid, now);
         return;
     }
@@ -105,17 +108,12 @@ static VALUE tracer_parse_i(VALUE selector)
     return rb_funcall(rbtrace_mRBTrace, id_parse_selector, 1, selector);
 }
 
-static void tracer_report_error(VALUE selector)
+static void tracer_report_error(VALUE selector, VALUE e)
 {
-    VALUE e = rb_errinfo(), msg;
     int state = 0;
+    VALUE msg = rbtrace_protect(rb_obj_as_string, e, &state, NULL);
 
-    rb_set_errinfo(Qnil);
-    msg = rb_protect(rb_obj_as_string, e, &state);
-    if (state) {
-        rb_set_errinfo(Qnil);
-        msg = rb_str_new_cstr("invalid selector");
-    }
+    if (state) msg = rb_str_new_cstr("invalid selector");
     rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s: %.*s (not traced)",
                          (int)RSTRING_LEN(selector), RSTRING_PTR(selector),
                          (int)RSTRING_LEN(msg), RSTRING_PTR(msg));
@@ -127,13 +125,13 @@ void rbtrace_tracer_add(VALUE selectors)
     long i;
 
     for (i = 0; i < RARRAY_LEN(selectors); i++) {
-        VALUE sel = RARRAY_AREF(selectors, i), parsed;
+        VALUE sel = RARRAY_AREF(selectors, i), parsed, err = Qnil;
         struct rbtrace_tracer *t;
         int state = 0;
 
-        parsed = rb_protect(tracer_parse_i, sel, &state);
+        parsed = rbtrace_protect(tracer_parse_i, sel, &state, &err);
         if (state) {
-            tracer_report_error(sel);
+            tracer_report_error(sel, err);
             continue;
         }
         if (rbtrace.n_tracers >= RBTRACE_SELECTORS_MAX) {

@@ -39,8 +39,12 @@ module RBTrace
 
   # Called by the hook (ext/rbtrace/tracer.c). The call site is two frames
   # up for a Ruby method (its own frame is already pushed), one for C.
+  # Interrupts meant for the app's thread (Thread#raise, Timeout, kill) wait
+  # until the values are computed, then go on to the app.
   def self.trace_exprs(obj, binding, exprs)
     loc = caller_locations(binding ? 2 : 1, 1)&.first
-    Expressions.values(obj, binding, exprs, loc ? "#{loc.path}:#{loc.lineno}" : nil)
+    Thread.handle_interrupt(Object => :never) do
+      Expressions.values(obj, binding, exprs, loc ? "#{loc.path}:#{loc.lineno}" : nil)
+    end
   end
 end

@@ -74,6 +74,15 @@ RSpec.describe 'errors' do
     expect(r.stdout).to eq(">> RBTrace.attached?\n=> true\n")
   end
 
+  it 'the app still exits on SIGTERM after a tracer detached (nothing holds its threads)' do
+    3.times do
+      busy = start_target("def f = 'x'.upcase\nputs 'ready'\nloop { f }").ready
+      expect(rbtrace('-p', busy.pid, '-e', '1')).to be_success
+      Process.kill(:TERM, busy.pid)
+      expect { busy.wait(timeout: 5) }.not_to raise_error
+    end
+  end
+
   it 'a malformed command in the queue is ignored; the app lives and stays attachable' do
     # Written straight into the target's queue, as its owner could.
     require 'fiddle'
