@@ -60,7 +60,7 @@ static int emit_push(const char *data, size_t len)
 
     if (rbtrace.big_event || !rbtrace.attached) goto drop;
     if (rbtrace.lost) lost_len = rbtrace_event_encode_lost(lost, rbtrace.lost);
-    if (rbtrace_ring_space(&rbtrace.ring) < lost_len + len) goto drop;
+    if (rbtrace_ring_space(&rbtrace.ring, lost_len + len) < lost_len + len) goto drop;
     if (lost_len) {
         rbtrace_ring_push(&rbtrace.ring, lost, lost_len);
         rbtrace.lost = 0;
@@ -238,7 +238,7 @@ static void *emit_wait_nogvl(void *p)
     struct timespec ts = { 0, 1000000 };
     int waited_ms = 0;
 
-    while (rbtrace_ring_space(&rbtrace.ring) < arg->need && !rbtrace.peer_gone &&
+    while (rbtrace_ring_space(&rbtrace.ring, arg->need) < arg->need && !rbtrace.peer_gone &&
            rbtrace.writer_running && waited_ms < 10000) {
         nanosleep(&ts, NULL);
         waited_ms++;
@@ -254,12 +254,12 @@ static void emit_push_big(const char *data, size_t len)
     if (!rbtrace.attached) return;
     rbtrace.big_event = 1;
     while (done < len) {
-        size_t chunk = len - done, space = rbtrace_ring_space(&rbtrace.ring);
+        size_t chunk = len - done, space = rbtrace_ring_space(&rbtrace.ring, chunk);
         if (chunk > rbtrace.ring.size / 2) chunk = rbtrace.ring.size / 2;
         if (space < chunk) {
             arg.need = chunk;
             rb_thread_call_without_gvl(emit_wait_nogvl, &arg, RUBY_UBF_IO, NULL);
-            if (rbtrace_ring_space(&rbtrace.ring) < chunk) break;
+            if (rbtrace_ring_space(&rbtrace.ring, chunk) < chunk) break;
         }
         rbtrace_ring_push(&rbtrace.ring, data + done, chunk);
         done += chunk;

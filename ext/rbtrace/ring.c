@@ -16,8 +16,7 @@ int rbtrace_ring_init(struct rbtrace_ring *ring, size_t size)
     ring->buf = malloc(size);
     if (ring->buf == NULL) return -1;
     ring->size = size;
-    ring->head = 0;
-    ring->tail = 0;
+    ring->head = ring->tail = ring->tail_seen = 0;
     return 0;
 }
 
@@ -26,20 +25,23 @@ void rbtrace_ring_free(struct rbtrace_ring *ring)
     free(ring->buf);
     ring->buf = NULL;
     ring->size = 0;
-    ring->head = ring->tail = 0;
+    ring->head = ring->tail = ring->tail_seen = 0;
 }
 
-size_t rbtrace_ring_space(const struct rbtrace_ring *ring)
+size_t rbtrace_ring_space(struct rbtrace_ring *ring, size_t want)
 {
-    uint64_t tail = __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
-    return ring->size - (size_t)(ring->head - tail);
+    size_t space = ring->size - (size_t)(ring->head - ring->tail_seen);
+
+    if (space >= want) return space;
+    ring->tail_seen = __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
+    return ring->size - (size_t)(ring->head - ring->tail_seen);
 }
 
 int rbtrace_ring_push(struct rbtrace_ring *ring, const void *data, size_t len)
 {
     size_t at, first;
 
-    if (ring->buf == NULL || len > rbtrace_ring_space(ring)) return -1;
+    if (ring->buf == NULL || len > rbtrace_ring_space(ring, len)) return -1;
     at = (size_t)(ring->head & (ring->size - 1));
     first = ring->size - at;
     if (first > len) first = len;

@@ -13,19 +13,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* head and tail live on cache lines of their own, and the producer keeps
+ * its own copy of tail, re-read only when the ring looks full: otherwise
+ * every event would bounce one cache line between the app's core and the
+ * writer's. */
+#define RBTRACE_CACHE_LINE 64
+
 struct rbtrace_ring {
     char *buf;          /* size bytes, or NULL when not allocated */
     size_t size;        /* a power of two */
-    uint64_t head;      /* bytes ever pushed (producer-owned) */
-    uint64_t tail;      /* bytes ever consumed (consumer-owned) */
+    uint64_t head __attribute__((aligned(RBTRACE_CACHE_LINE)));
+                        /* bytes ever pushed (producer-owned) */
+    uint64_t tail_seen; /* the producer's last look at tail */
+    uint64_t tail __attribute__((aligned(RBTRACE_CACHE_LINE)));
+                        /* bytes ever consumed (consumer-owned) */
+    char pad[RBTRACE_CACHE_LINE - sizeof(uint64_t)];
 };
 
 /* Allocates size bytes (a power of two). Returns 0, or -1 with errno. */
 int rbtrace_ring_init(struct rbtrace_ring *ring, size_t size);
 void rbtrace_ring_free(struct rbtrace_ring *ring);
 
-/* Free bytes, as the producer sees them. */
-size_t rbtrace_ring_space(const struct rbtrace_ring *ring);
+/* Producer: free bytes (at least; re-reads tail only when needed). */
+size_t rbtrace_ring_space(struct rbtrace_ring *ring, size_t want);
 
 /* Appends len bytes, or nothing: returns 0, or -1 when they do not fit. */
 int rbtrace_ring_push(struct rbtrace_ring *ring, const void *data, size_t len);
