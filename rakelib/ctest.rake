@@ -15,7 +15,8 @@ module CTest
   TESTS = {
     'test_codec' => [],
     'test_render' => %w[cli/render.c],
-    'test_options' => %w[cli/options.c]
+    'test_options' => %w[cli/options.c],
+    'test_ring' => %w[ring.c]
   }.freeze
 
   def self.msgpack_libs
@@ -41,7 +42,7 @@ namespace :test do
       bin = File.join(CTest::OUT, name)
       sources = ["#{CTest::ROOT}/test/c/#{name}.c", "#{CTest::EXT}/codec.c"] +
                 srcs.map { |s| File.join(CTest::EXT, s) }
-      sh CTest.cc, *CTest::CFLAGS, *CTest::INCLUDES, '-o', bin, *sources, *libs
+      sh CTest.cc, *CTest::CFLAGS, *CTest::INCLUDES, '-o', bin, *sources, *libs, '-lpthread'
       puts "== #{name}"
       failed << name unless system(CTest::ENV_VARS, bin)
     end

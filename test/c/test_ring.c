@@ -1,0 +1,97 @@
+/*
+ * test_ring.c - the event ring (ext/rbtrace/ring.c) on its own: pushes
+ * are all-or-nothing, bytes come out in order across the wrap-around, the
+ * producer sees freed space only after consume, and one producer thread
+ * with one consumer thread move a long stream intact.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include "check.h"
+#include "ring.h"
+
+static void test_init(void)
+{
+    struct rbtrace_ring r;
+
+    CHECK(rbtrace_ring_init(&r, 1000) == -1);     /* not a power of two */
+    CHECK(rbtrace_ring_init(&r, 0) == -1);
+    CHECK(rbtrace_ring_init(&r, 64) == 0);
+    CHECK(rbtrace_ring_space(&r, 64) == 64);
+    rbtrace_ring_free(&r);
+    CHECK(r.buf == NULL);
+    CHECK(rbtrace_ring_push(&r, "x", 1) == -1);   /* freed: nothing fits */
+}
+
+static void test_all_or_nothing_and_wrap(void)
+{
+    struct rbtrace_ring r;
+    const char *data;
+    char out[64];
+    size_t n, got = 0;
+
+    CHECK(rbtrace_ring_init(&r, 16) == 0);
+    CHECK(rbtrace_ring_push(&r, "0123456789", 10) == 0);
+    CHECK(rbtrace_ring_push(&r, "abcdefg", 7) == -1);   /* 6 free: refused whole */
+    CHECK(rbtrace_ring_used(&r) == 10);
+    n = rbtrace_ring_peek(&r, &data);
+    CHECK(n == 10 && memcmp(data, "0123456789", 10) == 0);
+    rbtrace_ring_consume(&r, 8);
+    CHECK(rbtrace_ring_push(&r, "abcdefghijkl", 12) == 0);  /* wraps around */
+    while ((n = rbtrace_ring_peek(&r, &data)) > 0) {
+        memcpy(out + got, data, n);
+        got += n;
+        rbtrace_ring_consume(&r, n);
+    }
+    CHECK(got == 14 && memcmp(out, "89abcdefghijkl", 14) == 0);
+    CHECK(rbtrace_ring_space(&r, 16) == 16);
+    rbtrace_ring_free(&r);
+}
+
+#define STREAM_BYTES (8u << 20)
+
+static void *consume_stream(void *p)
+{
+    struct rbtrace_ring *r = p;
+    uint32_t expect = 0;
+    size_t total = 0;
+    long bad = 0;
+
+    while (total < STREAM_BYTES) {
+        const char *data;
+        size_t n = rbtrace_ring_peek(r, &data), i;
+        for (i = 0; i < n; i++, total++)
+            if ((unsigned char)data[i] != (unsigned char)(expect++ * 7)) bad++;
+        rbtrace_ring_consume(r, n);
+    }
+    return (void *)bad;
+}
+
+static void test_two_threads(void)
+{
+    struct rbtrace_ring r;
+    pthread_t consumer;
+    uint32_t next = 0;
+    void *bad;
+
+    CHECK(rbtrace_ring_init(&r, 4096) == 0);
+    CHECK(pthread_create(&consumer, NULL, consume_stream, &r) == 0);
+    while (next < STREAM_BYTES) {
+        unsigned char chunk[29];
+        size_t len = 1 + next % 29, i;
+        if (len > STREAM_BYTES - next) len = STREAM_BYTES - next;
+        for (i = 0; i < len; i++) chunk[i] = (unsigned char)((next + i) * 7);
+        if (rbtrace_ring_push(&r, chunk, len) == 0) next += (uint32_t)len;
+    }
+    CHECK(pthread_join(consumer, &bad) == 0);
+    CHECK(bad == NULL);
+    rbtrace_ring_free(&r);
+}
+
+int main(void)
+{
+    test_init();
+    test_all_or_nothing_and_wrap();
+    test_two_threads();
+    return check_report();
+}
