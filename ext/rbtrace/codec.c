@@ -3,6 +3,7 @@
  * (see protocol.h for the fields of each). No I/O, no Ruby: the extension,
  * the client, the unit tests and the fuzzers all link this file.
  */
+#include <endian.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -403,4 +404,73 @@ int rbtrace_event_decode(const msgpack_object *obj, struct rbtrace_event *ev, ch
     if (type > UINT32_MAX) return codec_fail(err, "an event number", 0);
     ev->type = (enum rbtrace_event_type)type;
     return event_decode_fields(a, ev, err);
+}
+
+/* ---- the fast path for CALL and RETURN ---- */
+
+/* The big-endian number of 1, 2, 4 or 8 bytes at q. */
+static uint64_t codec_be(const unsigned char *q, size_t bytes)
+{
+    uint16_t v16;
+    uint32_t v32;
+    uint64_t v64;
+
+    switch (bytes) {
+    case 1:
+        return q[0];
+    case 2:
+        memcpy(&v16, q, 2);
+        return be16toh(v16);
+    case 4:
+        memcpy(&v32, q, 4);
+        return be32toh(v32);
+    default:
+        memcpy(&v64, q, 8);
+        return be64toh(v64);
+    }
+}
+
+/*
+ * A msgpack unsigned integer at *p (any width: peers may not pack in the
+ * shortest form). 1 and *p past it; 0 for another type; -1 if cut short.
+ */
+static int codec_get_uint(const unsigned char **p, const unsigned char *end, uint64_t *out)
+{
+    const unsigned char *q = *p;
+    size_t bytes;
+
+    if (q == end) return -1;
+    if (*q < 0x80) {
+        *out = *q;
+        *p = q + 1;
+        return 1;
+    }
+    if (*q < 0xcc || *q > 0xcf) return 0;
+    bytes = (size_t)1 << (*q - 0xcc);    /* 0xcc..0xcf: 1, 2, 4, 8 bytes */
+    if ((size_t)(end - q) < bytes + 1) return -1;
+    *out = codec_be(q + 1, bytes);
+    *p = q + 1 + bytes;
+    return 1;
+}
+
+int rbtrace_event_decode_call_bytes(const char *buf, size_t len, struct rbtrace_event *ev,
+                                    size_t *used)
+{
+    const unsigned char *p = (const unsigned char *)buf, *end = p + len;
+    uint64_t thread_id, time_ns, method_id;
+    int rc;
+
+    if (len < 2) return len == 0 || p[0] == 0x94 ? -1 : 0;
+    /* rbtrace_event_encode_call's form: fixarray of 4, fixint type. */
+    if (p[0] != 0x94 || (p[1] != RBTRACE_EV_CALL && p[1] != RBTRACE_EV_RETURN)) return 0;
+    p += 2;
+    if ((rc = codec_get_uint(&p, end, &thread_id)) != 1) return rc;
+    if ((rc = codec_get_uint(&p, end, &time_ns)) != 1) return rc;
+    if ((rc = codec_get_uint(&p, end, &method_id)) != 1) return rc;
+    ev->type = (enum rbtrace_event_type)buf[1];
+    ev->thread_id = thread_id;
+    ev->time_ns = time_ns;
+    ev->method_id = method_id;
+    *used = (size_t)(p - (const unsigned char *)buf);
+    return 1;
 }

@@ -113,4 +113,16 @@ void rbtrace_event_pack_message(msgpack_packer *pk, enum rbtrace_event_type type
 /* Decodes one unpacked event. Strings point into obj's zone. */
 int rbtrace_event_decode(const msgpack_object *obj, struct rbtrace_event *ev, char *err);
 
+/*
+ * The client's fast path for its hottest events: decodes the CALL or
+ * RETURN at the start of buf straight from its bytes, with no msgpack
+ * objects. Returns 1 when it did, having set only ev->type, thread_id,
+ * time_ns and method_id, and *used to the message's length; 0 when the
+ * message is something else, or encoded in a way this does not handle
+ * (decode it with rbtrace_event_decode); -1 when buf ends before the
+ * message does. Only a return of 1 touches ev and *used.
+ */
+int rbtrace_event_decode_call_bytes(const char *buf, size_t len, struct rbtrace_event *ev,
+                                    size_t *used);
+
 #endif

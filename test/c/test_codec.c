@@ -3,6 +3,9 @@
  * survives encode -> decode; every malformed input (truncated at every
  * length, fields missing or mistyped, unknown numbers, wrong shapes, random
  * bytes) is refused with a message, never a crash (run under ASan+UBSan).
+ * The client's fast path for CALL and RETURN agrees with msgpack and
+ * rbtrace_event_decode on every width of every field, on every truncation,
+ * and on random bytes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -743,6 +746,256 @@ static void test_event_malformed(void)
     CHECK(!ev_decodes(&o));
 }
 
+/* ---- the fast path for CALL and RETURN ---- */
+
+/* Values at both ends of every msgpack uint width. */
+static const uint64_t fast_values[] = {
+    0, 1, 127, 128, 255, 256, 65535, 65536, 0xffffffffULL, 0x100000000ULL,
+    0x7f3a12345678ULL, UINT64_MAX
+};
+#define FAST_NVALUES (sizeof(fast_values) / sizeof(fast_values[0]))
+
+/* An event with every field set to a mark: the fast path must leave the
+ * fields CALL and RETURN do not use as they were. */
+static void fast_mark(struct rbtrace_event *ev)
+{
+    memset(ev, 0xa5, sizeof(*ev));
+}
+
+static int fast_marks_kept(const struct rbtrace_event *ev)
+{
+    struct rbtrace_event mark;
+
+    fast_mark(&mark);
+    return ev->number == mark.number && ev->pid == mark.pid &&
+           ev->clock_origin_ns == mark.clock_origin_ns && ev->status == mark.status &&
+           ev->n_exprs == mark.n_exprs && !memcmp(&ev->text, &mark.text, sizeof(ev->text));
+}
+
+/* buf (one CALL or RETURN of len bytes) decodes to want, and every shorter
+ * prefix of it asks for more bytes. */
+static int fast_check_one(const char *buf, size_t len, const struct rbtrace_event *want)
+{
+    struct rbtrace_event *ev = malloc(sizeof(*ev));
+    size_t used = 0, cut;
+    int ok;
+
+    if (!ev) abort();
+    fast_mark(ev);
+    ok = rbtrace_event_decode_call_bytes(buf, len, ev, &used) == 1 && used == len &&
+         ev->type == want->type && ev->thread_id == want->thread_id &&
+         ev->time_ns == want->time_ns && ev->method_id == want->method_id && fast_marks_kept(ev);
+    for (cut = 0; cut < len; cut++) {
+        used = 12345;
+        ok &= rbtrace_event_decode_call_bytes(buf, cut, ev, &used) == -1 && used == 12345;
+    }
+    free(ev);
+    return ok;
+}
+
+/* Every width of every field, as both encoders write it; bytes after the
+ * event are not its own. */
+static void test_fast_call_widths(void)
+{
+    static const enum rbtrace_event_type types[] = { RBTRACE_EV_CALL, RBTRACE_EV_RETURN };
+    struct rbtrace_event want;
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    char buf[RBTRACE_CALL_EVENT_MAX + 4];
+    size_t t, a, b, c, len;
+    int ok = 1;
+
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    for (t = 0; t < 2; t++) for (a = 0; a < FAST_NVALUES; a++)
+    for (b = 0; b < FAST_NVALUES; b++) for (c = 0; c < FAST_NVALUES; c++) {
+        memset(&want, 0, sizeof(want));
+        want.type = types[t];
+        want.thread_id = fast_values[a];
+        want.time_ns = fast_values[b];
+        want.method_id = fast_values[c];
+        msgpack_sbuffer_clear(&sb);
+        rbtrace_event_pack_call(&pk, want.type, want.thread_id, want.time_ns, want.method_id);
+        len = rbtrace_event_encode_call(buf, want.type, want.thread_id, want.time_ns, want.method_id);
+        ok &= len == sb.size && !memcmp(buf, sb.data, len);
+        ok &= fast_check_one(sb.data, sb.size, &want);
+        memcpy(buf + len, "\x92\x08\x01\x00", 4);   /* a LOST after it */
+        ok &= fast_check_one(buf, len, &want);
+        {
+            struct rbtrace_event ev;
+            size_t used = 0;
+            ok &= rbtrace_event_decode_call_bytes(buf, len + 4, &ev, &used) == 1 && used == len;
+        }
+    }
+    CHECK(ok);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+/* A peer may pack a field wider than it needs: the value is the same. */
+static void test_fast_call_wide_fields(void)
+{
+    struct rbtrace_event want;
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_array(&pk, 4);
+    msgpack_pack_uint32(&pk, RBTRACE_EV_RETURN);
+    msgpack_pack_fix_uint64(&pk, 3);
+    msgpack_pack_fix_uint16(&pk, 4);
+    msgpack_pack_fix_uint8(&pk, 5);
+    memset(&want, 0, sizeof(want));
+    want.type = RBTRACE_EV_RETURN;
+    want.thread_id = 3;
+    want.time_ns = 4;
+    want.method_id = 5;
+    CHECK(fast_check_one(sb.data, sb.size, &want));
+    msgpack_sbuffer_destroy(&sb);
+}
+
+/* The fast path's answer for what pack wrote. */
+static int fast_rc_of(void (*pack)(msgpack_packer *))
+{
+    struct rbtrace_event ev;
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    size_t used = 0;
+    int rc;
+
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    pack(&pk);
+    rc = rbtrace_event_decode_call_bytes(sb.data, sb.size, &ev, &used);
+    msgpack_sbuffer_destroy(&sb);
+    return rc;
+}
+
+static void fast_attached(msgpack_packer *pk) { rbtrace_event_pack_attached(pk, 1, "3.3.0", 2, 3); }
+static void fast_refused(msgpack_packer *pk) { rbtrace_event_pack_refused(pk, RBTRACE_REFUSED_BUSY, 4, "busy"); }
+static void fast_detached(msgpack_packer *pk) { rbtrace_event_pack_detached(pk); }
+static void fast_method(msgpack_packer *pk) { rbtrace_event_pack_method(pk, 5, "A#a", 3); }
+static void fast_lost(msgpack_packer *pk) { rbtrace_event_pack_lost(pk, 6); }
+static void fast_error(msgpack_packer *pk) { rbtrace_event_pack_message(pk, RBTRACE_EV_ERROR, "e", 1); }
+static void fast_notice(msgpack_packer *pk) { rbtrace_event_pack_message(pk, RBTRACE_EV_NOTICE, "n", 1); }
+
+static void fast_eval_result(msgpack_packer *pk)
+{
+    rbtrace_event_pack_eval_result(pk, 1, RBTRACE_EVAL_OK, "42", 2);
+}
+
+static void fast_call_args(msgpack_packer *pk)
+{
+    rbtrace_event_pack_call_args(pk, 1, 2, 3, 1);
+    rbtrace_event_pack_expr(pk, "self", 4, "1", 1);
+}
+
+/* [5, 1, 2, 3, nil]: a CALL with a field a newer peer added. */
+static void fast_call_extra(msgpack_packer *pk)
+{
+    msgpack_pack_array(pk, 5);
+    msgpack_pack_uint32(pk, RBTRACE_EV_CALL);
+    msgpack_pack_uint32(pk, 1);
+    msgpack_pack_uint32(pk, 2);
+    msgpack_pack_uint32(pk, 3);
+    msgpack_pack_nil(pk);
+}
+
+static void fast_type_wide(msgpack_packer *pk)
+{
+    msgpack_pack_array(pk, 4);
+    msgpack_pack_fix_uint8(pk, RBTRACE_EV_CALL);
+    msgpack_pack_uint32(pk, 1);
+    msgpack_pack_uint32(pk, 2);
+    msgpack_pack_uint32(pk, 3);
+}
+
+static void fast_type_other(msgpack_packer *pk)
+{
+    rbtrace_event_pack_call(pk, RBTRACE_EV_CALL_ARGS, 1, 2, 3);
+}
+
+static void fast_neg_field(msgpack_packer *pk)
+{
+    msgpack_pack_array(pk, 4);
+    msgpack_pack_uint32(pk, RBTRACE_EV_CALL);
+    msgpack_pack_uint32(pk, 1);
+    msgpack_pack_int64(pk, -2);
+    msgpack_pack_uint32(pk, 3);
+}
+
+static void fast_str_field(msgpack_packer *pk)
+{
+    msgpack_pack_array(pk, 4);
+    msgpack_pack_uint32(pk, RBTRACE_EV_RETURN);
+    msgpack_pack_uint32(pk, 1);
+    msgpack_pack_uint32(pk, 2);
+    msgpack_pack_str_with_body(pk, "3", 1);
+}
+
+static void fast_nil_field(msgpack_packer *pk)
+{
+    msgpack_pack_array(pk, 4);
+    msgpack_pack_uint32(pk, RBTRACE_EV_RETURN);
+    msgpack_pack_nil(pk);
+    msgpack_pack_uint32(pk, 2);
+    msgpack_pack_uint32(pk, 3);
+}
+
+static void fast_not_array(msgpack_packer *pk) { msgpack_pack_uint32(pk, RBTRACE_EV_CALL); }
+
+/* Everything that is not a CALL or RETURN in encode_call's form: 0, for
+ * rbtrace_event_decode to judge. */
+static void test_fast_call_others(void)
+{
+    static void (*const packs[])(msgpack_packer *) = {
+        fast_attached, fast_refused, fast_detached, fast_method, fast_lost, fast_error,
+        fast_notice, fast_eval_result, fast_call_args, fast_call_extra, fast_type_wide,
+        fast_type_other, fast_neg_field, fast_str_field, fast_nil_field, fast_not_array
+    };
+    char lost[RBTRACE_LOST_EVENT_MAX];
+    struct rbtrace_event ev;
+    size_t i, used = 0, len;
+    int ok = 1;
+
+    for (i = 0; i < sizeof(packs) / sizeof(packs[0]); i++) ok &= fast_rc_of(packs[i]) == 0;
+    CHECK(ok);
+    len = rbtrace_event_encode_lost(lost, 1ULL << 40);
+    CHECK(rbtrace_event_decode_call_bytes(lost, len, &ev, &used) == 0);
+    CHECK(rbtrace_event_decode_call_bytes(lost, 1, &ev, &used) == 0);
+    CHECK(rbtrace_event_decode_call_bytes("\x94", 1, &ev, &used) == -1);
+    CHECK(rbtrace_event_decode_call_bytes("", 0, &ev, &used) == -1);
+}
+
+/*
+ * The fast path agrees with msgpack and rbtrace_event_decode on buf: 1 only
+ * for what they decode as the same CALL or RETURN of the same length, -1
+ * only for what msgpack finds incomplete.
+ */
+static int fast_agrees(const char *buf, size_t len, struct rbtrace_event *ev)
+{
+    struct rbtrace_event fast;
+    char err[RBTRACE_ERRLEN];
+    msgpack_zone zone;
+    msgpack_object obj;
+    size_t off = 0, used = 0;
+    int rc = rbtrace_event_decode_call_bytes(buf, len, &fast, &used), unpacked, ok = 1;
+
+    if (rc == 0) return 1;
+    msgpack_zone_init(&zone, 256);
+    unpacked = msgpack_unpack(buf, len, &off, &zone, &obj);
+    if (rc < 0) {
+        ok = unpacked == MSGPACK_UNPACK_CONTINUE;
+    } else {
+        ok = unpacked >= MSGPACK_UNPACK_EXTRA_BYTES && off == used &&
+             rbtrace_event_decode(&obj, ev, err) == RBTRACE_OK && ev->type == fast.type &&
+             ev->thread_id == fast.thread_id && ev->time_ns == fast.time_ns &&
+             ev->method_id == fast.method_id;
+    }
+    msgpack_zone_destroy(&zone);
+    return ok;
+}
+
 /* ---- random input ---- */
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
@@ -756,6 +1009,8 @@ static uint32_t rng(void)
 }
 
 /* Decodes buf as a command and, if it unpacks, as an event: no crash. */
+static int fuzz_fast_agrees = 1;
+
 static void fuzz_one(const char *buf, size_t len, struct rbtrace_command *cmd,
                      struct rbtrace_event *ev)
 {
@@ -764,6 +1019,7 @@ static void fuzz_one(const char *buf, size_t len, struct rbtrace_command *cmd,
     msgpack_object obj;
     size_t off = 0;
 
+    fuzz_fast_agrees &= fast_agrees(buf, len, ev);
     msgpack_zone_init(&zone, 256);
     rbtrace_command_decode(buf, len, &zone, cmd, err);
     msgpack_zone_destroy(&zone);
@@ -814,6 +1070,18 @@ static void test_fuzz(void)
         }
         fuzz_one(buf, len, cmd, ev);
     }
+    /* random bytes after a CALL's or RETURN's first two: the fast path's */
+    for (i = 0; i < 50000; i++) {
+        size_t len = rng() % 32, k;
+        for (k = 0; k < len; k++) {
+            uint32_t r = rng();
+            buf[k] = fuzz_tame((char)(r % 3 == 0 ? 0xcc + (r >> 8) % 4 : (r >> 8)));
+        }
+        if (len > 0) buf[0] = (char)0x94;
+        if (len > 1) buf[1] = (char)(RBTRACE_EV_CALL + i % 2);
+        fuzz_one(buf, len, cmd, ev);
+    }
+    CHECK(fuzz_fast_agrees);
     /* bit flips in valid messages */
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
@@ -856,6 +1124,9 @@ int main(void)
     test_event_eval_result(f);
     test_event_messages(f);
     test_event_malformed();
+    test_fast_call_widths();
+    test_fast_call_wide_fields();
+    test_fast_call_others();
     test_huge_array();
     test_fuzz();
     free(f);

@@ -1,7 +1,8 @@
 /*
  * test_render.c - the renderer against exact expected text: rbtrace's
  * output format, line for line. Events are built by hand, output goes to
- * an open_memstream buffer.
+ * an open_memstream buffer. Durations are checked against printf's "%.6f"
+ * for every kind of value the integer formatting must match.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -305,6 +306,24 @@ static void test_threads(void)
              "\n");
 }
 
+/* More threads than the table starts with, events from each in turn and
+ * in runs: every line names its own thread. */
+static void test_many_threads(void)
+{
+    struct fixture fx;
+    uint64_t th;
+
+    fx_open(&fx, 0, 1, 2);
+    fx_method(&fx, 1, "A#a");
+    for (th = 1; th <= 6; th++) fx_call(&fx, th << 40, 0, 1);
+    fx_call(&fx, 6ULL << 40, 0, 1);
+    for (th = 6; th >= 1; th--) fx_return(&fx, th << 40, 1, 1);
+    fx_return(&fx, 6ULL << 40, 1, 1);
+    FX_CHECK(&fx,
+             "A#a\n[t2] A#a\n[t3] A#a\n[t4] A#a\n[t5] A#a\n[t6] A#a\n[t6]   A#a\n"
+             "[t5] A#a\n\n[t4] A#a\n\n[t3] A#a\n\n[t2] A#a\n\n[t1] A#a\n\n[t6] A#a\n\n");
+}
+
 static void test_threads_start_time(void)
 {
     struct fixture fx;
@@ -462,6 +481,75 @@ static void test_write_error(void)
     fclose(full);
 }
 
+/* ---- durations: render_format_seconds against printf ---- */
+
+static int seconds_mismatches;
+
+/* render_format_seconds(ns) is printf's "%.6f" of (double)ns / 1e9. */
+static void seconds_check(uint64_t ns)
+{
+    char want[64], got[RENDER_SECONDS_MAX + 1];
+    size_t len = render_format_seconds(got, ns);
+
+    snprintf(want, sizeof(want), "%.6f", (double)ns / 1e9);
+    got[len] = '\0';
+    if (len <= RENDER_SECONDS_MAX && !strcmp(got, want)) return;
+    if (seconds_mismatches++ < 10)
+        fprintf(stderr, "%llu ns: printf %s, render %s\n", (unsigned long long)ns, want, got);
+}
+
+static uint64_t seconds_rng_state = 0x2545f4914f6cdd1dULL;
+
+static uint64_t seconds_rng(void)
+{
+    seconds_rng_state ^= seconds_rng_state << 13;
+    seconds_rng_state ^= seconds_rng_state >> 7;
+    seconds_rng_state ^= seconds_rng_state << 17;
+    return seconds_rng_state;
+}
+
+static void test_format_seconds(void)
+{
+    /* ties in decimal that the double rounds either way, or hits exactly
+     * (7812500 ns = 2^-7 s: printf rounds the tie to even) */
+    static const uint64_t named[] = {
+        0, 1, 499, 500, 501, 999, 1000, 1499, 1500, 2500, 3500, 7812500, 23437500,
+        999999499, 999999500, 999999501, 1000000000, 59999999500ULL, 86400000000500ULL,
+        (1ULL << 53) - 1, 1ULL << 53, (1ULL << 53) + 1, 1ULL << 63, UINT64_MAX - 500,
+        UINT64_MAX
+    };
+    uint64_t ns, k;
+    int bit;
+
+    for (k = 0; k < sizeof(named) / sizeof(named[0]); k++) seconds_check(named[k]);
+    for (ns = 0; ns <= 200000; ns++) seconds_check(ns);
+    for (k = 0; k <= 200000; k++) seconds_check(k * 1000 + 500);       /* every tie */
+    for (k = 1; k <= 2000; k++) seconds_check(k * 7812500);            /* exact ties */
+    for (ns = 999990000; ns <= 1000010000; ns++) seconds_check(ns);   /* a second's edge */
+    for (bit = 10; bit < 64; bit++)
+        for (k = 0; k < 2000; k++) seconds_check((1ULL << bit) - 1000 + k);
+    for (k = 0; k < 200000; k++) {
+        uint64_t r = seconds_rng() >> (seconds_rng() % 64);
+        seconds_check(r);
+        seconds_check(r - r % 1000 + 500);
+    }
+    CHECK(seconds_mismatches == 0);
+}
+
+/* A duration through render_event: printf's digits, seconds of any size. */
+static void test_long_duration(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_method(&fx, 1, "A#a");
+    fx_call(&fx, 1, 5, 1);
+    fx_return(&fx, 1, 5 + 86400 * 1000 * MS + 999999600, 1);
+    fx_call(&fx, 1, 10, 1);
+    fx_return(&fx, 1, 9, 1);                 /* the clock went back: 0 */
+    FX_CHECK(&fx, "A#a <86401.000000>\nA#a <0.000000>\n");
+}
+
 int main(void)
 {
     setenv("TZ", "UTC", 1);
@@ -476,11 +564,14 @@ int main(void)
     test_start_time();
     test_threads();
     test_threads_start_time();
+    test_many_threads();
     test_unmatched_return();
     test_unknown_method();
     test_lost();
     test_many_methods();
     test_deep();
     test_write_error();
+    test_format_seconds();
+    test_long_duration();
     return check_report();
 }

@@ -5,7 +5,12 @@
  * last line printed is still open (waiting for its call's duration) and
  * which call it shows, and the deepest nesting seen (which decides whether
  * a blank line follows each outermost return, as in the original).
+ *
+ * This is the client's hot path (millions of events a second): no printf,
+ * only unlocked writes of text built here; the FILE* is the session's, and
+ * only the session's thread uses it.
  */
+#define _GNU_SOURCE   /* fwrite_unlocked, ferror_unlocked */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +24,11 @@
 #define RENDER_UNKNOWN "(unknown)"
 /* Width of "HH:MM:SS.uuuuuu ", the -t column. */
 #define RENDER_TIME_WIDTH 16
+/* Longest run of spaces written at once. */
+#define RENDER_SPACES 64
+
+static const char render_spaces_text[RENDER_SPACES + 1] =
+    "                                                                ";
 
 static int render_fail(struct render *r, const char *msg)
 {
@@ -29,7 +39,7 @@ static int render_fail(struct render *r, const char *msg)
 /* Write errors stick to the FILE*: one check per event is enough. */
 static int render_check_io(struct render *r)
 {
-    if (!ferror(r->out)) return CLI_OK;
+    if (!ferror_unlocked(r->out)) return CLI_OK;
     snprintf(r->errstr, sizeof(r->errstr), "could not write the output: %s", strerror(errno));
     return CLI_ERR;
 }
@@ -39,6 +49,7 @@ void render_init(struct render *r, FILE *out, const struct render_opts *opts)
     memset(r, 0, sizeof(*r));
     r->out = out;
     r->opts = *opts;
+    r->hms_secs = -1;
 }
 
 void render_free(struct render *r)
@@ -51,7 +62,7 @@ void render_free(struct render *r)
     free(r->threads);
     r->names = NULL;
     r->threads = NULL;
-    r->names_cap = r->names_count = r->n_threads = r->threads_cap = 0;
+    r->names_cap = r->names_count = r->n_threads = r->threads_cap = r->last_thread = 0;
 }
 
 void render_set_wall_origin(struct render *r, uint64_t wall_origin_ns)
@@ -104,16 +115,58 @@ static int render_method(struct render *r, const struct rbtrace_event *ev)
     else r->names_count++;
     slot->id = ev->method_id;
     slot->name = name;
+    slot->len = ev->text.len;
     return CLI_OK;
 }
 
-static const char *render_name_of(const struct render *r, uint64_t id)
-{
-    size_t i;
+/* ---- text out ---- */
 
-    if (!r->names_cap) return RENDER_UNKNOWN;
-    i = render_names_slot(r->names, r->names_cap, id);
-    return r->names[i].name ? r->names[i].name : RENDER_UNKNOWN;
+static void render_put(struct render *r, const char *s, size_t len)
+{
+    fwrite_unlocked(s, 1, len, r->out);
+}
+
+static void render_putc(struct render *r, char c)
+{
+    putc_unlocked(c, r->out);
+}
+
+static void render_spaces(struct render *r, size_t n)
+{
+    while (n > RENDER_SPACES) {
+        render_put(r, render_spaces_text, RENDER_SPACES);
+        n -= RENDER_SPACES;
+    }
+    if (n) render_put(r, render_spaces_text, n);
+}
+
+/* v in decimal at out (room for 20 digits); returns the length. */
+static size_t render_utoa(char *out, uint64_t v)
+{
+    char digits[20];
+    size_t n = 0, len = 0;
+
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n) out[len++] = digits[--n];
+    return len;
+}
+
+/* The method's name, or "(unknown)". */
+static void render_name(struct render *r, uint64_t id)
+{
+    const struct render_name *n;
+
+    if (r->names_cap) {
+        n = &r->names[render_names_slot(r->names, r->names_cap, id)];
+        if (n->name) {
+            render_put(r, n->name, n->len);
+            return;
+        }
+    }
+    render_put(r, RENDER_UNKNOWN, sizeof(RENDER_UNKNOWN) - 1);
 }
 
 /* ---- threads and their stacks ---- */
@@ -124,8 +177,14 @@ static long render_thread_index(struct render *r, uint64_t id)
     struct render_thread *t;
     size_t i;
 
-    for (i = 0; i < r->n_threads; i++)
-        if (r->threads[i].id == id) return (long)i;
+    /* Few threads, and runs of events from one: a scan behind a cache. */
+    if (r->n_threads && r->threads[r->last_thread].id == id) return (long)r->last_thread;
+    for (i = 0; i < r->n_threads; i++) {
+        if (r->threads[i].id == id) {
+            r->last_thread = i;
+            return (long)i;
+        }
+    }
     if (r->n_threads == r->threads_cap) {
         size_t cap = r->threads_cap ? r->threads_cap * 2 : RENDER_THREADS_MIN;
         t = realloc(r->threads, cap * sizeof(*t));
@@ -137,6 +196,7 @@ static long render_thread_index(struct render *r, uint64_t id)
     memset(t, 0, sizeof(*t));
     t->id = id;
     t->ordinal = (unsigned)r->n_threads + 1;
+    r->last_thread = r->n_threads;
     return (long)r->n_threads++;
 }
 
@@ -160,23 +220,32 @@ static int render_push(struct render *r, struct render_thread *t, uint64_t metho
 int render_end_line(struct render *r)
 {
     if (r->line_open) {
-        fputc('\n', r->out);
+        render_putc(r, '\n');
         r->line_open = 0;
     }
     return render_check_io(r);
 }
 
+/* "HH:MM:SS.uuuuuu ": localtime only when the second changes. */
 static void render_time(struct render *r, uint64_t time_ns)
 {
     uint64_t wall = r->wall_origin_ns + time_ns;
     time_t secs = (time_t)(wall / 1000000000ULL);
     unsigned usec = (unsigned)(wall % 1000000000ULL / 1000);
-    char hms[16];
+    char text[8];
     struct tm tm;
+    int i;
 
-    if (!localtime_r(&secs, &tm) || !strftime(hms, sizeof(hms), "%H:%M:%S", &tm))
-        snprintf(hms, sizeof(hms), "??:??:??");
-    fprintf(r->out, "%s.%06u ", hms, usec);
+    if ((int64_t)secs != r->hms_secs) {
+        if (!localtime_r(&secs, &tm) || !strftime(r->hms, sizeof(r->hms), "%H:%M:%S", &tm))
+            snprintf(r->hms, sizeof(r->hms), "??:??:??");
+        r->hms_secs = (int64_t)secs;
+    }
+    text[0] = '.';
+    for (i = 6; i >= 1; i--, usec /= 10) text[i] = (char)('0' + usec % 10);
+    text[7] = ' ';
+    render_put(r, r->hms, strlen(r->hms));
+    render_put(r, text, sizeof(text));
 }
 
 /*
@@ -186,12 +255,22 @@ static void render_time(struct render *r, uint64_t time_ns)
 static void render_line_start(struct render *r, const struct render_thread *t,
                               const uint64_t *time_ns, size_t depth)
 {
-    if (r->n_threads > 1) fprintf(r->out, "[t%u] ", t->ordinal);
+    char text[32];
+    size_t n;
+
+    if (r->n_threads > 1) {
+        text[0] = '[';
+        text[1] = 't';
+        n = 2 + render_utoa(text + 2, t->ordinal);
+        text[n++] = ']';
+        text[n++] = ' ';
+        render_put(r, text, n);
+    }
     if (r->opts.start_time) {
         if (time_ns) render_time(r, *time_ns);
-        else fprintf(r->out, "%*s", RENDER_TIME_WIDTH, "");
+        else render_spaces(r, RENDER_TIME_WIDTH);
     }
-    fprintf(r->out, "%*s", (int)(depth * r->opts.prefix), "");
+    render_spaces(r, depth * r->opts.prefix);
 }
 
 static void render_args(struct render *r, const struct rbtrace_event *ev)
@@ -199,20 +278,70 @@ static void render_args(struct render *r, const struct rbtrace_event *ev)
     uint32_t i;
 
     if (ev->type != RBTRACE_EV_CALL_ARGS || ev->n_exprs == 0) return;
-    fputc('(', r->out);
+    render_putc(r, '(');
     for (i = 0; i < ev->n_exprs; i++) {
-        if (i) fputs(", ", r->out);
-        fwrite(ev->exprs[i].ptr, 1, ev->exprs[i].len, r->out);
-        fputc('=', r->out);
-        fwrite(ev->values[i].ptr, 1, ev->values[i].len, r->out);
+        if (i) render_put(r, ", ", 2);
+        render_put(r, ev->exprs[i].ptr, ev->exprs[i].len);
+        render_putc(r, '=');
+        render_put(r, ev->values[i].ptr, ev->values[i].len);
     }
-    fputc(')', r->out);
+    render_putc(r, ')');
 }
 
+/*
+ * The microseconds printf("%.6f", d) shows for d = (double)ns / 1e9: d's
+ * exact binary value rounded to the nearest microsecond, an exact tie to
+ * the even one (glibc's rounding), found with integers. d = mant * 2^-shift;
+ * for 1 <= ns < 2^64, 18 <= shift <= 82, and mant * 10^6 < 2^73.
+ *
+ * Mostly d need not be looked at: below 2^52 ns, d < 2^23 s is within 2^-30
+ * s (half its ulp) of ns / 1e9 s, which unless ns ends in 500 is at least
+ * 1 ns from a tie (k + 1/2) us: d then rounds as ns does.
+ */
+static uint64_t render_round_us(uint64_t ns)
+{
+    uint64_t rem = ns % 1000, bits, mant, us;
+    unsigned __int128 scaled, frac, half;
+    double d;
+    int shift;
+
+    if (ns < (1ULL << 52) && rem != 500) return ns / 1000 + (rem > 500);
+    d = (double)ns / 1e9;
+    memcpy(&bits, &d, sizeof(bits));
+    mant = (bits & ((1ULL << 52) - 1)) | (1ULL << 52);
+    shift = 1075 - (int)(bits >> 52);
+    scaled = (unsigned __int128)mant * 1000000;
+    us = (uint64_t)(scaled >> shift);
+    frac = scaled & (((unsigned __int128)1 << shift) - 1);
+    half = (unsigned __int128)1 << (shift - 1);
+    if (frac > half || (frac == half && (us & 1))) us++;
+    return us;
+}
+
+size_t render_format_seconds(char *out, uint64_t ns)
+{
+    uint64_t us = render_round_us(ns);
+    unsigned frac = (unsigned)(us % 1000000);
+    size_t n = render_utoa(out, us / 1000000);
+    int i;
+
+    out[n] = '.';
+    for (i = 6; i >= 1; i--, frac /= 10) out[n + (size_t)i] = (char)('0' + frac % 10);
+    return n + 7;
+}
+
+/* " <seconds>", as the original's " <%.6f>". */
 static void render_duration(struct render *r, uint64_t start_ns, uint64_t end_ns)
 {
+    char text[RENDER_SECONDS_MAX + 3];
+    size_t n;
+
     if (r->opts.no_duration) return;
-    fprintf(r->out, " <%.6f>", end_ns > start_ns ? (double)(end_ns - start_ns) / 1e9 : 0.0);
+    text[0] = ' ';
+    text[1] = '<';
+    n = 2 + render_format_seconds(text + 2, end_ns > start_ns ? end_ns - start_ns : 0);
+    text[n++] = '>';
+    render_put(r, text, n);
 }
 
 /* CALL, CALL_ARGS: the name, left open for the duration. */
@@ -225,7 +354,7 @@ static int render_call(struct render *r, const struct rbtrace_event *ev)
     t = &r->threads[ti];
     if (render_end_line(r) != CLI_OK) return CLI_ERR;
     render_line_start(r, t, &ev->time_ns, t->depth);
-    fputs(render_name_of(r, ev->method_id), r->out);
+    render_name(r, ev->method_id);
     render_args(r, ev);
     if (render_push(r, t, ev->method_id, ev->time_ns) != CLI_OK) return CLI_ERR;
     r->line_open = 1;
@@ -269,13 +398,13 @@ static int render_return(struct render *r, const struct rbtrace_event *ev)
     } else {
         if (render_end_line(r) != CLI_OK) return CLI_ERR;
         render_line_start(r, t, NULL, d - 1);
-        fputs(render_name_of(r, ev->method_id), r->out);
+        render_name(r, ev->method_id);
         render_duration(r, start_ns, ev->time_ns);
     }
-    fputc('\n', r->out);
+    render_putc(r, '\n');
     r->line_open = 0;
     t->depth = d - 1;
-    if (t->depth == 0 && r->max_nesting > 1) fputc('\n', r->out);
+    if (t->depth == 0 && r->max_nesting > 1) render_putc(r, '\n');
     return render_check_io(r);
 }
 

@@ -48,6 +48,7 @@ struct render_thread {
 struct render_name {
     uint64_t id;
     char *name;                /* NUL-terminated copy; NULL for a free slot */
+    size_t len;                /* strlen(name) */
 };
 
 struct render {
@@ -60,6 +61,10 @@ struct render {
     struct render_thread *threads;
     size_t n_threads;
     size_t threads_cap;
+    size_t last_thread;        /* index of the thread of the last event: a
+                                  trace's events mostly come from one thread */
+    int64_t hms_secs;          /* -t: the second hms shows, or -1 */
+    char hms[16];              /* "HH:MM:SS" of hms_secs */
     int line_open;             /* the last line printed is not yet ended */
     size_t open_thread;        /* which thread's call it shows (index) ... */
     size_t open_depth;         /* ... and that call's depth (1-based) */
@@ -80,5 +85,13 @@ int render_event(struct render *r, const struct rbtrace_event *ev);
 /* Ends the open line, if any: call before printing anything else on the
  * same terminal. CLI_OK or CLI_ERR as above. */
 int render_end_line(struct render *r);
+
+/* Room for render_format_seconds' text: 20 digits, '.', 6 digits. */
+#define RENDER_SECONDS_MAX 28
+
+/* Writes ns nanoseconds as seconds, exactly as printf's "%.6f" writes
+ * ns / 1e9 (a double), but with integer arithmetic. Returns the length;
+ * out is not NUL-terminated. */
+size_t render_format_seconds(char *out, uint64_t ns);
 
 #endif

@@ -1,11 +1,18 @@
 /*
  * session.c - the client's event loop.
  *
- * Reads the target's socket into a msgpack unpacker, decodes each event
- * (rbtrace_event_decode) and hands it to the renderer, or acts on it
- * (ATTACHED, REFUSED, DETACHED, EVAL_RESULT, ERROR, NOTICE). SIGINT, SIGTERM
- * and SIGHUP only count and write a byte to a self-pipe; the loop polls that
- * pipe with the socket, and every 200 ms checks that the target still exists.
+ * Reads the target's socket into a buffer of its own, decodes each event
+ * and hands it to the renderer, or acts on it (ATTACHED, REFUSED, DETACHED,
+ * EVAL_RESULT, ERROR, NOTICE). CALL and RETURN, nearly every event of a
+ * trace, are decoded straight from their bytes
+ * (rbtrace_event_decode_call_bytes); anything else goes through msgpack
+ * objects (rbtrace_event_decode). SIGINT, SIGTERM and SIGHUP only count and
+ * write a byte to a self-pipe; the loop polls that pipe with the socket, and
+ * every 200 ms checks that the target still exists.
+ *
+ * Output to a file or pipe is buffered in big blocks and flushed whenever
+ * the socket has nothing more to read, so that a busy trace costs few
+ * writes and a quiet one still shows at once.
  */
 #define _GNU_SOURCE   /* accept4, pipe2, struct ucred */
 #include <errno.h>
@@ -22,7 +29,9 @@
 #include "session.h"
 
 #define SESSION_TICK_MS 200
-#define SESSION_READ_SIZE 65536
+/* The read buffer's size (it grows for bigger events), and the output's. */
+#define SESSION_READ_SIZE (256 * 1024)
+#define SESSION_OUT_BUFFER (256 * 1024)
 /* An event larger than this is malformed (the biggest real ones carry
  * RBTRACE_EXPRS_MAX values of RBTRACE_VALUE_MAX bytes, or an eval result). */
 #define SESSION_EVENT_MAX (64 * 1024 * 1024)
@@ -35,6 +44,8 @@
 static volatile sig_atomic_t session_signals;
 /* The self-pipe: [0] polled by the loop, [1] written by the handler. */
 static int session_wake[2] = { -1, -1 };
+/* The output's buffer: static, as stdout is closed after the session. */
+static char session_out_buffer[SESSION_OUT_BUFFER];
 
 /* What a wait ended with. */
 enum session_wait {
@@ -47,13 +58,23 @@ enum session_wait {
     SESSION_FAILED      /* our error (output, memory), in errstr */
 };
 
+/* Bytes read from the socket: data[head, tail) are not decoded yet. */
+struct session_input {
+    char *data;
+    size_t cap;
+    size_t head;
+    size_t tail;
+};
+
 struct session {
     const struct options *opts;
     struct attach at;
     struct render render;
     FILE *out;                 /* stdout or the -o file */
-    msgpack_unpacker unp;
-    int unp_ready;             /* unp is initialised */
+    struct session_input in;
+    msgpack_zone zone;         /* objects of the last event not decoded by */
+    int zone_ready;            /* the fast path; zone is initialised */
+    struct rbtrace_event *ev;  /* the event in hand (~2 KiB: off the stack) */
     int timeout_ms;            /* --timeout */
     sig_atomic_t signals_seen; /* signals already acted on */
     int answered;              /* ATTACHED or REFUSED received */
@@ -253,55 +274,97 @@ static enum session_wait session_malformed(struct session *s, const char *why)
     return SESSION_MALFORMED;
 }
 
-/* Decodes and handles every complete event in the unpacker. */
-static enum session_wait session_drain(struct session *s)
+static enum session_wait session_handled(int cli_rc)
 {
-    enum session_wait rc = SESSION_DONE;
-    msgpack_unpacked result;
-    char err[RBTRACE_ERRLEN];
-    struct rbtrace_event *ev = malloc(sizeof(*ev));   /* ~2 KiB: keep it off the stack */
+    return cli_rc == CLI_OK ? SESSION_DONE : SESSION_FAILED;
+}
 
-    if (!ev) {
-        snprintf(s->errstr, sizeof(s->errstr), "out of memory");
-        return SESSION_FAILED;
+/*
+ * The message at p (avail bytes) through msgpack objects. SESSION_DONE
+ * with *used its length, or 0 if it is not all there yet; or why to stop.
+ * Re-parsing an incomplete message after each read is cheap: the only big
+ * events are strings, and the parser stops at a string's header.
+ */
+static enum session_wait session_decode_slow(struct session *s, const char *p, size_t avail,
+                                             size_t *used)
+{
+    char err[RBTRACE_ERRLEN];
+    msgpack_object obj;
+    size_t off = 0;
+
+    *used = 0;
+    msgpack_zone_clear(&s->zone);   /* the previous event's objects; keeps its memory */
+    switch (msgpack_unpack(p, avail, &off, &s->zone, &obj)) {
+    case MSGPACK_UNPACK_SUCCESS:
+    case MSGPACK_UNPACK_EXTRA_BYTES:
+        break;
+    case MSGPACK_UNPACK_CONTINUE:
+        if (avail <= SESSION_EVENT_MAX) return SESSION_DONE;
+        s->stream_broken = 1;
+        return session_malformed(s, "an event larger than 64 MiB");
+    case MSGPACK_UNPACK_NOMEM_ERROR:
+        s->stream_broken = 1;
+        return session_malformed(s, "out of memory");
+    default:
+        s->stream_broken = 1;
+        return session_malformed(s, "invalid msgpack");
     }
-    msgpack_unpacked_init(&result);
-    while (rc == SESSION_DONE) {
-        int ret = msgpack_unpacker_next(&s->unp, &result);
-        if (ret == MSGPACK_UNPACK_CONTINUE) {
-            if (msgpack_unpacker_message_size(&s->unp) > SESSION_EVENT_MAX) {
-                s->stream_broken = 1;
-                rc = session_malformed(s, "an event larger than 64 MiB");
-            }
-            break;
-        }
-        if (ret != MSGPACK_UNPACK_SUCCESS) {
-            s->stream_broken = 1;
-            rc = session_malformed(s, ret == MSGPACK_UNPACK_NOMEM_ERROR ? "out of memory"
-                                                                        : "invalid msgpack");
-        } else if (rbtrace_event_decode(&result.data, ev, err) != RBTRACE_OK) {
-            rc = session_malformed(s, err);
-        } else if (session_on_event(s, ev) != CLI_OK) {
-            rc = SESSION_FAILED;
-        }
+    *used = off;
+    if (rbtrace_event_decode(&obj, s->ev, err) != RBTRACE_OK) return session_malformed(s, err);
+    return session_handled(session_on_event(s, s->ev));
+}
+
+/* Decodes and handles every complete event in the input. */
+static enum session_wait session_decode(struct session *s)
+{
+    struct session_input *in = &s->in;
+    enum session_wait rc = SESSION_DONE;
+
+    while (rc == SESSION_DONE && in->head < in->tail) {
+        const char *p = in->data + in->head;
+        size_t avail = in->tail - in->head, used = 0;
+        int fast = rbtrace_event_decode_call_bytes(p, avail, s->ev, &used);
+
+        if (fast < 0) break;   /* the rest of a CALL or RETURN is still to come */
+        if (fast > 0) rc = session_handled(session_render(s, s->ev));
+        else rc = session_decode_slow(s, p, avail, &used);
+        if (used == 0) break;
+        in->head += used;
     }
-    msgpack_unpacked_destroy(&result);
-    free(ev);
-    if (rc == SESSION_DONE && session_flush(s) != CLI_OK) rc = SESSION_FAILED;
     return rc;
+}
+
+/* Room to read into: the undecoded rest moved to the front, the buffer
+ * doubled when one incomplete event fills it. */
+static int session_input_room(struct session *s)
+{
+    struct session_input *in = &s->in;
+    char *data;
+
+    if (in->head > 0) {
+        memmove(in->data, in->data + in->head, in->tail - in->head);
+        in->tail -= in->head;
+        in->head = 0;
+    }
+    if (in->tail < in->cap) return CLI_OK;
+    data = realloc(in->data, in->cap * 2);
+    if (!data) {
+        snprintf(s->errstr, sizeof(s->errstr), "out of memory");
+        return CLI_ERR;
+    }
+    in->data = data;
+    in->cap *= 2;
+    return CLI_OK;
 }
 
 /* One read from the socket; SESSION_DONE when it went well. */
 static enum session_wait session_read(struct session *s)
 {
+    struct session_input *in = &s->in;
     ssize_t n;
 
-    if (!msgpack_unpacker_reserve_buffer(&s->unp, SESSION_READ_SIZE)) {
-        snprintf(s->errstr, sizeof(s->errstr), "out of memory");
-        return SESSION_FAILED;
-    }
-    n = read(s->at.conn_fd, msgpack_unpacker_buffer(&s->unp),
-             msgpack_unpacker_buffer_capacity(&s->unp));
+    if (session_input_room(s) != CLI_OK) return SESSION_FAILED;
+    n = read(s->at.conn_fd, in->data + in->tail, in->cap - in->tail);
     if (n < 0) {
         if (errno == EINTR || errno == EAGAIN) return SESSION_DONE;
         if (errno == ECONNRESET) return SESSION_EOF;
@@ -310,8 +373,8 @@ static enum session_wait session_read(struct session *s)
         return SESSION_FAILED;
     }
     if (n == 0) return SESSION_EOF;
-    msgpack_unpacker_buffer_consumed(&s->unp, (size_t)n);
-    return session_drain(s);
+    in->tail += (size_t)n;
+    return session_decode(s);
 }
 
 /* Milliseconds to poll: until the next tick, or the deadline if sooner. */
@@ -324,10 +387,27 @@ static int session_poll_ms(int64_t now, int64_t next_tick, int64_t deadline)
 }
 
 /*
- * Reads and handles events until *flag is set, the deadline (-1: none)
- * passes, the user interrupts, or the target goes away.
+ * poll, but once the socket has nothing more to read, the output goes out
+ * before we sleep. SESSION_DONE, SESSION_SIGNAL if a signal interrupted
+ * it, or SESSION_FAILED with errstr set.
  */
-static enum session_wait session_wait(struct session *s, const int *flag, int64_t deadline)
+static enum session_wait session_poll(struct session *s, struct pollfd *fds, int timeout_ms)
+{
+    int n = poll(fds, 2, 0);
+
+    if (n == 0) {
+        if (session_flush(s) != CLI_OK) return SESSION_FAILED;
+        n = poll(fds, 2, timeout_ms);
+    }
+    if (n >= 0) return SESSION_DONE;
+    if (errno == EINTR) return SESSION_SIGNAL;
+    snprintf(s->errstr, sizeof(s->errstr), "poll: %s", strerror(errno));
+    return SESSION_FAILED;
+}
+
+/* session_wait's loop. */
+static enum session_wait session_wait_events(struct session *s, const int *flag,
+                                             int64_t deadline)
 {
     int64_t now = cli_now_ms(), next_tick = now + SESSION_TICK_MS;
 
@@ -347,17 +427,40 @@ static enum session_wait session_wait(struct session *s, const int *flag, int64_
             next_tick = now + SESSION_TICK_MS;
         }
         if (deadline >= 0 && now >= deadline) return SESSION_TIMEOUT;
-        if (poll(fds, 2, session_poll_ms(now, next_tick, deadline)) < 0) {
-            if (errno == EINTR) continue;
-            snprintf(s->errstr, sizeof(s->errstr), "poll: %s", strerror(errno));
-            return SESSION_FAILED;
-        }
+        rc = session_poll(s, fds, session_poll_ms(now, next_tick, deadline));
+        if (rc == SESSION_SIGNAL) continue;   /* counted, if it was ours: see above */
+        if (rc != SESSION_DONE) return rc;
         if (fds[1].revents) session_drain_wake();
         if (fds[0].revents && (rc = session_read(s)) != SESSION_DONE) return rc;
     }
 }
 
+/*
+ * Reads and handles events until *flag is set, the deadline (-1: none)
+ * passes, the user interrupts, or the target goes away; then flushes the
+ * output (a failure to write it fails only a wait that went well: the
+ * error sticks to the FILE and shows again when it is closed).
+ */
+static enum session_wait session_wait(struct session *s, const int *flag, int64_t deadline)
+{
+    enum session_wait rc = session_wait_events(s, flag, deadline);
+
+    if (session_flush(s) != CLI_OK && rc == SESSION_DONE) rc = SESSION_FAILED;
+    return rc;
+}
+
 /* ---- setup and teardown ---- */
+
+/* A terminal stays line-buffered, so that a live trace shows line by
+ * line; a file or a pipe gets big writes. */
+static int session_buffer_output(struct session *s)
+{
+    if (isatty(fileno(s->out))) return CLI_OK;
+    if (setvbuf(s->out, session_out_buffer, _IOFBF, sizeof(session_out_buffer)) == 0)
+        return CLI_OK;
+    snprintf(s->errstr, sizeof(s->errstr), "could not buffer the output");
+    return CLI_ERR;
+}
 
 static int session_open_output(struct session *s)
 {
@@ -365,12 +468,23 @@ static int session_open_output(struct session *s)
 
     if (!o->output_path) {
         s->out = stdout;
-        return CLI_OK;
+        return session_buffer_output(s);
     }
     s->out = fopen(o->output_path, o->append ? "ae" : "we");
-    if (s->out) return CLI_OK;
+    if (s->out) return session_buffer_output(s);
     snprintf(s->errstr, sizeof(s->errstr), "could not open %s: %s", o->output_path,
              strerror(errno));
+    return CLI_ERR;
+}
+
+static int session_alloc(struct session *s)
+{
+    s->in.data = malloc(SESSION_READ_SIZE);
+    s->in.cap = SESSION_READ_SIZE;
+    s->ev = malloc(sizeof(*s->ev));
+    s->zone_ready = msgpack_zone_init(&s->zone, MSGPACK_ZONE_CHUNK_SIZE);
+    if (s->in.data && s->ev && s->zone_ready) return CLI_OK;
+    snprintf(s->errstr, sizeof(s->errstr), "out of memory");
     return CLI_ERR;
 }
 
@@ -385,11 +499,7 @@ static int session_init(struct session *s, const struct options *opts)
     attach_init(&s->at, opts->pid, s->timeout_ms, &session_signals, -1);
     if (session_open_output(s) != CLI_OK) return CLI_ERR;
     render_init(&s->render, s->out, &ropts);
-    if (!msgpack_unpacker_init(&s->unp, SESSION_READ_SIZE)) {
-        snprintf(s->errstr, sizeof(s->errstr), "out of memory");
-        return CLI_ERR;
-    }
-    s->unp_ready = 1;
+    if (session_alloc(s) != CLI_OK) return CLI_ERR;
     if (session_install_signals(s) != CLI_OK) return CLI_ERR;
     s->at.wake_fd = session_wake[0];
     return CLI_OK;
@@ -401,7 +511,9 @@ static enum cli_exit session_close(struct session *s, enum cli_exit rc)
     int i;
 
     attach_close(&s->at);
-    if (s->unp_ready) msgpack_unpacker_destroy(&s->unp);
+    free(s->in.data);
+    free(s->ev);
+    if (s->zone_ready) msgpack_zone_destroy(&s->zone);
     render_free(&s->render);
     for (i = 0; i < 2; i++) {
         if (session_wake[i] >= 0) close(session_wake[i]);
