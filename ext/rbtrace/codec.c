@@ -154,6 +154,77 @@ static int command_decode_fields(const msgpack_object_array *a,
     return RBTRACE_ERR;
 }
 
+static uint64_t codec_be(const unsigned char *q, size_t bytes);
+
+/*
+ * The size of the header and payload of the msgpack item at p (n bytes
+ * left), and how many items it contains (array elements, map keys and
+ * values). Returns 0 if the item is cut short or reserved (0xc1).
+ */
+static size_t codec_item(const unsigned char *p, size_t n, uint64_t *children)
+{
+    unsigned char b = p[0];
+    size_t head = 1;
+    uint64_t body = 0;
+
+    *children = 0;
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) return 1;
+    if ((b & 0xf0) == 0x90) { *children = b & 0x0f; return 1; }
+    if ((b & 0xf0) == 0x80) { *children = 2u * (b & 0x0f); return 1; }
+    if ((b & 0xe0) == 0xa0) { body = b & 0x1f; goto sized; }
+    switch (b) {
+    case 0xcc: case 0xd0: return n >= 2 ? 2 : 0;
+    case 0xcd: case 0xd1: return n >= 3 ? 3 : 0;
+    case 0xca: case 0xce: case 0xd2: return n >= 5 ? 5 : 0;
+    case 0xcb: case 0xcf: case 0xd3: return n >= 9 ? 9 : 0;
+    case 0xd4: return n >= 3 ? 3 : 0;          /* fixext 1..16: type + data */
+    case 0xd5: return n >= 4 ? 4 : 0;
+    case 0xd6: return n >= 6 ? 6 : 0;
+    case 0xd7: return n >= 10 ? 10 : 0;
+    case 0xd8: return n >= 18 ? 18 : 0;
+    case 0xc4: case 0xd9: head = 2; break;     /* bin 8, str 8 */
+    case 0xc5: case 0xda: head = 3; break;
+    case 0xc6: case 0xdb: head = 5; break;
+    case 0xc7: head = 3; break;                /* ext 8, 16, 32: + type byte */
+    case 0xc8: head = 4; break;
+    case 0xc9: head = 6; break;
+    case 0xdc: case 0xdd: case 0xde: case 0xdf: {
+        int w = (b == 0xdc || b == 0xde) ? 2 : 4;
+        if (n < (size_t)w + 1) return 0;
+        *children = codec_be(p + 1, (size_t)w) * ((b == 0xde || b == 0xdf) ? 2 : 1);
+        return (size_t)w + 1;
+    }
+    default: return 0;                         /* 0xc1 */
+    }
+    if (n < head) return 0;
+    body = codec_be(p + 1, b >= 0xc7 && b <= 0xc9 ? head - 2 : head - 1);
+sized:
+    if (body > n - head) return 0;
+    return head + (size_t)body;
+}
+
+/*
+ * Refuses a buffer whose containers claim more items than it has bytes
+ * left: msgpack-c allocates room for every announced element before it
+ * reads one, so six bytes could otherwise ask for gigabytes.
+ */
+static int codec_counts_plausible(const char *buf, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)buf;
+    uint64_t pending = 1, children;
+    size_t pos = 0, size;
+
+    while (pending > 0) {
+        if (pos >= len) return 1;              /* truncated: the decoder says so */
+        size = codec_item(p + pos, len - pos, &children);
+        if (size == 0) return 1;               /* malformed: likewise */
+        pos += size;
+        pending = pending - 1 + children;
+        if (pending > len - pos) return 0;     /* every item needs a byte */
+    }
+    return 1;
+}
+
 int rbtrace_command_decode(const char *buf, size_t len, msgpack_zone *zone,
                            struct rbtrace_command *cmd, char *err)
 {
@@ -163,6 +234,10 @@ int rbtrace_command_decode(const char *buf, size_t len, msgpack_zone *zone,
     size_t off = 0;
 
     memset(cmd, 0, sizeof(*cmd));
+    if (!codec_counts_plausible(buf, len)) {
+        snprintf(err, RBTRACE_ERRLEN, "a container announces more items than the command holds");
+        return RBTRACE_ERR;
+    }
     switch (msgpack_unpack(buf, len, &off, zone, &obj)) {
     case MSGPACK_UNPACK_SUCCESS:
         break;

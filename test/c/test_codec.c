@@ -1037,17 +1037,27 @@ static char fuzz_tame(char c)
     return (char)(u == 0xdd ? 0xdc : u == 0xdf ? 0xde : u);
 }
 
-/* A few bytes that declare 2^31 elements: refused, not a crash. */
+/* A few bytes that declare 2^31 elements (or a map of 65535 pairs, or a
+ * nested claim): refused before msgpack allocates anything for them. */
 static void test_huge_array(void)
 {
-    static const char buf[] = { (char)0xdd, (char)0x80, 0, 0, 0, 0x01 };
+    static const char huge[] = { (char)0xdd, (char)0x80, 0, 0, 0, 0x01 };
+    static const char map16[] = { (char)0x93, 0x03, 0x01, (char)0xde, (char)0xff, (char)0xff };
+    static const char nested[] = { (char)0x93, 0x03, 0x01, (char)0x91, (char)0xdc, 0x00, 0x10, 0x01 };
+    const char *bufs[] = { huge, map16, nested };
+    size_t lens[] = { sizeof(huge), sizeof(map16), sizeof(nested) };
     struct rbtrace_command *cmd = malloc(sizeof(*cmd));
+    char err[RBTRACE_ERRLEN];
     msgpack_zone zone;
+    size_t i;
 
     if (!cmd) abort();
-    msgpack_zone_init(&zone, 256);
-    CHECK(cmd_decode(buf, sizeof(buf), &zone, cmd) == RBTRACE_ERR);
-    msgpack_zone_destroy(&zone);
+    for (i = 0; i < 3; i++) {
+        msgpack_zone_init(&zone, 256);
+        CHECK(rbtrace_command_decode(bufs[i], lens[i], &zone, cmd, err) == RBTRACE_ERR);
+        CHECK(strstr(err, "announces more items") != NULL);
+        msgpack_zone_destroy(&zone);
+    }
     free(cmd);
 }
 
