@@ -3,9 +3,10 @@
  * the ring buffer that the writer thread drains.
  *
  * The hot path (rbtrace_emit_call) runs inside the app's traced calls: it
- * encodes into a static scratch buffer (the GVL serialises its users) and
- * copies the bytes into the ring. No malloc, no Ruby allocation, no
- * syscall. A method is named once per (class, method) pair with a METHOD
+ * encodes a CALL or RETURN by hand on the stack and copies the bytes into
+ * the ring. No malloc, no Ruby allocation, no syscall, no lock but the GVL
+ * the caller holds. Rarer events (names, expressions) are packed by
+ * msgpack-c into a static scratch buffer, which the GVL serialises. A method is named once per (class, method) pair with a METHOD
  * event; later events carry its small id only. When the ring is full the
  * event is dropped and counted; the count goes out as a LOST event before
  * the next event that fits.
@@ -29,7 +30,9 @@ struct emit_buffer {
 
 static struct emit_buffer scratch;
 static msgpack_packer scratch_pk;
-static ID id_attached;
+#ifndef HAVE_RB_CLASS_ATTACHED_OBJECT
+static ID id_attached;  /* where Rubies before 3.2 keep a singleton's object */
+#endif
 
 static int emit_buffer_write(void *data, const char *buf, size_t len)
 {
@@ -181,9 +184,11 @@ static uint64_t emit_thread_id(void)
     return (uint64_t)rb_thread_current();
 }
 
+/* Both event functions may be reached after a detach freed the tables:
+ * trace expressions and wrapped methods can give up the GVL mid-call. */
 void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t now)
 {
-    uint32_t id = emit_method_id(klass, mid);
+    uint32_t id = rbtrace.attached ? emit_method_id(klass, mid) : 0;
     enum rbtrace_event_type type =
         (event & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)) ? RBTRACE_EV_CALL : RBTRACE_EV_RETURN;
     char bytes[RBTRACE_CALL_EVENT_MAX];
@@ -200,7 +205,7 @@ void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t n
 /* A CALL with the values of its trace expressions (Arrays of Strings). */
 void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, VALUE values)
 {
-    uint32_t id = emit_method_id(klass, mid);
+    uint32_t id = rbtrace.attached ? emit_method_id(klass, mid) : 0;
     long i, n = RARRAY_LEN(exprs);
 
     if (id == 0) {
@@ -357,7 +362,9 @@ int rbtrace_emit_open(void)
     rbtrace.lost = 0;
     rbtrace.big_event = 0;
     msgpack_packer_init(&scratch_pk, &scratch, emit_buffer_write);
+#ifndef HAVE_RB_CLASS_ATTACHED_OBJECT
     id_attached = rb_intern("__attached__");
+#endif
     return 0;
 }
 

@@ -103,6 +103,23 @@ RSpec.describe 'tracing methods (-m)' do
     expect(result.stderr).to match(/not a selector/)
   end
 
+  it 'survives a detach while a trace expression has given up the GVL' do
+    slow = start_target(<<~'RUBY').ready
+      class Slow
+        def call = :done
+      end
+      puts "ready"
+      loop { puts Slow.new.call }
+    RUBY
+    client = start_client('-p', slow.pid, '-m', 'Slow#call(sleep(0.3))')
+    client.attached
+    sleep 0.4
+    expect(client.stop).to be_success
+    sleep 0.5
+    expect(slow).to be_alive
+    expect(slow.drain.last).to eq('done')
+  end
+
   it 'leaves the app running correctly after detach' do
     trace(app, '-m', 'String#gsub', until_output: /gsub/)
     n = app.lines.size
