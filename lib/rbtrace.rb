@@ -25,6 +25,28 @@ module RBTrace
     attr_reader :helper
   end
 
+  # An app's trap("URG") replaces rbtrace's handler, after which the process
+  # can no longer be attached to: say so once, where the app logs.
+  module TrapWatch
+    private def trap(*args, &block)
+      super.tap { RBTrace.check_signal_handler }
+    end
+  end
+
+  module SignalTrapWatch
+    def trap(*args, &block)
+      super.tap { RBTrace.check_signal_handler }
+    end
+  end
+
+  def self.check_signal_handler
+    return if @handler_lost || signal_handler_installed?
+
+    @handler_lost = true
+    warn "rbtrace: the app replaced rbtrace's SIGURG handler (trap('URG')); " \
+         "this process (pid #{Process.pid}) can no longer be traced"
+  end
+
   # A forked child starts detached; only the forking thread survives fork,
   # so the child needs a helper of its own (Process._fork is Ruby 3.1+).
   module ForkHook
@@ -40,4 +62,7 @@ module RBTrace
 end
 
 Process.singleton_class.prepend(RBTrace::ForkHook) if Process.respond_to?(:_fork)
+Signal.singleton_class.prepend(RBTrace::SignalTrapWatch)
+Kernel.singleton_class.prepend(RBTrace::SignalTrapWatch)
+Kernel.prepend(RBTrace::TrapWatch) if RBTrace::Selector::PREPEND_REACHES_INCLUDERS
 RBTrace.start_helper

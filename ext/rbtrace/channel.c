@@ -223,6 +223,19 @@ static VALUE channel_helper_loop_m(VALUE self)
     return Qnil;
 }
 
+/*
+ * call-seq: RBTrace.signal_handler_installed? -> true or false
+ *
+ * Whether SIGURG still reaches rbtrace: an app's trap("URG") replaces it.
+ */
+static VALUE channel_handler_installed_p_m(VALUE self)
+{
+    struct sigaction cur;
+
+    if (sigaction(SIGURG, NULL, &cur) != 0) rb_sys_fail("sigaction(SIGURG)");
+    return (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == channel_sigurg ? Qtrue : Qfalse;
+}
+
 /* Removes our queue when the process that created it exits. Both an end
  * proc (Ruby runs those before re-raising a fatal signal such as SIGTERM,
  * which skips atexit) and atexit (exits that bypass Ruby's cleanup). */
@@ -277,4 +290,5 @@ void rbtrace_channel_init(void)
 void Init_rbtrace_channel(VALUE mod)
 {
     rb_define_singleton_method(mod, "helper_loop", channel_helper_loop_m, 0);
+    rb_define_singleton_method(mod, "signal_handler_installed?", channel_handler_installed_p_m, 0);
 }

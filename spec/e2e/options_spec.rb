@@ -85,6 +85,8 @@ RSpec.describe 'client options' do
     expect(Time.now - started).to be < 5
     expect(r).not_to be_success
     expect(r.stderr).to match(/did not answer within 1/)
+    # and the app said why, once, when it trapped URG
+    expect(stubborn.stderr.scan("replaced rbtrace's SIGURG handler").size).to eq(1)
   end
 
   it 'bin/rbtrace (the Ruby stub) runs the compiled client' do
