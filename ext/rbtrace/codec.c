@@ -316,22 +316,35 @@ void rbtrace_event_pack_call(msgpack_packer *pk, enum rbtrace_event_type type,
 /* A msgpack unsigned integer in its shortest form, as msgpack-c packs it. */
 static size_t codec_put_uint(char *out, uint64_t v)
 {
-    unsigned char *p = (unsigned char *)out;
-    int bytes, i;
+    uint16_t v16;
+    uint32_t v32;
+    uint64_t v64;
 
     if (v < 128) {
-        p[0] = (unsigned char)v;
+        out[0] = (char)v;
         return 1;
     }
-    if (v <= UINT8_MAX) { p[0] = 0xcc; bytes = 1; }
-    else if (v <= UINT16_MAX) { p[0] = 0xcd; bytes = 2; }
-    else if (v <= UINT32_MAX) { p[0] = 0xce; bytes = 4; }
-    else { p[0] = 0xcf; bytes = 8; }
-    for (i = bytes; i >= 1; i--) {
-        p[i] = (unsigned char)(v & 0xff);
-        v >>= 8;
+    if (v <= UINT8_MAX) {
+        out[0] = (char)0xcc;
+        out[1] = (char)v;
+        return 2;
     }
-    return (size_t)bytes + 1;
+    if (v <= UINT16_MAX) {
+        out[0] = (char)0xcd;
+        v16 = htobe16((uint16_t)v);
+        memcpy(out + 1, &v16, 2);
+        return 3;
+    }
+    if (v <= UINT32_MAX) {
+        out[0] = (char)0xce;
+        v32 = htobe32((uint32_t)v);
+        memcpy(out + 1, &v32, 4);
+        return 5;
+    }
+    out[0] = (char)0xcf;
+    v64 = htobe64(v);
+    memcpy(out + 1, &v64, 8);
+    return 9;
 }
 
 size_t rbtrace_event_encode_call(char *out, enum rbtrace_event_type type,

@@ -147,17 +147,26 @@ static size_t emit_slot_of(VALUE klass, VALUE mid)
 
 /* The id of (klass, mid), naming it first if it is new; 0 if the name
  * could not be sent (the caller's event is then dropped too). */
+/* The pair asked for last: a method traced in a loop skips the table. */
+static struct rbtrace_method_slot last_method;
+
 static uint32_t emit_method_id(VALUE klass, VALUE mid)
 {
     struct rbtrace_method_slot *slot;
-    size_t i = emit_slot_of(klass, mid);
+    size_t i;
     char name[EMIT_NAME_MAX];
     size_t len;
 
+    if (last_method.id && last_method.klass == klass && last_method.mid == mid)
+        return last_method.id;
+    i = emit_slot_of(klass, mid);
     for (;;) {
         slot = &rbtrace.methods[i];
         if (slot->id == 0) break;
-        if (slot->klass == klass && slot->mid == mid) return slot->id;
+        if (slot->klass == klass && slot->mid == mid) {
+            last_method = *slot;
+            return slot->id;
+        }
         i = (i + 1) & (RBTRACE_METHOD_SLOTS - 1);
     }
     if (rbtrace.methods_used >= RBTRACE_METHOD_SLOTS / 4 * 3) {
@@ -174,6 +183,7 @@ static uint32_t emit_method_id(VALUE klass, VALUE mid)
     slot->mid = mid;
     slot->id = rbtrace.next_method_id++;
     rbtrace.methods_used++;
+    last_method = *slot;
     return slot->id;
 }
 
@@ -194,7 +204,9 @@ void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t n
     char bytes[RBTRACE_CALL_EVENT_MAX];
     size_t len;
 
-    if (id == 0) {
+    /* A full ring (a client that stopped reading) costs no encoding. */
+    if (id == 0 || rbtrace_ring_space(&rbtrace.ring, sizeof(bytes) + RBTRACE_LOST_EVENT_MAX) <
+                       sizeof(bytes) + RBTRACE_LOST_EVENT_MAX) {
         rbtrace.lost++;
         return;
     }
@@ -359,6 +371,7 @@ int rbtrace_emit_open(void)
     }
     rbtrace.methods_used = 0;
     rbtrace.next_method_id = 1;
+    memset(&last_method, 0, sizeof(last_method));
     rbtrace.lost = 0;
     rbtrace.big_event = 0;
     msgpack_packer_init(&scratch_pk, &scratch, emit_buffer_write);
