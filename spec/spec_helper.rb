@@ -30,11 +30,12 @@ module RBTraceSpec
       @status = nil
     end
 
-    # Waits until the target printed a line matching pattern.
+    # Waits until the target printed a line matching pattern; returns it.
     def wait_for(pattern, timeout: 10)
       Timeout.timeout(timeout) do
         loop do
-          return @lines.last if @lines.any? { |l| pattern === l }
+          found = @lines.find { |l| pattern === l }
+          return found if found
 
           line = @out_r.gets
           raise "target #{pid} exited before printing #{pattern.inspect}; stderr: #{stderr}" unless line

@@ -113,7 +113,8 @@ int rbtrace_emit_open(void);
 void rbtrace_emit_close(void);
 void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t now);
 void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, VALUE values);
-void rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...);
+void rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 void rbtrace_emit_eval_result(uint32_t eval_id, enum rbtrace_eval_status status, VALUE text);
 void rbtrace_emit_attached(void);
 void rbtrace_emit_detached(void);

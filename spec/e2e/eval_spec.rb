@@ -62,7 +62,11 @@ RSpec.describe 'eval (-e)' do
     code = %(Thread.new{GC.start;require "objspace";io=File.open("#{file}","w");ObjectSpace.dump_all(output: io);io.close})
     r = rbtrace('-p', app.pid, '-e', code)
     expect(r.stdout).to match(/=> #<Thread:0x\h+/)
-    Timeout.timeout(20) { sleep 0.1 until File.exist?(file) && File.size(file) > 1000 && File.read(file, 10_000_000).end_with?("\n") }
+    # complete once its last byte (of a file of any size) is the closing newline
+    Timeout.timeout(20) do
+      sleep 0.1 until File.exist?(file) && File.size(file) > 1000 &&
+                      File.open(file) { |f| f.seek(-1, IO::SEEK_END); f.read(1) } == "\n"
+    end
     first = JSON.parse(File.foreach(file).first)
     expect(first).to include('type')
   ensure
