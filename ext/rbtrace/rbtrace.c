@@ -19,6 +19,22 @@
 struct rbtrace_state rbtrace;
 VALUE rbtrace_mRBTrace;
 
+/* The objects the C state refers to (tracers' classes and expressions,
+ * wrappers' modules) are marked, and pinned, through this one object. */
+static void rbtrace_roots_mark(void *unused)
+{
+    rbtrace_tracer_mark();
+    rbtrace_wrapper_mark();
+}
+
+static const rb_data_type_t rbtrace_roots_type = {
+    .wrap_struct_name = "rbtrace_roots",
+    .function = { .dmark = rbtrace_roots_mark },
+    .flags = RUBY_TYPED_FREE_IMMEDIATELY
+};
+
+static VALUE rbtrace_roots;
+
 uint64_t rbtrace_now_ns(void)
 {
     struct timespec ts;
@@ -71,6 +87,8 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     rbtrace.sock = -1;
     rbtrace.queue_id = -1;
     rbtrace_mRBTrace = rb_define_module("RBTrace");
+    rbtrace_roots = TypedData_Wrap_Struct(0, &rbtrace_roots_type, &rbtrace);
+    rb_global_variable(&rbtrace_roots);
     rb_define_const(rbtrace_mRBTrace, "PROTOCOL_VERSION", INT2FIX(RBTRACE_PROTOCOL_VERSION));
     rb_define_const(rbtrace_mRBTrace, "VALUE_MAX", INT2FIX(RBTRACE_VALUE_MAX));
     rb_define_singleton_method(rbtrace_mRBTrace, "after_fork_child", rbtrace_after_fork_child_m, 0);

@@ -123,11 +123,13 @@ void rbtrace_emit_detached(void);
 void rbtrace_tracer_add(VALUE selectors);
 void rbtrace_tracer_firehose(void);
 void rbtrace_tracer_clear(void);
+void rbtrace_tracer_mark(void);
 void Init_rbtrace_tracer(VALUE mod);
 
 /* wrapper.c: tracing one method by wrapping it */
 void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility);
 void rbtrace_wrapper_clear(void);
+void rbtrace_wrapper_mark(void);
 void Init_rbtrace_wrapper(VALUE mod);
 
 #endif

@@ -3,9 +3,9 @@
  *
  * Selectors are parsed and resolved in Ruby (RBTrace.parse_selector in
  * lib/rbtrace/selector.rb): class names by constant lookup, never by evaluating
- * text. Each becomes a (owner, method) pair of integers that the hook
- * compares against every call, so an unmatched call costs a few
- * comparisons and no allocation.
+ * text. Each becomes an (owner, method name) pair of VALUEs, pinned
+ * against compaction, that the hook compares by address against every
+ * call: an unmatched call costs a few comparisons and no allocation.
  *
  * A selector naming one method of one class is traced by a wrapper
  * (wrapper.c), which costs nothing elsewhere. Every other selector and
@@ -21,8 +21,6 @@
 
 #define TRACER_EVENTS (RUBY_EVENT_CALL | RUBY_EVENT_RETURN | RUBY_EVENT_C_CALL | RUBY_EVENT_C_RETURN)
 
-/* Keeps the tracers' classes and expression arrays from the GC. */
-static VALUE tracer_roots;
 static ID id_parse_selector, id_trace_exprs;
 
 static const struct rbtrace_tracer *tracer_match(VALUE klass, VALUE mid)
@@ -150,7 +148,6 @@ void rbtrace_tracer_add(VALUE selectors)
         t->klass = NIL_P(RARRAY_AREF(parsed, 0)) ? 0 : RARRAY_AREF(parsed, 0);
         t->mid = NIL_P(RARRAY_AREF(parsed, 1)) ? 0 : RARRAY_AREF(parsed, 1);
         t->exprs = RARRAY_AREF(parsed, 2);
-        rb_ary_push(tracer_roots, parsed);
     }
     if (rbtrace.n_tracers > 0) tracer_install();
 }
@@ -169,13 +166,23 @@ void rbtrace_tracer_clear(void)
     rbtrace.hook_installed = 0;
     rbtrace.firehose = 0;
     rbtrace.n_tracers = 0;
-    rb_ary_clear(tracer_roots);
+}
+
+/* The hook compares these VALUEs by address: keep them alive and pinned
+ * (rb_gc_mark, not rb_gc_mark_movable), or compaction would move them. */
+void rbtrace_tracer_mark(void)
+{
+    uint32_t i;
+
+    for (i = 0; i < rbtrace.n_tracers; i++) {
+        rb_gc_mark(rbtrace.tracers[i].klass);
+        rb_gc_mark(rbtrace.tracers[i].mid);
+        rb_gc_mark(rbtrace.tracers[i].exprs);
+    }
 }
 
 void Init_rbtrace_tracer(VALUE mod)
 {
-    tracer_roots = rb_ary_new();
-    rb_global_variable(&tracer_roots);
     id_parse_selector = rb_intern("parse_selector");
     id_trace_exprs = rb_intern("trace_exprs");
 }

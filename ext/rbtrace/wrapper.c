@@ -129,6 +129,19 @@ void rbtrace_wrapper_clear(void)
     }
 }
 
+/* wrapper_find compares addresses: keep the modules, owners and names of
+ * active wrappers pinned (rb_gc_mark, not rb_gc_mark_movable). */
+void rbtrace_wrapper_mark(void)
+{
+    uint32_t i;
+
+    for (i = 0; i < n_wrappers; i++) {
+        rb_gc_mark(wrappers[i].module);
+        rb_gc_mark(wrappers[i].owner);
+        rb_gc_mark(wrappers[i].mid);
+    }
+}
+
 void Init_rbtrace_wrapper(VALUE mod)
 {
     wrapper_modules = rb_hash_new();

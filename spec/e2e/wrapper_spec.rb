@@ -63,6 +63,37 @@ RSpec.describe 'method wrappers' do
     expect(owner.stdout).to end_with("=> [Calc, []]\n")
   end
 
+  it 'keeps tracing through a GC compaction, and detaches cleanly after it' do
+    app = start_target(<<~'RUBY').ready
+      class Foo
+        def bar = 1
+      end
+      puts "ready"
+      $stdin.read(0)
+      Signal.trap('USR1') { $compact = true }
+      loop do
+        if $compact
+          $compact = false
+          GC.verify_compaction_references(double_heap: true, toward: :empty)
+          puts "compacted"
+        end
+        Foo.new.bar
+        "x".upcase
+        sleep 0.01
+      end
+    RUBY
+    client = start_client('-p', app.pid, '-m', 'Foo#bar', 'String#upcase(self)')
+    client.attached
+    client.wait_for(/Foo#bar </)
+    Process.kill(:USR1, app.pid)
+    app.wait_for('compacted')
+    seen = client.stdout.scan('Foo#bar <').size
+    client.wait_for(->(out) { out.scan('Foo#bar <').size > seen + 5 && out.scan('upcase(self=').size > seen + 5 })
+    expect(client.stop).to be_success
+    sleep 0.2
+    expect(app).to be_alive
+  end
+
   it 'falls back to the hook for core operators, and says so' do
     r = trace(app, '-m', 'Integer#+', until_output: /Integer#\+ </)
     expect(r.stderr).to include('global VM hooks')
