@@ -96,6 +96,17 @@ static int channel_queue_open(void)
     return qid;
 }
 
+/* An unexpected failure of the queue, said once on stderr. */
+static void channel_report_errno(const char *what)
+{
+    static int reported;
+
+    if (reported) return;
+    reported = 1;
+    fprintf(stderr, "rbtrace: %s on message queue of process %d: %s\n", what, (int)getpid(),
+            strerror(errno));
+}
+
 static void channel_command_reset(void)
 {
     rbtrace.command_len = 0;
@@ -153,10 +164,14 @@ static void channel_drain(void)
     ssize_t n;
 
     for (;;) {
-        n = msgrcv(rbtrace.queue_id, &msg, sizeof(msg.mtext), RBTRACE_MSG_TYPE, IPC_NOWAIT);
+        /* MSG_NOERROR: an oversized message is cut (and then fails to
+         * decode) rather than blocking the head of the queue for good. */
+        n = msgrcv(rbtrace.queue_id, &msg, sizeof(msg.mtext), RBTRACE_MSG_TYPE,
+                   IPC_NOWAIT | MSG_NOERROR);
         if (n < 0) {
             if (errno == EINTR) continue;
             if (errno == EIDRM || errno == EINVAL) rbtrace.queue_id = -1;
+            else if (errno != ENOMSG) channel_report_errno("msgrcv");
             return;
         }
         if (channel_chunk(msg.mtext, (size_t)n)) {

@@ -5,8 +5,10 @@
  * The hot path (rbtrace_emit_call) runs inside the app's traced calls: it
  * encodes a CALL or RETURN by hand on the stack and copies the bytes into
  * the ring. No malloc, no Ruby allocation, no syscall, no lock but the GVL
- * the caller holds. Rarer events (names, expressions) are packed by
- * msgpack-c into a static scratch buffer, which the GVL serialises. A method is named once per (class, method) pair with a METHOD
+ * the caller holds. Rarer events of the hot path (names, expressions) are
+ * packed by msgpack-c into a static scratch buffer, used only while the
+ * GVL is held throughout; events that may wait for room (eval results,
+ * messages, DETACHED) are packed into a buffer of their own. A method is named once per (class, method) pair with a METHOD
  * event; later events carry its small id only. When the ring is full the
  * event is dropped and counted; the count goes out as a LOST event before
  * the next event that fits.
@@ -198,15 +200,15 @@ static uint64_t emit_thread_id(void)
  * trace expressions and wrapped methods can give up the GVL mid-call. */
 void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t now)
 {
-    uint32_t id = rbtrace.attached ? emit_method_id(klass, mid) : 0;
     enum rbtrace_event_type type =
         (event & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)) ? RBTRACE_EV_CALL : RBTRACE_EV_RETURN;
     char bytes[RBTRACE_CALL_EVENT_MAX];
-    size_t len;
+    size_t len, room = sizeof(bytes) + RBTRACE_LOST_EVENT_MAX;
+    uint32_t id;
 
     /* A full ring (a client that stopped reading) costs no encoding. */
-    if (id == 0 || rbtrace_ring_space(&rbtrace.ring, sizeof(bytes) + RBTRACE_LOST_EVENT_MAX) <
-                       sizeof(bytes) + RBTRACE_LOST_EVENT_MAX) {
+    if (!rbtrace.attached || rbtrace_ring_space(&rbtrace.ring, room) < room ||
+        (id = emit_method_id(klass, mid)) == 0) {
         rbtrace.lost++;
         return;
     }
@@ -353,10 +355,15 @@ void rbtrace_emit_attached(void)
 /* The last events of a session: the final loss count, then DETACHED. */
 void rbtrace_emit_detached(void)
 {
-    emit_lost_big();
-    emit_begin();
-    rbtrace_event_pack_detached(&scratch_pk);
-    emit_push_big(scratch.data, scratch.len);
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+
+    /* Not the shared scratch: pushing may give up the GVL, and a thread
+     * still returning from a traced call could reuse the scratch. */
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    rbtrace_event_pack_detached(&pk);
+    emit_sbuffer_push(&sb);
 }
 
 /* Allocates the ring and the method table for a new session. */

@@ -78,10 +78,16 @@ static void tracer_hook_i(VALUE data, rb_trace_arg_t *targ)
     rb_event_flag_t ev;
     VALUE mid, klass;
 
-    if (rbtrace.in_expr || !rbtrace.attached) return;
+    if (!rbtrace.attached) return;
     mid = rb_tracearg_method_id(targ);
     klass = rb_tracearg_defined_class(targ);
     if (!rbtrace.firehose && (t = tracer_match(klass, mid)) == NULL) return;
+    if (rbtrace.in_expr) {
+        /* Another thread is evaluating trace expressions (and gave up the
+         * GVL): this event cannot be encoded now; count it. */
+        rbtrace.lost++;
+        return;
+    }
 
     ev = rb_tracearg_event_flag(targ);
     if (t && t->exprs != Qnil && (ev & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)))
@@ -104,6 +110,12 @@ static void tracer_install(void)
 static VALUE tracer_parse_i(VALUE selector)
 {
     return rb_funcall(rbtrace_mRBTrace, id_parse_selector, 1, selector);
+}
+
+static VALUE tracer_wrap_i(VALUE parsed)
+{
+    rbtrace_wrapper_add(RARRAY_AREF(parsed, 0), RARRAY_AREF(parsed, 1), RARRAY_AREF(parsed, 3));
+    return Qnil;
 }
 
 static void tracer_report_error(VALUE selector, VALUE e)
@@ -140,8 +152,9 @@ void rbtrace_tracer_add(VALUE selectors)
         /* parsed is [owner or nil, method Symbol or nil, expressions or nil,
          * visibility Symbol if the method can be wrapped instead of hooked] */
         if (!NIL_P(RARRAY_AREF(parsed, 3))) {
-            rbtrace_wrapper_add(RARRAY_AREF(parsed, 0), RARRAY_AREF(parsed, 1),
-                                RARRAY_AREF(parsed, 3));
+            /* Wrapping can fail (a frozen class): that selector alone. */
+            rbtrace_protect(tracer_wrap_i, parsed, &state, &err);
+            if (state) tracer_report_error(sel, err);
             continue;
         }
         t = &rbtrace.tracers[rbtrace.n_tracers++];

@@ -70,10 +70,9 @@ static VALUE wrapper_call_m(int argc, VALUE *argv, VALUE self)
     ID mid;
     VALUE module;
 
-    if (rb_frame_method_id_and_class(&mid, &module))
+    if (rbtrace.attached && rb_frame_method_id_and_class(&mid, &module))
         c.w = wrapper_find(module, ID2SYM(mid));
-    if (c.w == NULL || !rbtrace.attached)
-        return rb_call_super_kw(argc, argv, c.kw_splat);
+    if (c.w == NULL) return rb_call_super_kw(argc, argv, c.kw_splat);
     rbtrace_emit_call(RUBY_EVENT_C_CALL, c.w->owner, c.w->mid, rbtrace_now_ns());
     return rb_ensure(wrapper_super_i, (VALUE)&c, wrapper_return_i, (VALUE)&c);
 }

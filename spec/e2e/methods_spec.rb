@@ -95,6 +95,20 @@ RSpec.describe 'tracing methods (-m)' do
     expect(result.stdout).to match(/^Process\.pid </)
   end
 
+  it 'reports a method that cannot be wrapped (frozen class) and traces the others' do
+    frozen = start_target(<<~'RUBY').ready
+      class Ice
+        def cube = 1
+      end
+      Ice.freeze
+      puts "ready"
+      loop { Ice.new.cube; sleep 0.02 }
+    RUBY
+    result = trace(frozen, '-m', 'sleep', 'Ice#cube', until_output: /Kernel#sleep </)
+    expect(result.stderr).to include("Ice#cube: can't modify frozen class: Ice (not traced)")
+    expect(result.stdout).to match(/^Kernel#sleep </)
+  end
+
   it 'never evaluates the class part of a selector' do
     marker = File.join(Dir.tmpdir, "rbtrace-pwned-#{Process.pid}")
     result = trace(app, '-m', "(File.write('#{marker}','x');String)#gsub", 'Process.pid',
