@@ -182,19 +182,34 @@ static void channel_drain(void)
     }
 }
 
-/* Serves whatever woke us: a signal, or a client that went away. */
-static void channel_service(void)
+static VALUE channel_service_body(VALUE unused)
 {
-    if (rbtrace.servicing) return;
-    rbtrace.servicing = 1;
-    rbtrace_session_check_peer();
-    if (!rbtrace.in_job) rbtrace_session_run_deferred();
+    if (!rbtrace.in_job) {
+        rbtrace_session_check_peer();
+        rbtrace_session_run_deferred();
+    }
     if (rbtrace.pending) {
         rbtrace.pending = 0;
         if (rbtrace.queue_id < 0) rbtrace.queue_id = channel_queue_open();
         if (rbtrace.queue_id >= 0 && channel_queue_trusted(rbtrace.queue_id)) channel_drain();
     }
+    return Qnil;
+}
+
+static VALUE channel_service_done(VALUE unused)
+{
     rbtrace.servicing = 0;
+    rbtrace.in_job = 0;
+    return Qnil;
+}
+
+/* Serves whatever woke us: a signal, or a client that went away. The flag
+ * is cleared however the work ends, or nothing would be served again. */
+static void channel_service(void)
+{
+    if (rbtrace.servicing) return;
+    rbtrace.servicing = 1;
+    rb_ensure(channel_service_body, Qnil, channel_service_done, Qnil);
 }
 
 #ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
@@ -233,7 +248,8 @@ static VALUE channel_helper_loop_m(VALUE self)
         channel_unblocked = 0;
         rb_thread_call_without_gvl(channel_wait_nogvl, NULL, channel_unblock, NULL);
         rb_thread_check_ints();
-        do channel_service(); while (rbtrace.pending && !rbtrace.servicing);
+        do channel_service();
+        while ((rbtrace.pending || rbtrace.deferred) && !rbtrace.servicing);
     }
     return Qnil;
 }

@@ -249,7 +249,17 @@ void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, V
  * so that nothing lands inside it. Gives up if the writer stops. */
 struct emit_wait_arg {
     size_t need;
+    uint64_t head;              /* the ring's head: no producer moves it now */
+    volatile int unblocked;     /* set by emit_wait_unblock */
 };
+
+/* Free bytes, without the GVL: reads tail only (tail_seen is the GVL
+ * holder's), from a head that no producer moves while big_event is set. */
+static size_t emit_space_nogvl(const struct emit_wait_arg *arg)
+{
+    uint64_t tail = __atomic_load_n(&rbtrace.ring.tail, __ATOMIC_ACQUIRE);
+    return rbtrace.ring.size - (size_t)(arg->head - tail);
+}
 
 static void *emit_wait_nogvl(void *p)
 {
@@ -257,12 +267,17 @@ static void *emit_wait_nogvl(void *p)
     struct timespec ts = { 0, 1000000 };
     int waited_ms = 0;
 
-    while (rbtrace_ring_space(&rbtrace.ring, arg->need) < arg->need && !rbtrace.peer_gone &&
+    while (emit_space_nogvl(arg) < arg->need && !rbtrace.peer_gone && !arg->unblocked &&
            rbtrace.writer_running && waited_ms < 10000) {
         nanosleep(&ts, NULL);
         waited_ms++;
     }
     return NULL;
+}
+
+static void emit_wait_unblock(void *p)
+{
+    ((struct emit_wait_arg *)p)->unblocked = 1;
 }
 
 static void emit_push_big(const char *data, size_t len)
@@ -277,7 +292,11 @@ static void emit_push_big(const char *data, size_t len)
         if (chunk > rbtrace.ring.size / 2) chunk = rbtrace.ring.size / 2;
         if (space < chunk) {
             arg.need = chunk;
-            rb_thread_call_without_gvl(emit_wait_nogvl, &arg, RUBY_UBF_IO, NULL);
+            arg.head = rbtrace.ring.head;
+            arg.unblocked = 0;
+            /* INTR_FAIL: an interrupt for this thread is not raised here,
+             * in the middle of an event; it waits for Ruby code. */
+            rb_nogvl(emit_wait_nogvl, &arg, emit_wait_unblock, &arg, RB_NOGVL_INTR_FAIL);
             if (rbtrace_ring_space(&rbtrace.ring, chunk) < chunk) break;
         }
         rbtrace_ring_push(&rbtrace.ring, data + done, chunk);

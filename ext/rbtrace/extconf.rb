@@ -24,8 +24,8 @@ unless have_header('sys/msg.h') && have_header('semaphore.h') && have_func('sem_
   abort 'rbtrace needs SysV message queues and POSIX semaphores (Linux).'
 end
 
-unless have_func('rb_thread_call_without_gvl', 'ruby/thread.h')
-  abort 'rbtrace needs rb_thread_call_without_gvl (CRuby 2.7 or newer).'
+unless have_func('rb_thread_call_without_gvl', 'ruby/thread.h') && have_func('rb_nogvl', 'ruby/thread.h')
+  abort 'rbtrace needs rb_thread_call_without_gvl and rb_nogvl (CRuby 2.7 or newer).'
 end
 
 # Version-dependent APIs, chosen by feature, never by version number.

@@ -26,6 +26,13 @@
 /* Slots of the (class, method) -> method id table; a power of two. */
 #define RBTRACE_METHOD_SLOTS 8192
 
+/* A command a postponed job left for the helper thread (session.c). */
+struct rbtrace_deferred {
+    struct rbtrace_deferred *next;
+    size_t len;
+    char data[];        /* the command's msgpack bytes */
+};
+
 /* One method selector the user asked for (-m). */
 struct rbtrace_tracer {
     VALUE klass;        /* owner to match, or 0 for any */
@@ -49,8 +56,8 @@ struct rbtrace_state {
     int queue_refused;               /* a foreign queue was reported */
     int servicing;                   /* a command is being carried out */
     int in_job;                      /* ... from a postponed job, on an app thread */
-    char *deferred;                  /* an eval left for the helper thread */
-    size_t deferred_len;
+    struct rbtrace_deferred *deferred;       /* commands left for the helper, oldest first */
+    struct rbtrace_deferred **deferred_tail; /* where the next one is linked */
     char *command;                   /* chunks of the command being received */
     size_t command_len, command_cap;
     int command_receiving;           /* between a FIRST chunk and the last */
@@ -99,6 +106,7 @@ void Init_rbtrace_channel(VALUE mod);
 /* session.c: carrying out commands */
 void rbtrace_session_execute(const char *buf, size_t len);
 void rbtrace_session_run_deferred(void);
+void rbtrace_session_drop_deferred(void);
 void rbtrace_session_detach(int tell_client);
 void rbtrace_session_after_fork(void);
 void rbtrace_session_check_peer(void);

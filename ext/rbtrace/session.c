@@ -148,6 +148,7 @@ void rbtrace_session_check_peer(void)
  * and hooks did. Drop them all without touching the parent's session. */
 void rbtrace_session_after_fork(void)
 {
+    rbtrace_session_drop_deferred();
     if (!rbtrace.attached) return;
     rbtrace_tracer_clear();
     rbtrace.writer_running = 0;
@@ -235,32 +236,52 @@ static VALUE session_dispatch_i(VALUE p)
     return Qnil;
 }
 
-/* An eval may run for seconds: a postponed job (an app thread, in the
- * middle of its work) leaves it to the helper thread. */
+/*
+ * A postponed job runs on an app thread, in the middle of its work, where
+ * Ruby code must not run (it could swallow the app's own Thread#raise or
+ * Timeout) and nothing may wait. It carries out only a first ATTACH, which
+ * is plain C; every other command, and every command after one that was
+ * left, goes to the helper thread in order.
+ */
 static int session_defer(const struct rbtrace_command *cmd, const char *buf, size_t len)
 {
-    char *copy;
+    struct rbtrace_deferred *d;
 
-    if (!rbtrace.in_job || cmd->type != RBTRACE_CMD_EVAL) return 0;
-    copy = malloc(len);
-    if (copy == NULL) return 0;
-    memcpy(copy, buf, len);
-    free(rbtrace.deferred);
-    rbtrace.deferred = copy;
-    rbtrace.deferred_len = len;
+    if (!rbtrace.in_job) return 0;
+    if (cmd->type == RBTRACE_CMD_ATTACH && !rbtrace.attached && rbtrace.deferred == NULL) return 0;
+    d = malloc(sizeof(*d) + len);
+    if (d == NULL) return 1;   /* dropped; the client times out and says so */
+    d->next = NULL;
+    d->len = len;
+    memcpy(d->data, buf, len);
+    if (rbtrace.deferred == NULL) rbtrace.deferred_tail = &rbtrace.deferred;
+    *rbtrace.deferred_tail = d;
+    rbtrace.deferred_tail = &d->next;
     rbtrace_channel_wake();
     return 1;
 }
 
-/* Carries out an eval a postponed job left. Helper thread only. */
+/* Carries out the commands a postponed job left. Helper thread only. */
 void rbtrace_session_run_deferred(void)
 {
-    char *buf = rbtrace.deferred;
+    struct rbtrace_deferred *d;
 
-    if (buf == NULL) return;
-    rbtrace.deferred = NULL;
-    rbtrace_session_execute(buf, rbtrace.deferred_len);
-    free(buf);
+    while ((d = rbtrace.deferred) != NULL) {
+        rbtrace.deferred = d->next;
+        rbtrace_session_execute(d->data, d->len);
+        free(d);
+    }
+}
+
+/* A forked child does not carry out its parent's commands. */
+void rbtrace_session_drop_deferred(void)
+{
+    struct rbtrace_deferred *d;
+
+    while ((d = rbtrace.deferred) != NULL) {
+        rbtrace.deferred = d->next;
+        free(d);
+    }
 }
 
 /* Decodes and carries out one whole command. */

@@ -128,18 +128,29 @@ int rbtrace_writer_start(void)
     return err;
 }
 
-static void *writer_join_nogvl(void *unused)
+static void *writer_join_nogvl(void *joined)
 {
-    pthread_join(rbtrace.writer, NULL);
+    int err = pthread_join(rbtrace.writer, NULL);
+
+    if (err != 0) fprintf(stderr, "rbtrace: joining the writer thread: %s\n", strerror(err));
+    *(int *)joined = 1;
     return NULL;
 }
 
-/* Asks the writer to deliver what is left (for at most WRITER_DRAIN_MS)
- * and waits for it, without the GVL so the app runs meanwhile. */
+/*
+ * Asks the writer to deliver what is left (for at most WRITER_DRAIN_MS)
+ * and waits for it, without the GVL so the app runs meanwhile.
+ * RB_NOGVL_INTR_FAIL: an interrupt pending for this thread (Thread#raise,
+ * kill) must not be raised in the middle of a detach; the join then runs
+ * with the GVL held instead, and the interrupt waits for Ruby code.
+ */
 void rbtrace_writer_stop(void)
 {
+    int joined = 0;
+
     if (!rbtrace.writer_running) return;
     rbtrace.writer_stop = 1;
-    rb_thread_call_without_gvl(writer_join_nogvl, NULL, NULL, NULL);
     rbtrace.writer_running = 0;
+    rb_nogvl(writer_join_nogvl, &joined, NULL, NULL, RB_NOGVL_INTR_FAIL);
+    if (!joined) writer_join_nogvl(&joined);
 }
