@@ -16,7 +16,14 @@ module RBTrace
     # It must be a Ruby thread, started from Ruby, so that eval and tracing
     # work on it like on any other thread.
     def start_helper
-      @helper = Thread.new { helper_loop }
+      @helper = Thread.new do
+        helper_loop
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        # Not meant to happen; keep the process traceable and say it once.
+        warn "rbtrace: helper thread: #{e.class}: #{e.message}" unless @helper_failed
+        @helper_failed = true
+        retry
+      end
       @helper.name = HELPER_NAME
       @helper.report_on_exception = false
       @helper
@@ -48,20 +55,36 @@ module RBTrace
   end
 
   # A forked child starts detached; only the forking thread survives fork,
-  # so the child needs a helper of its own (Process._fork is Ruby 3.1+).
+  # so the child needs a helper of its own. Process._fork (Ruby 3.1+) sees
+  # fork, Kernel#fork and IO.popen('-'); Process.daemon forks without it.
   module ForkHook
     def _fork
       pid = super
-      if pid.zero?
-        RBTrace.after_fork_child
-        RBTrace.start_helper
-      end
+      RBTrace.reset_in_child if pid.zero?
       pid
     end
+  end
+
+  module DaemonHook
+    def daemon(*args)
+      result = super
+      RBTrace.reset_in_child   # only the child returns from daemon
+      result
+    end
+  end
+
+  # Once per child process, however it was forked.
+  def self.reset_in_child
+    return if @child_pid == Process.pid
+
+    @child_pid = Process.pid
+    after_fork_child
+    start_helper
   end
 end
 
 Process.singleton_class.prepend(RBTrace::ForkHook) if Process.respond_to?(:_fork)
+Process.singleton_class.prepend(RBTrace::DaemonHook)
 Signal.singleton_class.prepend(RBTrace::SignalTrapWatch)
 Kernel.singleton_class.prepend(RBTrace::SignalTrapWatch)
 Kernel.prepend(RBTrace::TrapWatch) if RBTrace::Selector::PREPEND_REACHES_INCLUDERS

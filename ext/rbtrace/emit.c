@@ -280,12 +280,14 @@ static void emit_wait_unblock(void *p)
     ((struct emit_wait_arg *)p)->unblocked = 1;
 }
 
-static void emit_push_big(const char *data, size_t len)
+/* Returns the state of an interrupt that ended a wait (0 if none). */
+static int emit_push_big(const char *data, size_t len)
 {
     struct emit_wait_arg arg;
     size_t done = 0;
+    int state = 0;
 
-    if (!rbtrace.attached) return;
+    if (!rbtrace.attached) return 0;
     rbtrace.big_event = 1;
     while (done < len) {
         size_t chunk = len - done, space = rbtrace_ring_space(&rbtrace.ring, chunk);
@@ -294,10 +296,10 @@ static void emit_push_big(const char *data, size_t len)
             arg.need = chunk;
             arg.head = rbtrace.ring.head;
             arg.unblocked = 0;
-            /* INTR_FAIL: an interrupt for this thread is not raised here,
-             * in the middle of an event; it waits for Ruby code. */
-            rb_nogvl(emit_wait_nogvl, &arg, emit_wait_unblock, &arg, RB_NOGVL_INTR_FAIL);
-            if (rbtrace_ring_space(&rbtrace.ring, chunk) < chunk) break;
+            /* An interrupt for this thread (kill at exit) ends the wait;
+             * it is re-raised once the state is consistent again. */
+            state = rbtrace_nogvl(emit_wait_nogvl, &arg, emit_wait_unblock, &arg);
+            if (state || rbtrace_ring_space(&rbtrace.ring, chunk) < chunk) break;
         }
         rbtrace_ring_push(&rbtrace.ring, data + done, chunk);
         done += chunk;
@@ -308,23 +310,29 @@ static void emit_push_big(const char *data, size_t len)
         rbtrace.peer_gone = 1;
         rbtrace_channel_wake();
     }
+    return state;
 }
 
 /* Reports dropped events from a thread that may wait for room. */
-static void emit_lost_big(void)
+static int emit_lost_big(void)
 {
     char lost[RBTRACE_LOST_EVENT_MAX];
+    uint64_t count = rbtrace.lost;
 
-    if (rbtrace.lost == 0) return;
-    emit_push_big(lost, rbtrace_event_encode_lost(lost, rbtrace.lost));
+    if (count == 0) return 0;
     rbtrace.lost = 0;
+    return emit_push_big(lost, rbtrace_event_encode_lost(lost, count));
 }
 
-static void emit_sbuffer_push(msgpack_sbuffer *sb)
+/* Pushes (and frees) a packed event, after any loss report; returns the
+ * state of an interrupt that arrived while waiting (0 if none). */
+static int emit_sbuffer_push(msgpack_sbuffer *sb)
 {
-    emit_lost_big();
-    emit_push_big(sb->data, sb->size);
+    int state = emit_lost_big();
+
+    if (state == 0) state = emit_push_big(sb->data, sb->size);
     msgpack_sbuffer_destroy(sb);
+    return state;
 }
 
 void rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
@@ -343,19 +351,20 @@ void rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     rbtrace_event_pack_message(&pk, type, text, (size_t)n);
-    emit_sbuffer_push(&sb);
+    if ((n = emit_sbuffer_push(&sb)) != 0) rb_jump_tag(n);
 }
 
 void rbtrace_emit_eval_result(uint32_t eval_id, enum rbtrace_eval_status status, VALUE text)
 {
     msgpack_sbuffer sb;
     msgpack_packer pk;
+    int state;
 
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     rbtrace_event_pack_eval_result(&pk, eval_id, status, RSTRING_PTR(text), RSTRING_LEN(text));
     RB_GC_GUARD(text);
-    emit_sbuffer_push(&sb);
+    if ((state = emit_sbuffer_push(&sb)) != 0) rb_jump_tag(state);
 }
 
 void rbtrace_emit_attached(void)
@@ -371,8 +380,9 @@ void rbtrace_emit_attached(void)
     emit_commit();
 }
 
-/* The last events of a session: the final loss count, then DETACHED. */
-void rbtrace_emit_detached(void)
+/* The last events of a session: the final loss count, then DETACHED.
+ * Returns the state of an interrupt to re-raise after the detach. */
+int rbtrace_emit_detached(void)
 {
     msgpack_sbuffer sb;
     msgpack_packer pk;
@@ -382,7 +392,7 @@ void rbtrace_emit_detached(void)
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     rbtrace_event_pack_detached(&pk);
-    emit_sbuffer_push(&sb);
+    return emit_sbuffer_push(&sb);
 }
 
 /* Allocates the ring and the method table for a new session. */

@@ -61,6 +61,37 @@ VALUE rbtrace_protect(VALUE (*func)(VALUE), VALUE arg, int *state, VALUE *error)
     return Qnil;
 }
 
+struct rbtrace_nogvl_call {
+    void *(*func)(void *);
+    void *arg;
+    rb_unblock_function_t *ubf;
+    void *ubf_arg;
+};
+
+static VALUE rbtrace_nogvl_i(VALUE p)
+{
+    struct rbtrace_nogvl_call *c = (struct rbtrace_nogvl_call *)p;
+
+    rb_thread_call_without_gvl(c->func, c->arg, c->ubf, c->ubf_arg);
+    return Qnil;
+}
+
+/*
+ * Runs func without the GVL. An interrupt for this thread (Thread#kill at
+ * exit, Thread#raise) may be raised before or after func; it is caught and
+ * its state returned, so that the caller finishes what it was doing (a
+ * detach, an event) and then re-raises it with rb_jump_tag. func may not
+ * have run at all: callers check.
+ */
+int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg)
+{
+    struct rbtrace_nogvl_call c = { func, arg, ubf, ubf_arg };
+    int state = 0;
+
+    rb_protect(rbtrace_nogvl_i, (VALUE)&c, &state);
+    return state;
+}
+
 /*
  * call-seq: RBTrace.after_fork_child -> nil
  *

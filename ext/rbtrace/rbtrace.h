@@ -96,6 +96,7 @@ extern VALUE rbtrace_mRBTrace;
 /* rbtrace.c */
 uint64_t rbtrace_now_ns(void);
 VALUE rbtrace_protect(VALUE (*func)(VALUE), VALUE arg, int *state, VALUE *error);
+int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg);
 
 /* channel.c: signal, queue, command chunks */
 void rbtrace_channel_init(void);
@@ -114,7 +115,7 @@ void Init_rbtrace_session(VALUE mod);
 
 /* writer.c: ring -> socket */
 int rbtrace_writer_start(void);
-void rbtrace_writer_stop(void);
+int rbtrace_writer_stop(void);
 
 /* emit.c: encoding events into the ring */
 int rbtrace_emit_open(void);
@@ -125,7 +126,7 @@ void rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void rbtrace_emit_eval_result(uint32_t eval_id, enum rbtrace_eval_status status, VALUE text);
 void rbtrace_emit_attached(void);
-void rbtrace_emit_detached(void);
+int rbtrace_emit_detached(void);
 
 /* tracer.c: selectors and hooks */
 void rbtrace_tracer_add(VALUE selectors);

@@ -124,18 +124,24 @@ static void session_attach(const struct rbtrace_command *cmd)
 
 /* ---- detach ---- */
 
-/* Removes every hook, delivers what is left and closes the session. */
+/* Removes every hook, delivers what is left and closes the session. An
+ * interrupt that arrived while waiting for the writer is re-raised only
+ * once all of that is done. */
 void rbtrace_session_detach(int tell_client)
 {
+    int state = 0, stop_state;
+
     if (!rbtrace.attached) return;
     rbtrace_tracer_clear();
-    if (tell_client && !rbtrace.peer_gone) rbtrace_emit_detached();
-    rbtrace_writer_stop();
+    if (tell_client && !rbtrace.peer_gone) state = rbtrace_emit_detached();
+    stop_state = rbtrace_writer_stop();
+    if (state == 0) state = stop_state;
     rbtrace.attached = 0;
     close(rbtrace.sock);
     rbtrace.sock = -1;
     rbtrace.client_pid = 0;
     rbtrace_emit_close();
+    if (state) rb_jump_tag(state);
 }
 
 /* Detaches if the writer saw the client go away. */

@@ -139,18 +139,19 @@ static void *writer_join_nogvl(void *joined)
 
 /*
  * Asks the writer to deliver what is left (for at most WRITER_DRAIN_MS)
- * and waits for it, without the GVL so the app runs meanwhile.
- * RB_NOGVL_INTR_FAIL: an interrupt pending for this thread (Thread#raise,
- * kill) must not be raised in the middle of a detach; the join then runs
- * with the GVL held instead, and the interrupt waits for Ruby code.
+ * and waits for it, without the GVL so the app runs meanwhile. Returns the
+ * state of an interrupt that arrived meanwhile (0 if none), for the caller
+ * to re-raise once the detach is complete; the join is then finished with
+ * the GVL held.
  */
-void rbtrace_writer_stop(void)
+int rbtrace_writer_stop(void)
 {
-    int joined = 0;
+    int joined = 0, state;
 
-    if (!rbtrace.writer_running) return;
+    if (!rbtrace.writer_running) return 0;
     rbtrace.writer_stop = 1;
     rbtrace.writer_running = 0;
-    rb_nogvl(writer_join_nogvl, &joined, NULL, NULL, RB_NOGVL_INTR_FAIL);
+    state = rbtrace_nogvl(writer_join_nogvl, &joined, NULL, NULL);
     if (!joined) writer_join_nogvl(&joined);
+    return state;
 }

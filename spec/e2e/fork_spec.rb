@@ -48,4 +48,23 @@ RSpec.describe 'fork' do
     expect(app.lines).to include('child attached=false')
     expect(r).to be_success
   end
+
+  it 'a daemonized process (Process.daemon) is traceable' do
+    pidfile = File.join(Dir.tmpdir, "rbtrace-daemon-#{Process.pid}")
+    FileUtils.rm_f(pidfile)
+    start_target(<<~RUBY)
+      Process.daemon(true, true)
+      File.write(#{pidfile.inspect}, Process.pid.to_s)
+      sleep 30
+    RUBY
+    Timeout.timeout(10) { sleep 0.05 until File.size?(pidfile) }
+    daemon = File.read(pidfile).to_i
+    begin
+      r = rbtrace('-p', daemon, '-e', '[Process.pid, RBTrace.helper.alive?]')
+      expect(r.stdout).to eq(">> [Process.pid, RBTrace.helper.alive?]\n=> [#{daemon}, true]\n")
+    ensure
+      Process.kill(:KILL, daemon) rescue nil
+      FileUtils.rm_f(pidfile)
+    end
+  end
 end
