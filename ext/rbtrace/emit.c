@@ -147,11 +147,11 @@ static size_t emit_slot_of(VALUE klass, VALUE mid)
     return (size_t)(h >> 32) & (RBTRACE_METHOD_SLOTS - 1);
 }
 
-/* The id of (klass, mid), naming it first if it is new; 0 if the name
- * could not be sent (the caller's event is then dropped too). */
 /* The pair asked for last: a method traced in a loop skips the table. */
 static struct rbtrace_method_slot last_method;
 
+/* The id of (klass, mid), naming it first if it is new; 0 if the name
+ * could not be sent (the caller's event is then dropped too). */
 static uint32_t emit_method_id(VALUE klass, VALUE mid)
 {
     struct rbtrace_method_slot *slot;
