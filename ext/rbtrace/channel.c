@@ -10,9 +10,11 @@
  * Queue#pop or IO.select, where a bare postponed job would never run.
  *
  * Postponed jobs: on Rubies that have rb_postponed_job_preregister (3.3+)
- * the handler also triggers a preregistered job, which serves the queue at
- * the next safe point of a busy app without waiting for a GVL hand-off.
- * Before 3.3 the handler registers no job at all: rb_postponed_job_
+ * the handler also triggers a preregistered job, which drains the queue at
+ * the next safe point of a busy app without waiting for a GVL hand-off. It
+ * runs on an app thread, so it carries out only a first ATTACH (plain C)
+ * and leaves every other command to the helper thread (session.c,
+ * session_defer). Before 3.3 the handler registers no job at all: rb_postponed_job_
  * register_one called from a signal handler can race with a flush running
  * on another thread (https://bugs.ruby-lang.org/issues/19991) and corrupt
  * the job list, so there the helper thread alone serves commands.
