@@ -122,6 +122,11 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     rb_global_variable(&rbtrace_roots);
     rb_define_const(rbtrace_mRBTrace, "PROTOCOL_VERSION", INT2FIX(RBTRACE_PROTOCOL_VERSION));
     rb_define_const(rbtrace_mRBTrace, "VALUE_MAX", INT2FIX(RBTRACE_VALUE_MAX));
+    /* The eval statuses, named once in protocol.h, for lib/rbtrace/evaluator.rb */
+    rb_define_const(rbtrace_mRBTrace, "EVAL_OK", INT2FIX(RBTRACE_EVAL_OK));
+    rb_define_const(rbtrace_mRBTrace, "EVAL_RAISED", INT2FIX(RBTRACE_EVAL_RAISED));
+    rb_define_const(rbtrace_mRBTrace, "EVAL_SYNTAX", INT2FIX(RBTRACE_EVAL_SYNTAX));
+    rb_define_const(rbtrace_mRBTrace, "EVAL_TIMEOUT", INT2FIX(RBTRACE_EVAL_TIMEOUT));
     rb_define_singleton_method(rbtrace_mRBTrace, "after_fork_child", rbtrace_after_fork_child_m, 0);
     rb_define_singleton_method(rbtrace_mRBTrace, "attached?", rbtrace_attached_p_m, 0);
     Init_rbtrace_channel(rbtrace_mRBTrace);

@@ -72,7 +72,7 @@ static void session_refuse(int fd, enum rbtrace_refusal reason, pid_t tracer, co
 }
 
 /* Is the attached client still there? A dead one is forgotten. */
-static int session_busy(const struct rbtrace_command *cmd)
+static int session_busy(void)
 {
     if (!rbtrace.attached) return 0;
     if (kill(rbtrace.client_pid, 0) != 0 && errno == ESRCH) {
@@ -90,7 +90,7 @@ static void session_attach(const struct rbtrace_command *cmd)
     if (rbtrace.attached && cmd->client_pid == (uint32_t)rbtrace.client_pid) return;
     fd = session_connect(&cmd->text);
     if (fd < 0) return;
-    if (session_busy(cmd)) {
+    if (session_busy()) {
         snprintf(why, sizeof(why), "already traced by rbtrace pid %d", (int)rbtrace.client_pid);
         session_refuse(fd, RBTRACE_REFUSED_BUSY, rbtrace.client_pid, why);
         return;

@@ -3,10 +3,10 @@ module RBTrace
   # own so that a snippet that never returns can be stopped at the timeout
   # instead of blocking the helper thread (or the app) for good.
   module Evaluator
-    OK = 0
-    RAISED = 1
-    SYNTAX = 2
-    TIMEOUT = 3
+    OK = RBTrace::EVAL_OK
+    RAISED = RBTrace::EVAL_RAISED
+    SYNTAX = RBTrace::EVAL_SYNTAX
+    TIMEOUT = RBTrace::EVAL_TIMEOUT
     BACKTRACE_LINES = 20
 
     module_function
