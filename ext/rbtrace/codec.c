@@ -34,6 +34,14 @@ static int codec_uint32(const msgpack_object_array *a, uint32_t i, uint32_t *out
     return RBTRACE_OK;
 }
 
+static int codec_bool(const msgpack_object_array *a, uint32_t i, int *out, char *err)
+{
+    if (i >= a->size || a->ptr[i].type != MSGPACK_OBJECT_BOOLEAN)
+        return codec_fail(err, "a boolean", i);
+    *out = a->ptr[i].via.boolean ? 1 : 0;
+    return RBTRACE_OK;
+}
+
 static int codec_str_of(const msgpack_object *o, struct rbtrace_str *out)
 {
     if (o->type != MSGPACK_OBJECT_STR) return RBTRACE_ERR;
@@ -86,6 +94,8 @@ int rbtrace_command_encode(msgpack_packer *pk, const struct rbtrace_command *cmd
         return RBTRACE_OK;
     case RBTRACE_CMD_DETACH:
     case RBTRACE_CMD_FIREHOSE:
+    case RBTRACE_CMD_GC:
+    case RBTRACE_CMD_RAISE:
         msgpack_pack_array(pk, 2);
         msgpack_pack_uint32(pk, cmd->type);
         msgpack_pack_uint32(pk, cmd->client_pid);
@@ -95,6 +105,18 @@ int rbtrace_command_encode(msgpack_packer *pk, const struct rbtrace_command *cmd
         msgpack_pack_array(pk, 3);
         msgpack_pack_uint32(pk, cmd->type);
         msgpack_pack_uint32(pk, cmd->client_pid);
+        msgpack_pack_array(pk, cmd->n_selectors);
+        for (i = 0; i < cmd->n_selectors; i++)
+            msgpack_pack_str_with_body(pk, cmd->selectors[i].ptr, cmd->selectors[i].len);
+        return RBTRACE_OK;
+    case RBTRACE_CMD_SLOW:
+        if (cmd->n_selectors > RBTRACE_SELECTORS_MAX) return RBTRACE_ERR;
+        msgpack_pack_array(pk, 5);
+        msgpack_pack_uint32(pk, cmd->type);
+        msgpack_pack_uint32(pk, cmd->client_pid);
+        msgpack_pack_uint64(pk, cmd->threshold_ns);
+        if (cmd->cpu) msgpack_pack_true(pk);
+        else msgpack_pack_false(pk);
         msgpack_pack_array(pk, cmd->n_selectors);
         for (i = 0; i < cmd->n_selectors; i++)
             msgpack_pack_str_with_body(pk, cmd->selectors[i].ptr, cmd->selectors[i].len);
@@ -111,13 +133,14 @@ int rbtrace_command_encode(msgpack_packer *pk, const struct rbtrace_command *cmd
     return RBTRACE_ERR;
 }
 
-static int command_decode_selectors(const msgpack_object_array *a,
+/* The selector list at index at. */
+static int command_decode_selectors(const msgpack_object_array *a, uint32_t at,
                                     struct rbtrace_command *cmd, char *err)
 {
     const msgpack_object_array *list;
     uint32_t i;
 
-    if (codec_array(a, 2, &list, err) != RBTRACE_OK) return RBTRACE_ERR;
+    if (codec_array(a, at, &list, err) != RBTRACE_OK) return RBTRACE_ERR;
     if (list->size > RBTRACE_SELECTORS_MAX) {
         snprintf(err, RBTRACE_ERRLEN, "too many selectors (%u, at most %d)",
                  list->size, RBTRACE_SELECTORS_MAX);
@@ -142,9 +165,15 @@ static int command_decode_fields(const msgpack_object_array *a,
         return codec_str(a, 3, &cmd->text, err);
     case RBTRACE_CMD_DETACH:
     case RBTRACE_CMD_FIREHOSE:
+    case RBTRACE_CMD_GC:
+    case RBTRACE_CMD_RAISE:
         return RBTRACE_OK;
     case RBTRACE_CMD_METHODS:
-        return command_decode_selectors(a, cmd, err);
+        return command_decode_selectors(a, 2, cmd, err);
+    case RBTRACE_CMD_SLOW:
+        if (codec_uint(a, 2, &cmd->threshold_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_bool(a, 3, &cmd->cpu, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return command_decode_selectors(a, 4, cmd, err);
     case RBTRACE_CMD_EVAL:
         if (codec_uint32(a, 2, &cmd->eval_id, err) != RBTRACE_OK) return RBTRACE_ERR;
         if (codec_str(a, 3, &cmd->text, err) != RBTRACE_OK) return RBTRACE_ERR;
@@ -405,6 +434,47 @@ void rbtrace_event_pack_eval_result(msgpack_packer *pk, uint32_t eval_id,
     msgpack_pack_str_with_body(pk, text, text_len);
 }
 
+void rbtrace_event_pack_slow(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
+                             uint64_t method_id, uint64_t duration_ns, uint64_t depth)
+{
+    msgpack_pack_array(pk, 6);
+    msgpack_pack_uint32(pk, RBTRACE_EV_SLOW);
+    msgpack_pack_uint64(pk, thread_id);
+    msgpack_pack_uint64(pk, time_ns);
+    msgpack_pack_uint64(pk, method_id);
+    msgpack_pack_uint64(pk, duration_ns);
+    msgpack_pack_uint64(pk, depth);
+}
+
+void rbtrace_event_pack_gc(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
+                           uint64_t duration_ns, uint64_t mark_ns, uint64_t sweep_ns,
+                           const char *major_by, const char *gc_by)
+{
+    msgpack_pack_array(pk, 8);
+    msgpack_pack_uint32(pk, RBTRACE_EV_GC);
+    msgpack_pack_uint64(pk, thread_id);
+    msgpack_pack_uint64(pk, time_ns);
+    msgpack_pack_uint64(pk, duration_ns);
+    msgpack_pack_uint64(pk, mark_ns);
+    msgpack_pack_uint64(pk, sweep_ns);
+    pack_cstr(pk, major_by);
+    pack_cstr(pk, gc_by);
+}
+
+void rbtrace_event_pack_raise(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
+                              const char *klass, size_t klass_len,
+                              const char *message, size_t message_len,
+                              const char *location, size_t location_len)
+{
+    msgpack_pack_array(pk, 6);
+    msgpack_pack_uint32(pk, RBTRACE_EV_RAISE);
+    msgpack_pack_uint64(pk, thread_id);
+    msgpack_pack_uint64(pk, time_ns);
+    msgpack_pack_str_with_body(pk, klass, klass_len);
+    msgpack_pack_str_with_body(pk, message, message_len);
+    msgpack_pack_str_with_body(pk, location, location_len);
+}
+
 void rbtrace_event_pack_message(msgpack_packer *pk, enum rbtrace_event_type type,
                                 const char *message, size_t len)
 {
@@ -476,6 +546,26 @@ static int event_decode_fields(const msgpack_object_array *a, struct rbtrace_eve
     case RBTRACE_EV_ERROR:
     case RBTRACE_EV_NOTICE:
         return codec_str(a, 1, &ev->text, err);
+    case RBTRACE_EV_SLOW:
+        if (codec_uint(a, 1, &ev->thread_id, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_uint(a, 2, &ev->time_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_uint(a, 3, &ev->method_id, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_uint(a, 4, &ev->duration_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return codec_uint(a, 5, &ev->depth, err);
+    case RBTRACE_EV_GC:
+        if (codec_uint(a, 1, &ev->thread_id, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_uint(a, 2, &ev->time_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_uint(a, 3, &ev->duration_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_uint(a, 4, &ev->mark_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_uint(a, 5, &ev->sweep_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_str(a, 6, &ev->text, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return codec_str(a, 7, &ev->text2, err);
+    case RBTRACE_EV_RAISE:
+        if (codec_uint(a, 1, &ev->thread_id, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_uint(a, 2, &ev->time_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_str(a, 3, &ev->text, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_str(a, 4, &ev->text2, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return codec_str(a, 5, &ev->text3, err);
     }
     snprintf(err, RBTRACE_ERRLEN, "unknown event %u", (unsigned)ev->type);
     return RBTRACE_ERR;

@@ -35,7 +35,9 @@ struct rbtrace_command {
     struct rbtrace_str text;     /* ATTACH: socket path; EVAL: code */
     uint32_t eval_id;            /* EVAL */
     uint32_t timeout_ms;         /* EVAL */
-    uint32_t n_selectors;        /* METHODS */
+    uint64_t threshold_ns;       /* SLOW */
+    int cpu;                     /* SLOW: CPU time rather than wall time */
+    uint32_t n_selectors;        /* METHODS, SLOW */
     struct rbtrace_str selectors[RBTRACE_SELECTORS_MAX];
 };
 
@@ -52,10 +54,17 @@ struct rbtrace_event {
     uint64_t pid;                /* ATTACHED: target pid; REFUSED: tracer pid */
     uint64_t clock_origin_ns;    /* ATTACHED */
     uint64_t wall_origin_ns;     /* ATTACHED */
+    uint64_t duration_ns;        /* SLOW, GC */
+    uint64_t depth;              /* SLOW */
+    uint64_t mark_ns;            /* GC */
+    uint64_t sweep_ns;           /* GC */
     uint32_t status;             /* EVAL_RESULT */
     struct rbtrace_str text;     /* ATTACHED: ruby version; METHOD: name;
                                     REFUSED, ERROR, NOTICE: message;
-                                    EVAL_RESULT: result text */
+                                    EVAL_RESULT: result text;
+                                    GC: major_by; RAISE: class */
+    struct rbtrace_str text2;    /* GC: gc_by; RAISE: message */
+    struct rbtrace_str text3;    /* RAISE: location */
     uint32_t n_exprs;            /* CALL_ARGS */
     struct rbtrace_str exprs[RBTRACE_EXPRS_MAX];
     struct rbtrace_str values[RBTRACE_EXPRS_MAX];
@@ -106,6 +115,15 @@ void rbtrace_event_pack_lost(msgpack_packer *pk, uint64_t count);
 void rbtrace_event_pack_eval_result(msgpack_packer *pk, uint32_t eval_id,
                                     enum rbtrace_eval_status status,
                                     const char *text, size_t text_len);
+void rbtrace_event_pack_slow(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
+                             uint64_t method_id, uint64_t duration_ns, uint64_t depth);
+void rbtrace_event_pack_gc(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
+                           uint64_t duration_ns, uint64_t mark_ns, uint64_t sweep_ns,
+                           const char *major_by, const char *gc_by);
+void rbtrace_event_pack_raise(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
+                              const char *klass, size_t klass_len,
+                              const char *message, size_t message_len,
+                              const char *location, size_t location_len);
 /* ERROR or NOTICE */
 void rbtrace_event_pack_message(msgpack_packer *pk, enum rbtrace_event_type type,
                                 const char *message, size_t len);

@@ -244,6 +244,47 @@ void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, V
     emit_commit();
 }
 
+/* A call slower than the --slow threshold (slow.c). */
+void rbtrace_emit_slow(VALUE klass, VALUE mid, uint64_t start_ns, uint64_t duration_ns,
+                       uint32_t depth)
+{
+    uint32_t id = rbtrace.attached ? emit_method_id(klass, mid) : 0;
+
+    if (id == 0) {
+        rbtrace.lost++;
+        return;
+    }
+    emit_begin();
+    rbtrace_event_pack_slow(&scratch_pk, emit_thread_id(), start_ns - rbtrace.clock_origin_ns,
+                            id, duration_ns, depth);
+    emit_commit();
+}
+
+/* One garbage collection (gcwatch.c), from a postponed job. */
+void rbtrace_emit_gc(uint64_t thread, uint64_t start_ns, uint64_t mark_ns, uint64_t sweep_ns,
+                     const char *major_by, const char *gc_by)
+{
+    if (!rbtrace.attached) return;
+    emit_begin();
+    rbtrace_event_pack_gc(&scratch_pk, thread, start_ns - rbtrace.clock_origin_ns,
+                          mark_ns + sweep_ns, mark_ns, sweep_ns, major_by, gc_by);
+    emit_commit();
+}
+
+/* An exception raised (raisewatch.c): class, message, location Strings. */
+void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location)
+{
+    if (!rbtrace.attached) return;
+    if (!RB_TYPE_P(klass, T_STRING) || !RB_TYPE_P(message, T_STRING) ||
+        !RB_TYPE_P(location, T_STRING)) return;
+    emit_begin();
+    rbtrace_event_pack_raise(&scratch_pk, emit_thread_id(), now - rbtrace.clock_origin_ns,
+                             RSTRING_PTR(klass), RSTRING_LEN(klass),
+                             RSTRING_PTR(message), RSTRING_LEN(message),
+                             RSTRING_PTR(location), RSTRING_LEN(location));
+    emit_commit();
+}
+
 /* Pushes an event of any size from a Ruby thread that may wait (never the
  * hot path). While it waits for room, hooks drop their events (counted)
  * so that nothing lands inside it. Gives up if the writer stops. */

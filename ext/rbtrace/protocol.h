@@ -71,7 +71,16 @@ enum rbtrace_command_type {
     /* [4, client_pid] */
     RBTRACE_CMD_FIREHOSE = 4,
     /* [5, client_pid, eval_id(uint), code(str), timeout_ms(uint)] */
-    RBTRACE_CMD_EVAL = 5
+    RBTRACE_CMD_EVAL = 5,
+    /* [6, client_pid, threshold_ns(uint), cpu(bool), [selector(str), ...]]:
+     * report calls that took at least threshold_ns, of wall time, or of the
+     * thread's CPU time if cpu; only calls of the selectors (no trace
+     * expressions), or of every method if the list is empty. */
+    RBTRACE_CMD_SLOW = 6,
+    /* [7, client_pid]: report each garbage collection (GC events) */
+    RBTRACE_CMD_GC = 7,
+    /* [8, client_pid]: report each exception raised (RAISE events) */
+    RBTRACE_CMD_RAISE = 8
 };
 
 /* ---- events: target -> client ------------------------------------------ */
@@ -103,7 +112,23 @@ enum rbtrace_event_type {
     /* [10, message(str)]: a command failed in part or in whole */
     RBTRACE_EV_ERROR = 10,
     /* [11, message(str)]: something the user should know */
-    RBTRACE_EV_NOTICE = 11
+    RBTRACE_EV_NOTICE = 11,
+    /* [12, thread_id(uint), time_ns(uint), method_id(uint), duration_ns(uint),
+     *  depth(uint)]: a call slower than the SLOW threshold, sent when it
+     * returns. time_ns is when it started; depth counts the watched calls
+     * of its thread that were open around it (0: none). */
+    RBTRACE_EV_SLOW = 12,
+    /* [13, thread_id(uint), time_ns(uint), duration_ns(uint), mark_ns(uint),
+     *  sweep_ns(uint), major_by(str), gc_by(str)]: one garbage collection,
+     * sent once its sweeping ended. time_ns is its start; duration_ns the
+     * time spent in the collector (marking + sweeping, which may come in
+     * steps between which the app runs); major_by is "" for a minor GC,
+     * else why it was major (GC.latest_gc_info's :major_by, e.g. "oldgen",
+     * "force"); gc_by what started it (:gc_by, e.g. "newobj", "method"). */
+    RBTRACE_EV_GC = 13,
+    /* [14, thread_id(uint), time_ns(uint), class(str), message(str),
+     *  location(str)]: an exception raised; location is "path:line". */
+    RBTRACE_EV_RAISE = 14
 };
 
 enum rbtrace_refusal {

@@ -133,5 +133,8 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     Init_rbtrace_session(rbtrace_mRBTrace);
     Init_rbtrace_tracer(rbtrace_mRBTrace);
     Init_rbtrace_wrapper(rbtrace_mRBTrace);
+    Init_rbtrace_slow(rbtrace_mRBTrace);
+    Init_rbtrace_gcwatch(rbtrace_mRBTrace);
+    Init_rbtrace_raisewatch(rbtrace_mRBTrace);
     rbtrace_channel_init();
 }

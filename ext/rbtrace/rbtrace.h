@@ -88,6 +88,7 @@ struct rbtrace_state {
     /* tracing (tracer.c) */
     int hook_installed;
     int firehose;
+    int slow;                        /* --slow: the hook feeds slow.c */
     int in_expr;                     /* evaluating trace expressions */
     struct rbtrace_tracer tracers[RBTRACE_SELECTORS_MAX];
     uint32_t n_tracers;
@@ -128,15 +129,42 @@ void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, V
 void rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void rbtrace_emit_eval_result(uint32_t eval_id, enum rbtrace_eval_status status, VALUE text);
+void rbtrace_emit_slow(VALUE klass, VALUE mid, uint64_t start_ns, uint64_t duration_ns,
+                       uint32_t depth);
+void rbtrace_emit_gc(uint64_t thread, uint64_t start_ns, uint64_t mark_ns, uint64_t sweep_ns,
+                     const char *major_by, const char *gc_by);
+void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location);
 void rbtrace_emit_attached(void);
 int rbtrace_emit_detached(void);
 
 /* tracer.c: selectors and hooks */
 void rbtrace_tracer_add(VALUE selectors);
 void rbtrace_tracer_firehose(void);
+void rbtrace_tracer_slow(uint64_t threshold_ns, int cpu, VALUE selectors);
+void rbtrace_tracer_gc(void);
+void rbtrace_tracer_raise(void);
+void rbtrace_report_selector_error(VALUE selector, VALUE error);
 void rbtrace_tracer_clear(void);
 void rbtrace_tracer_mark(void);
 void Init_rbtrace_tracer(VALUE mod);
+
+/* slow.c: --slow, --slowcpu (fed by tracer.c's hook) */
+int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors);
+int rbtrace_slow_active(void);
+void rbtrace_slow_event(rb_event_flag_t ev, VALUE klass, VALUE mid);
+void rbtrace_slow_stop(void);
+void rbtrace_slow_mark(void);
+void Init_rbtrace_slow(VALUE mod);
+
+/* gcwatch.c: --gc */
+void rbtrace_gc_start(void);
+void rbtrace_gc_stop(void);
+void Init_rbtrace_gcwatch(VALUE mod);
+
+/* raisewatch.c: --raise */
+void rbtrace_raise_start(void);
+void rbtrace_raise_stop(void);
+void Init_rbtrace_raisewatch(VALUE mod);
 
 /* wrapper.c: tracing one method by wrapping it */
 void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility);

@@ -228,6 +228,15 @@ static void session_dispatch(const struct rbtrace_command *cmd)
     case RBTRACE_CMD_FIREHOSE:
         rbtrace_tracer_firehose();
         break;
+    case RBTRACE_CMD_SLOW:
+        rbtrace_tracer_slow(cmd->threshold_ns, cmd->cpu, session_selectors(cmd));
+        break;
+    case RBTRACE_CMD_GC:
+        rbtrace_tracer_gc();
+        break;
+    case RBTRACE_CMD_RAISE:
+        rbtrace_tracer_raise();
+        break;
     case RBTRACE_CMD_EVAL:
         session_eval(cmd);
         break;

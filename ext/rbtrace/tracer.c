@@ -81,6 +81,7 @@ static void tracer_hook_i(VALUE data, rb_trace_arg_t *targ)
     if (!rbtrace.attached) return;
     mid = rb_tracearg_method_id(targ);
     klass = rb_tracearg_defined_class(targ);
+    if (rbtrace.slow) rbtrace_slow_event(rb_tracearg_event_flag(targ), klass, mid);
     if (!rbtrace.firehose && (t = tracer_match(klass, mid)) == NULL) return;
     if (rbtrace.in_expr) {
         /* Another thread is evaluating trace expressions (and gave up the
@@ -118,7 +119,7 @@ static VALUE tracer_wrap_i(VALUE parsed)
     return Qnil;
 }
 
-static void tracer_report_error(VALUE selector, VALUE e)
+void rbtrace_report_selector_error(VALUE selector, VALUE e)
 {
     int state = 0;
     VALUE msg = rbtrace_protect(rb_obj_as_string, e, &state, NULL);
@@ -141,7 +142,7 @@ void rbtrace_tracer_add(VALUE selectors)
 
         parsed = rbtrace_protect(tracer_parse_i, sel, &state, &err);
         if (state) {
-            tracer_report_error(sel, err);
+            rbtrace_report_selector_error(sel, err);
             continue;
         }
         if (rbtrace.n_tracers >= RBTRACE_SELECTORS_MAX) {
@@ -154,7 +155,7 @@ void rbtrace_tracer_add(VALUE selectors)
         if (!NIL_P(RARRAY_AREF(parsed, 3))) {
             /* Wrapping can fail (a frozen class): that selector alone. */
             rbtrace_protect(tracer_wrap_i, parsed, &state, &err);
-            if (state) tracer_report_error(sel, err);
+            if (state) rbtrace_report_selector_error(sel, err);
             continue;
         }
         t = &rbtrace.tracers[rbtrace.n_tracers++];
@@ -171,14 +172,39 @@ void rbtrace_tracer_firehose(void)
     tracer_install();
 }
 
-/* Removes the hook and the wrappers, and forgets every tracer. */
+/* --slow, --slowcpu: watched through the same hook. */
+void rbtrace_tracer_slow(uint64_t threshold_ns, int cpu, VALUE selectors)
+{
+    rbtrace.slow = 0;
+    if (!rbtrace_slow_start(threshold_ns, cpu, selectors)) return;
+    rbtrace.slow = 1;
+    tracer_install();
+}
+
+/* --gc: internal events, no call hook (gcwatch.c). */
+void rbtrace_tracer_gc(void)
+{
+    rbtrace_gc_start();
+}
+
+/* --raise: a raise hook (raisewatch.c). */
+void rbtrace_tracer_raise(void)
+{
+    rbtrace_raise_start();
+}
+
+/* Removes every hook and the wrappers, and forgets every tracer. */
 void rbtrace_tracer_clear(void)
 {
     rbtrace_wrapper_clear();
     if (rbtrace.hook_installed) rb_remove_event_hook(TRACER_HOOK);
     rbtrace.hook_installed = 0;
     rbtrace.firehose = 0;
+    rbtrace.slow = 0;
     rbtrace.n_tracers = 0;
+    rbtrace_slow_stop();
+    rbtrace_gc_stop();
+    rbtrace_raise_stop();
 }
 
 /* The hook compares these VALUEs by address: keep them alive and pinned
@@ -192,6 +218,7 @@ void rbtrace_tracer_mark(void)
         rb_gc_mark(rbtrace.tracers[i].mid);
         rb_gc_mark(rbtrace.tracers[i].exprs);
     }
+    rbtrace_slow_mark();
 }
 
 void Init_rbtrace_tracer(VALUE mod)

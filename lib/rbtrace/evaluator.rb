@@ -8,12 +8,13 @@ module RBTrace
     SYNTAX = RBTrace::EVAL_SYNTAX
     TIMEOUT = RBTrace::EVAL_TIMEOUT
     BACKTRACE_LINES = 20
+    EVAL_PATH = '(rbtrace eval)'
 
     module_function
 
     def run(code, timeout)
       begin
-        RubyVM::InstructionSequence.compile(code, '(rbtrace eval)')
+        RubyVM::InstructionSequence.compile(code, EVAL_PATH)
       rescue SyntaxError => e
         return [SYNTAX, e.message]
       end
@@ -27,7 +28,7 @@ module RBTrace
     def evaluate(code)
       Thread.current.name = 'rbtrace eval'
       Thread.current.report_on_exception = false
-      [OK, TOPLEVEL_BINDING.eval(code, '(rbtrace eval)').inspect]
+      [OK, TOPLEVEL_BINDING.eval(code, EVAL_PATH).inspect]
     rescue Exception => e # rubocop:disable Lint/RescueException
       [RAISED, describe(e)]
     end

@@ -158,6 +158,14 @@ static void cmd_compare(const struct rbtrace_command *got, const struct rbtrace_
             CHECK(got->selectors[i].len == want->selectors[i].len &&
                   !memcmp(got->selectors[i].ptr, want->selectors[i].ptr, want->selectors[i].len));
         break;
+    case RBTRACE_CMD_SLOW:
+        CHECK(got->threshold_ns == want->threshold_ns);
+        CHECK(got->cpu == want->cpu);
+        CHECK(got->n_selectors == want->n_selectors);
+        for (i = 0; i < want->n_selectors && i < got->n_selectors; i++)
+            CHECK(got->selectors[i].len == want->selectors[i].len &&
+                  !memcmp(got->selectors[i].ptr, want->selectors[i].ptr, want->selectors[i].len));
+        break;
     case RBTRACE_CMD_EVAL:
         CHECK(got->eval_id == want->eval_id);
         CHECK(got->timeout_ms == want->timeout_ms);
@@ -262,6 +270,23 @@ static void test_commands(void)
         cmd->selectors[i] = str_of(names[i]);
     }
     cmd->n_selectors = RBTRACE_SELECTORS_MAX;
+    cmd_roundtrip(cmd);
+
+    memset(cmd, 0, sizeof(*cmd));
+    cmd->type = RBTRACE_CMD_GC;
+    cmd->client_pid = 12;
+    cmd_roundtrip(cmd);
+    cmd->type = RBTRACE_CMD_RAISE;
+    cmd_roundtrip(cmd);
+
+    cmd->type = RBTRACE_CMD_SLOW;
+    cmd->threshold_ns = 250000000;
+    cmd_roundtrip(cmd);
+    cmd->cpu = 1;
+    cmd->threshold_ns = UINT64_MAX;
+    cmd->n_selectors = 2;
+    cmd->selectors[0] = str_of("Worker#run");
+    cmd->selectors[1] = str_of("Kernel#sleep");
     cmd_roundtrip(cmd);
 
     memset(cmd, 0, sizeof(*cmd));
@@ -656,6 +681,51 @@ static void test_event_messages(struct ev_fixture *f)
         CHECK(str_eq(f->ev.text, "no such method"));
         evf_end(f);
     }
+}
+
+static void test_event_slow(struct ev_fixture *f)
+{
+    evf_begin(f);
+    rbtrace_event_pack_slow(&f->pk, 0x7f0000001234ULL, 5000000000ULL, 42, 250000001ULL, 7);
+    evf_decode(f);
+    CHECK(f->ev.type == RBTRACE_EV_SLOW);
+    CHECK(f->ev.thread_id == 0x7f0000001234ULL);
+    CHECK(f->ev.time_ns == 5000000000ULL);
+    CHECK(f->ev.method_id == 42);
+    CHECK(f->ev.duration_ns == 250000001ULL);
+    CHECK(f->ev.depth == 7);
+    evf_end(f);
+}
+
+static void test_event_gc(struct ev_fixture *f)
+{
+    evf_begin(f);
+    rbtrace_event_pack_gc(&f->pk, 9, 1000, 3000, 2000, 1000, "oldgen", "newobj");
+    evf_decode(f);
+    CHECK(f->ev.type == RBTRACE_EV_GC);
+    CHECK(f->ev.thread_id == 9 && f->ev.time_ns == 1000);
+    CHECK(f->ev.duration_ns == 3000 && f->ev.mark_ns == 2000 && f->ev.sweep_ns == 1000);
+    CHECK(str_eq(f->ev.text, "oldgen"));
+    CHECK(str_eq(f->ev.text2, "newobj"));
+    evf_end(f);
+    evf_begin(f);
+    rbtrace_event_pack_gc(&f->pk, 9, 1000, 0, 0, 0, "", "method");
+    evf_decode(f);
+    CHECK(f->ev.text.len == 0 && str_eq(f->ev.text2, "method"));
+    evf_end(f);
+}
+
+static void test_event_raise(struct ev_fixture *f)
+{
+    evf_begin(f);
+    rbtrace_event_pack_raise(&f->pk, 3, 77, "ArgumentError", 13, "bad value", 9, "app.rb:12", 9);
+    evf_decode(f);
+    CHECK(f->ev.type == RBTRACE_EV_RAISE);
+    CHECK(f->ev.thread_id == 3 && f->ev.time_ns == 77);
+    CHECK(str_eq(f->ev.text, "ArgumentError"));
+    CHECK(str_eq(f->ev.text2, "bad value"));
+    CHECK(str_eq(f->ev.text3, "app.rb:12"));
+    evf_end(f);
 }
 
 /* Decodes a hand-built object. */
@@ -1133,6 +1203,9 @@ int main(void)
     test_event_lost(f);
     test_event_eval_result(f);
     test_event_messages(f);
+    test_event_slow(f);
+    test_event_gc(f);
+    test_event_raise(f);
     test_event_malformed();
     test_fast_call_widths();
     test_fast_call_wide_fields();

@@ -147,6 +147,55 @@ static void test_errors(void)
     refused(ARGC(empty_output), empty_output, "-o");
 }
 
+static void test_watches(void)
+{
+    char *slow[] = { "rbtrace", "-p", "1", "--slow=250", "--gc", "--raise", "-m", "A#a" };
+    char *short_slow[] = { "rbtrace", "-p", "1", "-s", "0.5", "--slow-methods", "A#a", "B.b" };
+    char *cpu[] = { "rbtrace", "-p", "1", "--slowcpu", "10", "-f" };
+    char *gc_only[] = { "rbtrace", "-p", "1", "--gc" };
+    struct options o;
+
+    CHECK(parse(&o, ARGC(slow), slow, NULL) == CLI_OK);
+    CHECK(o.slow_ms == 250 && !o.slow_cpu && o.gc && o.raises && options_watches(&o));
+    CHECK(o.mode == OPTIONS_MODE_METHODS && o.n_selectors == 1 && o.n_slow_selectors == 0);
+    options_free(&o);
+
+    CHECK(parse(&o, ARGC(short_slow), short_slow, NULL) == CLI_OK);
+    CHECK(o.slow_ms == 0.5 && o.mode == OPTIONS_MODE_NONE && o.n_slow_selectors == 2);
+    if (o.n_slow_selectors == 2) {
+        CHECK(!strcmp(o.slow_selectors[0], "A#a"));
+        CHECK(!strcmp(o.slow_selectors[1], "B.b"));
+    }
+    options_free(&o);
+
+    CHECK(parse(&o, ARGC(cpu), cpu, NULL) == CLI_OK);
+    CHECK(o.slow_ms == 10 && o.slow_cpu && o.mode == OPTIONS_MODE_FIREHOSE);
+    options_free(&o);
+
+    CHECK(parse(&o, ARGC(gc_only), gc_only, NULL) == CLI_OK);
+    CHECK(o.gc && !o.raises && o.slow_ms < 0 && options_watches(&o));
+    options_free(&o);
+}
+
+static void test_watch_errors(void)
+{
+    char *both[] = { "rbtrace", "-p", "1", "--slow", "1", "--slowcpu", "2" };
+    char *negative[] = { "rbtrace", "-p", "1", "--slow=-1" };
+    char *word[] = { "rbtrace", "-p", "1", "--slow", "fast" };
+    char *methods_alone[] = { "rbtrace", "-p", "1", "--slow-methods", "A#a", "--gc" };
+    char *with_eval[] = { "rbtrace", "-p", "1", "--gc", "-e", "1" };
+    char *empty_list[] = { "rbtrace", "-p", "1", "--slow", "1", "--slow-methods" };
+    char *gc_value[] = { "rbtrace", "-p", "1", "--gc=yes" };
+
+    refused(ARGC(both), both, "--slow and --slowcpu");
+    refused(ARGC(negative), negative, "'-1' for -s");
+    refused(ARGC(word), word, "milliseconds");
+    refused(ARGC(methods_alone), methods_alone, "--slow MS");
+    refused(ARGC(with_eval), with_eval, "-e cannot be combined");
+    refused(ARGC(empty_list), empty_list, "--slow-methods needs");
+    refused(ARGC(gc_value), gc_value, "--gc takes no value");
+}
+
 static void test_too_many_selectors(void)
 {
     int argc = 4 + 300, i;
@@ -176,5 +225,7 @@ int main(void)
     test_help_version();
     test_errors();
     test_too_many_selectors();
+    test_watches();
+    test_watch_errors();
     return check_report();
 }

@@ -550,6 +550,124 @@ static void test_long_duration(void)
     FX_CHECK(&fx, "A#a <86401.000000>\nA#a <0.000000>\n");
 }
 
+static void fx_slow(struct fixture *fx, uint64_t thread, uint64_t time_ns, uint64_t id,
+                    uint64_t duration_ns, uint64_t depth)
+{
+    struct rbtrace_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = RBTRACE_EV_SLOW;
+    ev.thread_id = thread;
+    ev.time_ns = time_ns;
+    ev.method_id = id;
+    ev.duration_ns = duration_ns;
+    ev.depth = depth;
+    fx_send(fx, &ev);
+}
+
+static struct rbtrace_str fx_str(const char *s)
+{
+    struct rbtrace_str out = { s, (uint32_t)strlen(s) };
+    return out;
+}
+
+static void fx_gc(struct fixture *fx, uint64_t thread, uint64_t mark_ns, uint64_t sweep_ns,
+                  const char *major_by, const char *gc_by)
+{
+    struct rbtrace_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = RBTRACE_EV_GC;
+    ev.thread_id = thread;
+    ev.time_ns = 5 * MS;
+    ev.duration_ns = mark_ns + sweep_ns;
+    ev.mark_ns = mark_ns;
+    ev.sweep_ns = sweep_ns;
+    ev.text = fx_str(major_by);
+    ev.text2 = fx_str(gc_by);
+    fx_send(fx, &ev);
+}
+
+static void fx_raise(struct fixture *fx, uint64_t thread, const char *klass, const char *msg,
+                     const char *where)
+{
+    struct rbtrace_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = RBTRACE_EV_RAISE;
+    ev.thread_id = thread;
+    ev.time_ns = 6 * MS;
+    ev.text = fx_str(klass);
+    ev.text2 = fx_str(msg);
+    ev.text3 = fx_str(where);
+    fx_send(fx, &ev);
+}
+
+/* Slow calls come innermost first, each indented by its own depth. */
+static void test_slow(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_method(&fx, 1, "Kernel#sleep");
+    fx_method(&fx, 2, "Worker#run");
+    fx_slow(&fx, 7, 10 * MS, 1, 300 * MS, 1);
+    fx_slow(&fx, 7, 9 * MS, 2, 301 * MS + 5 * US, 0);
+    FX_CHECK(&fx, "  Kernel#sleep <0.300000>\nWorker#run <0.301005>\n");
+
+    fx_open(&fx, 1, 1, 4);
+    fx_method(&fx, 1, "Kernel#sleep");
+    fx_slow(&fx, 7, 1500 * MS, 1, 300 * MS, 2);
+    FX_CHECK(&fx, "00:00:01.500000         Kernel#sleep\n");
+}
+
+/* An open call line is ended before a slow line; nesting of -m calls and
+ * the slow lines' own depth do not mix. */
+static void test_slow_with_calls(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_method(&fx, 1, "Worker#run");
+    fx_method(&fx, 2, "Kernel#sleep");
+    fx_call(&fx, 7, 0, 1);
+    fx_slow(&fx, 7, 1 * MS, 2, 300 * MS, 0);
+    fx_return(&fx, 7, 301 * MS, 1);
+    FX_CHECK(&fx, "Worker#run\nKernel#sleep <0.300000>\nWorker#run <0.301000>\n");
+}
+
+static void test_gc(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_gc(&fx, 7, 600 * US, 212 * US, "", "newobj");
+    fx_gc(&fx, 7, 10 * MS, 2 * MS, "oldgen", "malloc");
+    FX_CHECK(&fx, "GC minor by newobj <0.000812> (mark 0.000600, sweep 0.000212)\n"
+                  "GC major (oldgen) by malloc <0.012000> (mark 0.010000, sweep 0.002000)\n");
+
+    /* Inline: at the depth of the open calls of its thread. */
+    fx_open(&fx, 0, 1, 2);
+    fx_method(&fx, 1, "Worker#run");
+    fx_call(&fx, 7, 0, 1);
+    fx_gc(&fx, 7, 1 * MS, 1 * MS, "", "newobj");
+    fx_return(&fx, 7, 5 * MS, 1);
+    FX_CHECK(&fx, "Worker#run\n  GC minor by newobj\nWorker#run\n");
+}
+
+static void test_raise(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_method(&fx, 1, "Worker#run");
+    fx_call(&fx, 7, 0, 1);
+    fx_raise(&fx, 7, "ArgumentError", "bad\nvalue\x01", "app.rb:12");
+    fx_return(&fx, 7, 5 * MS, 1);
+    FX_CHECK(&fx, "Worker#run\n  raise ArgumentError: bad\\nvalue^A at app.rb:12\n"
+                  "Worker#run <0.005000>\n");
+}
+
 int main(void)
 {
     setenv("TZ", "UTC", 1);
@@ -573,5 +691,9 @@ int main(void)
     test_write_error();
     test_format_seconds();
     test_long_duration();
+    test_slow();
+    test_slow_with_calls();
+    test_gc();
+    test_raise();
     return check_report();
 }

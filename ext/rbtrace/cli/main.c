@@ -11,7 +11,8 @@
 
 static void usage(FILE *f)
 {
-    fputs("Usage: rbtrace -p PID (-m SELECTOR... | -f | -e CODE) [options]\n"
+    fputs("Usage: rbtrace -p PID (-m SELECTOR... | -f | --slow MS | --gc | --raise | -e CODE)\n"
+          "       [options]\n"
           "\n"
           "Trace the method calls of a running Ruby process that loaded rbtrace\n"
           "(require 'rbtrace', or RUBYOPT=-rrbtrace).\n"
@@ -20,6 +21,13 @@ static void usage(FILE *f)
           "  -m, --methods SEL...   trace these methods: Class#method, Class.method,\n"
           "                         with expressions: \"String#gsub(self, @x)\"\n"
           "  -f, --firehose         trace every method call\n"
+          "  -s, --slow MS          show the calls that took MS milliseconds or more,\n"
+          "                         indented by their nesting (combines with -m, -f)\n"
+          "      --slowcpu MS       the same in the thread's CPU time\n"
+          "      --slow-methods SEL...  watch only these methods for --slow/--slowcpu\n"
+          "      --gc               show each garbage collection: minor or major, why,\n"
+          "                         time in all, marking and sweeping\n"
+          "      --raise            show each exception raised: class, message, where\n"
           "  -e, --eval CODE        run Ruby code in the process and print the result\n"
           "  -o, --output FILE      write the trace to FILE instead of stdout\n"
           "  -a, --append           append to the -o FILE\n"

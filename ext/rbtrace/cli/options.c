@@ -113,6 +113,51 @@ static int options_set_eval(struct options *o, const struct options_spec *spec, 
     return CLI_OK;
 }
 
+/* --slow MS, --slowcpu MS: milliseconds, decimals allowed. */
+static int options_set_slow(struct options *o, const struct options_spec *spec, const char *value)
+{
+    int cpu = strcmp(spec->name, "slowcpu") == 0;
+    char *end;
+    double ms;
+
+    if (o->slow_ms >= 0 && o->slow_cpu != cpu)
+        return options_fail(o, "--slow and --slowcpu cannot be combined: choose wall time "
+                            "(--slow) or CPU time (--slowcpu)");
+    errno = 0;
+    ms = strtod(value, &end);
+    if (errno || end == value || *end || !isfinite(ms) || ms < 0 || ms > OPTIONS_MAX_TIMEOUT * 1000)
+        return options_bad_value(o, spec, value, "a number of milliseconds, 0 or more");
+    o->slow_ms = ms;
+    o->slow_cpu = cpu;
+    return CLI_OK;
+}
+
+static int options_add_slow_selector(struct options *o, const struct options_spec *spec,
+                                     const char *value)
+{
+    (void)spec;
+    if (*value == '\0') return options_fail(o, "empty method selector for --slow-methods");
+    if (o->n_slow_selectors >= RBTRACE_SELECTORS_MAX)
+        return options_fail(o, "too many --slow-methods selectors (at most %d)",
+                            RBTRACE_SELECTORS_MAX);
+    o->slow_selectors[o->n_slow_selectors++] = value;
+    return CLI_OK;
+}
+
+static int options_set_gc(struct options *o, const struct options_spec *spec, const char *value)
+{
+    (void)spec; (void)value;
+    o->gc = 1;
+    return CLI_OK;
+}
+
+static int options_set_raise(struct options *o, const struct options_spec *spec, const char *value)
+{
+    (void)spec; (void)value;
+    o->raises = 1;
+    return CLI_OK;
+}
+
 static int options_set_output(struct options *o, const struct options_spec *spec, const char *value)
 {
     if (*value == '\0') return options_bad_value(o, spec, value, "a file name");
@@ -186,6 +231,11 @@ static const struct options_spec options_table[] = {
     { 'm', "methods",     OPTIONS_LIST,  options_add_selector },
     { 'f', "firehose",    OPTIONS_FLAG,  options_set_firehose },
     { 'e', "eval",        OPTIONS_VALUE, options_set_eval },
+    { 's', "slow",        OPTIONS_VALUE, options_set_slow },
+    { 0,   "slowcpu",     OPTIONS_VALUE, options_set_slow },
+    { 0,   "slow-methods", OPTIONS_LIST, options_add_slow_selector },
+    { 0,   "gc",          OPTIONS_FLAG,  options_set_gc },
+    { 0,   "raise",       OPTIONS_FLAG,  options_set_raise },
     { 'o', "output",      OPTIONS_VALUE, options_set_output },
     { 'a', "append",      OPTIONS_FLAG,  options_set_append },
     { 't', "start-time",  OPTIONS_FLAG,  options_set_start_time },
@@ -275,12 +325,23 @@ static int options_parse_short(struct options *o, int argc, char **argv, int *i)
     return CLI_OK;
 }
 
+int options_watches(const struct options *o)
+{
+    return o->slow_ms >= 0 || o->gc || o->raises;
+}
+
 static int options_check(struct options *o)
 {
     if (o->help || o->version) return CLI_OK;
     if (!o->pid) return options_fail(o, "no process given: use -p PID");
-    if (o->mode == OPTIONS_MODE_NONE)
-        return options_fail(o, "nothing to do: give -m METHODS, -f or -e CODE");
+    if (o->mode == OPTIONS_MODE_NONE && !options_watches(o))
+        return options_fail(o, "nothing to do: give -m METHODS, -f, --slow MS, --gc, --raise "
+                            "or -e CODE");
+    if (o->mode == OPTIONS_MODE_EVAL && options_watches(o))
+        return options_fail(o, "-e cannot be combined with --slow, --slowcpu, --gc or --raise: "
+                            "run them one after the other");
+    if (o->n_slow_selectors && o->slow_ms < 0)
+        return options_fail(o, "--slow-methods needs a threshold: add --slow MS or --slowcpu MS");
     if (o->append && !o->output_path) return options_fail(o, "-a needs -o FILE");
     return CLI_OK;
 }
@@ -292,9 +353,11 @@ int options_parse(struct options *o, int argc, char **argv)
     memset(o, 0, sizeof(*o));
     o->prefix = OPTIONS_DEFAULT_PREFIX;
     o->timeout = OPTIONS_DEFAULT_TIMEOUT;
+    o->slow_ms = -1;
     /* Never more selectors than arguments. */
     o->selectors = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*o->selectors));
-    if (!o->selectors) return options_fail(o, "out of memory");
+    o->slow_selectors = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*o->slow_selectors));
+    if (!o->selectors || !o->slow_selectors) return options_fail(o, "out of memory");
 
     for (i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -313,4 +376,7 @@ void options_free(struct options *o)
     free(o->selectors);
     o->selectors = NULL;
     o->n_selectors = 0;
+    free(o->slow_selectors);
+    o->slow_selectors = NULL;
+    o->n_slow_selectors = 0;
 }

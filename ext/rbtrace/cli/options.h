@@ -25,6 +25,12 @@ struct options {
     const char **selectors;    /* -m: method selectors, pointing into argv */
     size_t n_selectors;        /* number of selectors */
     const char *eval_code;     /* -e: Ruby code, points into argv */
+    double slow_ms;            /* --slow/--slowcpu: threshold; < 0 when not given */
+    int slow_cpu;              /* --slowcpu: thread CPU time, not wall time */
+    const char **slow_selectors; /* --slow-methods, pointing into argv */
+    size_t n_slow_selectors;
+    int gc;                    /* --gc: show garbage collections */
+    int raises;                /* --raise: show exceptions raised */
     const char *output_path;   /* -o: output file, NULL for stdout */
     int append;                /* -a: append to the -o file */
     int start_time;            /* -t: show each call's start time */
@@ -41,5 +47,8 @@ struct options {
 int options_parse(struct options *o, int argc, char **argv);
 
 void options_free(struct options *o);
+
+/* Whether --slow/--slowcpu, --gc or --raise was given. */
+int options_watches(const struct options *o);
 
 #endif

@@ -423,6 +423,96 @@ static int render_lost(struct render *r, const struct rbtrace_event *ev)
     return render_check_io(r);
 }
 
+/* SLOW: "name <seconds>", indented by its depth among the watched calls. */
+static int render_slow(struct render *r, const struct rbtrace_event *ev)
+{
+    long ti = render_thread_index(r, ev->thread_id);
+
+    if (ti < 0) return CLI_ERR;
+    if (render_end_line(r) != CLI_OK) return CLI_ERR;
+    render_line_start(r, &r->threads[ti], &ev->time_ns, (size_t)ev->depth);
+    render_name(r, ev->method_id);
+    render_duration(r, 0, ev->duration_ns);
+    render_putc(r, '\n');
+    return render_check_io(r);
+}
+
+/* Text of the target's, on one line: newlines and other control bytes
+ * shown escaped. */
+static void render_text(struct render *r, struct rbtrace_str s)
+{
+    uint32_t i, from = 0;
+    char esc[4];
+
+    for (i = 0; i < s.len; i++) {
+        unsigned char c = (unsigned char)s.ptr[i];
+        if (c >= 0x20 && c != 0x7f) continue;
+        render_put(r, s.ptr + from, i - from);
+        if (c == '\n') render_put(r, "\\n", 2);
+        else if (c == '\t') render_put(r, "\\t", 2);
+        else {
+            snprintf(esc, sizeof(esc), "^%c", c == 0x7f ? '?' : c + '@');
+            render_put(r, esc, 2);
+        }
+        from = i + 1;
+    }
+    render_put(r, s.ptr + from, s.len - from);
+}
+
+#define RENDER_PUT_LITERAL(r, s) render_put((r), (s), sizeof(s) - 1)
+
+/*
+ * GC, inline at the depth of the thread it ran on:
+ *   GC major (oldgen) by newobj <0.012000> (mark 0.010000, sweep 0.002000)
+ *   GC minor by newobj <0.000800> (mark 0.000600, sweep 0.000200)
+ */
+static int render_gc(struct render *r, const struct rbtrace_event *ev)
+{
+    long ti = render_thread_index(r, ev->thread_id);
+    char num[RENDER_SECONDS_MAX];
+
+    if (ti < 0) return CLI_ERR;
+    if (render_end_line(r) != CLI_OK) return CLI_ERR;
+    render_line_start(r, &r->threads[ti], &ev->time_ns, r->threads[ti].depth);
+    if (ev->text.len) {
+        RENDER_PUT_LITERAL(r, "GC major (");
+        render_text(r, ev->text);
+        RENDER_PUT_LITERAL(r, ") by ");
+    } else {
+        RENDER_PUT_LITERAL(r, "GC minor by ");
+    }
+    render_text(r, ev->text2);
+    if (!r->opts.no_duration) {
+        render_duration(r, 0, ev->duration_ns);
+        RENDER_PUT_LITERAL(r, " (mark ");
+        render_put(r, num, render_format_seconds(num, ev->mark_ns));
+        RENDER_PUT_LITERAL(r, ", sweep ");
+        render_put(r, num, render_format_seconds(num, ev->sweep_ns));
+        render_putc(r, ')');
+    }
+    render_putc(r, '\n');
+    return render_check_io(r);
+}
+
+/* RAISE, inline at the raising thread's depth:
+ *   raise ArgumentError: bad value at app.rb:12 */
+static int render_raise(struct render *r, const struct rbtrace_event *ev)
+{
+    long ti = render_thread_index(r, ev->thread_id);
+
+    if (ti < 0) return CLI_ERR;
+    if (render_end_line(r) != CLI_OK) return CLI_ERR;
+    render_line_start(r, &r->threads[ti], &ev->time_ns, r->threads[ti].depth);
+    RENDER_PUT_LITERAL(r, "raise ");
+    render_text(r, ev->text);
+    RENDER_PUT_LITERAL(r, ": ");
+    render_text(r, ev->text2);
+    RENDER_PUT_LITERAL(r, " at ");
+    render_text(r, ev->text3);
+    render_putc(r, '\n');
+    return render_check_io(r);
+}
+
 int render_event(struct render *r, const struct rbtrace_event *ev)
 {
     switch (ev->type) {
@@ -435,6 +525,12 @@ int render_event(struct render *r, const struct rbtrace_event *ev)
         return render_return(r, ev);
     case RBTRACE_EV_LOST:
         return render_lost(r, ev);
+    case RBTRACE_EV_SLOW:
+        return render_slow(r, ev);
+    case RBTRACE_EV_GC:
+        return render_gc(r, ev);
+    case RBTRACE_EV_RAISE:
+        return render_raise(r, ev);
     default:
         return CLI_OK;
     }

@@ -16,6 +16,12 @@
  * Nesting is tracked per thread; once two threads have been seen, every
  * line starts with "[tN] ", N the thread's ordinal. LOST events (the target
  * dropped some) print "*** N events lost" and empty every stack.
+ *
+ * SLOW events print "name <seconds>" indented by their own depth; GC and
+ * RAISE events print one line each at the current depth of their thread:
+ *
+ *   GC minor by newobj <0.000812> (mark 0.000600, sweep 0.000212)
+ *   raise ArgumentError: bad value at app.rb:12
  */
 #ifndef RBTRACE_CLI_RENDER_H
 #define RBTRACE_CLI_RENDER_H
@@ -78,7 +84,8 @@ void render_free(struct render *r);
 /* Where -t times come from: the ATTACHED event's wall_origin_ns. */
 void render_set_wall_origin(struct render *r, uint64_t wall_origin_ns);
 
-/* Renders METHOD, CALL, CALL_ARGS, RETURN or LOST; ignores other events.
+/* Renders METHOD, CALL, CALL_ARGS, RETURN, LOST, SLOW, GC or RAISE;
+ * ignores other events.
  * CLI_OK, or CLI_ERR (out of memory, write error) with r->errstr set. */
 int render_event(struct render *r, const struct rbtrace_event *ev);
 

@@ -663,29 +663,65 @@ static enum cli_exit session_send_mode(struct session *s, struct rbtrace_command
     return CLI_EXIT_FAIL;
 }
 
-/* -m, -f: render events until ^C or the target goes away. */
-static enum cli_exit session_trace(struct session *s)
+static void session_set_selectors(struct rbtrace_command *cmd, const char **selectors, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        cmd->selectors[i].ptr = selectors[i];
+        cmd->selectors[i].len = (uint32_t)strlen(selectors[i]);
+    }
+    cmd->n_selectors = (uint32_t)n;
+}
+
+/* The commands that start tracing: --raise and --gc first (so that they
+ * see what the others do, e.g. selectors that fail), --slow, then -m or -f. */
+static enum cli_exit session_send_trace(struct session *s, struct rbtrace_command *cmd)
 {
     const struct options *o = s->opts;
+
+    if (o->raises) {
+        memset(cmd, 0, sizeof(*cmd));
+        cmd->type = RBTRACE_CMD_RAISE;
+        if (session_send_mode(s, cmd) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
+    }
+    if (o->gc) {
+        memset(cmd, 0, sizeof(*cmd));
+        cmd->type = RBTRACE_CMD_GC;
+        if (session_send_mode(s, cmd) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
+    }
+    if (o->slow_ms >= 0) {
+        memset(cmd, 0, sizeof(*cmd));
+        cmd->type = RBTRACE_CMD_SLOW;
+        cmd->threshold_ns = (uint64_t)(o->slow_ms * 1e6 + 0.5);
+        cmd->cpu = o->slow_cpu;
+        session_set_selectors(cmd, o->slow_selectors, o->n_slow_selectors);
+        if (session_send_mode(s, cmd) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
+    }
+    if (o->mode == OPTIONS_MODE_FIREHOSE || o->mode == OPTIONS_MODE_METHODS) {
+        memset(cmd, 0, sizeof(*cmd));
+        cmd->type = o->mode == OPTIONS_MODE_FIREHOSE ? RBTRACE_CMD_FIREHOSE : RBTRACE_CMD_METHODS;
+        session_set_selectors(cmd, o->selectors, o->n_selectors);
+        if (session_send_mode(s, cmd) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
+    }
+    return CLI_EXIT_OK;
+}
+
+/* -m, -f, --slow, --gc, --raise: render events until ^C or the target
+ * goes away. */
+static enum cli_exit session_trace(struct session *s)
+{
     struct rbtrace_command *cmd = calloc(1, sizeof(*cmd));
     enum session_wait w;
-    size_t i;
+    enum cli_exit rc;
 
     if (!cmd) {
         fprintf(stderr, "rbtrace: out of memory\n");
         return session_detach(s, CLI_EXIT_FAIL);
     }
-    cmd->type = o->mode == OPTIONS_MODE_FIREHOSE ? RBTRACE_CMD_FIREHOSE : RBTRACE_CMD_METHODS;
-    for (i = 0; i < o->n_selectors; i++) {
-        cmd->selectors[i].ptr = o->selectors[i];
-        cmd->selectors[i].len = (uint32_t)strlen(o->selectors[i]);
-    }
-    cmd->n_selectors = (uint32_t)o->n_selectors;
-    if (session_send_mode(s, cmd) != CLI_EXIT_OK) {
-        free(cmd);
-        return session_detach(s, CLI_EXIT_FAIL);
-    }
+    rc = session_send_trace(s, cmd);
     free(cmd);
+    if (rc != CLI_EXIT_OK) return session_detach(s, rc);
     if (s->detached) w = SESSION_DONE;
     else w = session_wait(s, &s->detached, -1);
     if (w == SESSION_DONE) {

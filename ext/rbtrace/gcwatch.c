@@ -1,0 +1,168 @@
+/*
+ * gcwatch.c - --gc: each garbage collection, with how long it took in
+ * all, in marking and in sweeping, whether it was major and why it ran.
+ *
+ * Measured with the VM's internal GC events. A collection starts
+ * (GC_START), marks, ends marking (GC_END_MARK), sweeps, and ends sweeping
+ * (GC_END_SWEEP). Marking can be incremental and sweeping lazy: the work
+ * then comes in steps, each between a GC_ENTER and a GC_EXIT, with the app
+ * running in between. Each step's time goes to the phase it was in, so the
+ * figures are time spent collecting, not the time from start to end.
+ *
+ * Inside these hooks the VM is collecting: nothing may allocate or call
+ * Ruby. The hooks only read the clock and GC.latest_gc_info's symbols
+ * (which does not allocate once its symbols exist: see rbtrace_gc_start)
+ * into a fixed array; a postponed job sends them at the next safe point.
+ */
+#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+
+#define GC_EVENTS (RUBY_INTERNAL_EVENT_GC_START | RUBY_INTERNAL_EVENT_GC_END_MARK | \
+                   RUBY_INTERNAL_EVENT_GC_END_SWEEP | RUBY_INTERNAL_EVENT_GC_ENTER | \
+                   RUBY_INTERNAL_EVENT_GC_EXIT)
+
+/* Collections recorded but not yet sent; more are counted as lost. */
+#define GC_PENDING_MAX 64
+
+enum gc_phase { GC_IDLE, GC_MARKING, GC_SWEEPING };
+
+struct gc_record {
+    uint64_t thread;
+    uint64_t start_ns;
+    uint64_t mark_ns;
+    uint64_t sweep_ns;
+    VALUE major_by;        /* a static Symbol, or nil for a minor GC */
+    VALUE gc_by;           /* a static Symbol */
+};
+
+static struct {
+    int active;
+    enum gc_phase phase;
+    uint64_t step_start;   /* when the current step (or phase) began */
+    struct gc_record current;
+    struct gc_record pending[GC_PENDING_MAX];
+    unsigned n_pending;
+    uint64_t lost;
+    int job_queued;
+} gcw;
+
+static VALUE sym_major_by, sym_gc_by;
+
+#ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
+static rb_postponed_job_handle_t gc_job = POSTPONED_JOB_HANDLE_INVALID;
+#endif
+
+/* Sends the recorded collections (a postponed job: a safe point). */
+static void gc_flush_job(void *unused)
+{
+    unsigned i;
+
+    (void)unused;
+    gcw.job_queued = 0;
+    if (!gcw.active || !rbtrace.attached) {
+        gcw.n_pending = 0;
+        return;
+    }
+    for (i = 0; i < gcw.n_pending; i++) {
+        const struct gc_record *r = &gcw.pending[i];
+        const char *major = RB_SYMBOL_P(r->major_by) ? rb_id2name(SYM2ID(r->major_by)) : NULL;
+        const char *by = RB_SYMBOL_P(r->gc_by) ? rb_id2name(SYM2ID(r->gc_by)) : NULL;
+        rbtrace_emit_gc(r->thread, r->start_ns, r->mark_ns, r->sweep_ns,
+                        major ? major : "", by ? by : "unknown");
+    }
+    gcw.n_pending = 0;
+    rbtrace.lost += gcw.lost;
+    gcw.lost = 0;
+}
+
+static void gc_queue_flush(void)
+{
+    if (gcw.job_queued) return;
+#ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
+    if (gc_job == POSTPONED_JOB_HANDLE_INVALID) return;
+    rb_postponed_job_trigger(gc_job);
+    gcw.job_queued = 1;
+#else
+    /* Registered from the thread that holds the GVL, not from a signal
+     * handler: the use this API was made for. */
+    if (rb_postponed_job_register_one(0, gc_flush_job, NULL) > 0) gcw.job_queued = 1;
+#endif
+}
+
+static void gc_finish(uint64_t now)
+{
+    gcw.current.sweep_ns += now - gcw.step_start;
+    gcw.phase = GC_IDLE;
+    if (gcw.n_pending < GC_PENDING_MAX) gcw.pending[gcw.n_pending++] = gcw.current;
+    else gcw.lost++;
+    gc_queue_flush();
+}
+
+static void gc_hook(rb_event_flag_t flag, VALUE data, VALUE self, ID mid, VALUE klass)
+{
+    uint64_t now = rbtrace_now_ns();
+
+    (void)data; (void)self; (void)mid; (void)klass;
+    if (!gcw.active) return;
+    switch (flag) {
+    case RUBY_INTERNAL_EVENT_GC_ENTER:
+        gcw.step_start = now;
+        break;
+    case RUBY_INTERNAL_EVENT_GC_START:
+        gcw.phase = GC_MARKING;
+        gcw.step_start = now;
+        gcw.current.thread = (uint64_t)rb_thread_current();
+        gcw.current.start_ns = now;
+        gcw.current.mark_ns = gcw.current.sweep_ns = 0;
+        gcw.current.major_by = rb_gc_latest_gc_info(sym_major_by);
+        gcw.current.gc_by = rb_gc_latest_gc_info(sym_gc_by);
+        break;
+    case RUBY_INTERNAL_EVENT_GC_END_MARK:
+        if (gcw.phase != GC_MARKING) break;
+        gcw.current.mark_ns += now - gcw.step_start;
+        gcw.step_start = now;
+        gcw.phase = GC_SWEEPING;
+        break;
+    case RUBY_INTERNAL_EVENT_GC_END_SWEEP:
+        if (gcw.phase == GC_SWEEPING) gc_finish(now);
+        break;
+    case RUBY_INTERNAL_EVENT_GC_EXIT:
+        if (gcw.phase == GC_MARKING) gcw.current.mark_ns += now - gcw.step_start;
+        else if (gcw.phase == GC_SWEEPING) gcw.current.sweep_ns += now - gcw.step_start;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Starts watching collections. The first GC.latest_gc_info(key) call
+ * makes the symbols it returns; it is done here, outside any GC. */
+void rbtrace_gc_start(void)
+{
+    if (gcw.active) return;
+    rb_gc_latest_gc_info(sym_major_by);
+    rb_gc_latest_gc_info(sym_gc_by);
+    gcw.phase = GC_IDLE;
+    gcw.n_pending = 0;
+    gcw.lost = 0;
+    gcw.active = 1;
+    rb_add_event_hook(gc_hook, GC_EVENTS, Qnil);
+}
+
+void rbtrace_gc_stop(void)
+{
+    if (!gcw.active) return;
+    rb_remove_event_hook(gc_hook);
+    gcw.active = 0;
+    gcw.n_pending = 0;
+    gcw.phase = GC_IDLE;
+}
+
+void Init_rbtrace_gcwatch(VALUE mod)
+{
+    (void)mod;
+    sym_major_by = ID2SYM(rb_intern("major_by"));
+    sym_gc_by = ID2SYM(rb_intern("gc_by"));
+#ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
+    gc_job = rb_postponed_job_preregister(0, gc_flush_job, NULL);
+#endif
+}

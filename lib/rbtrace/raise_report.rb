@@ -1,0 +1,41 @@
+module RBTrace
+  # `rbtrace --raise`: what the RAISE hook (ext/rbtrace/raisewatch.c) sends
+  # for each exception. Runs inside the hook, in the raising thread: nothing
+  # here may raise, and interrupts meant for the app wait until it is done.
+  module RaiseReport
+    OWN_FILES = File.expand_path('..', __dir__) + File::SEPARATOR
+    MESSAGE_MAX = 1024
+
+    module_function
+
+    # [class name, message, "path:line"], or nil for rbtrace's own
+    # exceptions (raised by its Ruby files or in its eval thread).
+    def describe(exc, path, line)
+      return nil if own?(path)
+
+      [class_name(exc), message(exc), path ? "#{path}:#{line}" : '(unknown)']
+    end
+
+    def own?(path)
+      path.nil? ? false : path.start_with?(OWN_FILES) || path == Evaluator::EVAL_PATH
+    end
+
+    def class_name(exc)
+      klass = exc.class
+      klass.name || klass.inspect
+    rescue Exception # rubocop:disable Lint/RescueException
+      '(unknown class)'
+    end
+
+    def message(exc)
+      text = exc.message.to_s.scrub
+      text.bytesize > MESSAGE_MAX ? "#{text.byteslice(0, MESSAGE_MAX - 3).scrub('')}..." : text
+    rescue Exception => e # rubocop:disable Lint/RescueException
+      "(#message raised #{e.class})"
+    end
+  end
+
+  def self.describe_raise(exc, path, line)
+    Thread.handle_interrupt(Object => :never) { RaiseReport.describe(exc, path, line) }
+  end
+end

@@ -1,0 +1,110 @@
+require_relative '../spec_helper'
+
+# rbtrace --slow MS / --slowcpu MS / --slow-methods: only the calls that took
+# at least MS milliseconds, innermost first, each indented by the number of
+# watched calls open around it.
+RSpec.describe 'slow calls (--slow, --slowcpu)' do
+  APP_SLOW = <<~'RUBY'.freeze
+    class Worker
+      def run
+        fast
+        step
+        burn
+      end
+
+      def fast = 1
+      def step = sleep(0.15)
+
+      # About 60 ms of CPU, without sleeping.
+      def burn
+        t = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
+        x = 0
+        x += 1 while Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - t < 0.06
+        x
+      end
+
+      def failing
+        sleep 0.12
+        raise ArgumentError, "no"
+      end
+    end
+
+    puts "ready"
+    loop do
+      Worker.new.run
+      begin
+        Worker.new.failing
+      rescue ArgumentError
+      end
+      puts "tick"
+    end
+  RUBY
+
+  let(:app) { start_target(APP_SLOW).ready }
+  let(:time) { '<\d+\.\d{6}>' }
+
+  it 'shows the slow calls with the nesting of the slow calls around them, and not the fast ones' do
+    out = trace(app, '--slow', '100', until_output: /^Worker#run </).stdout
+    expect(out).to match(/^    Kernel#sleep <0\.1[5-9]\d{4}>\n  Worker#step <0\.1[5-9]\d{4}>\n/)
+    expect(out).to match(/^Worker#run <0\.[2-9]\d{5}>$/)
+    expect(out).not_to include('Worker#fast')
+    expect(out).not_to include('Worker#burn')   # 60 ms: under the threshold
+  end
+
+  it 'reports a slow call that raised, and keeps the nesting right after it' do
+    out = trace(app, '-s', '100', until_output: /Worker#failing <.*Worker#run </m).stdout
+    expect(out).to match(/^  Kernel#sleep <0\.1[2-9]\d{4}>\nWorker#failing <0\.1[2-9]\d{4}>\n/)
+    after = out[out.index('Worker#failing <')..]
+    expect(after).to match(/^Worker#run #{time}$/)
+  end
+
+  it 'measures CPU time with --slowcpu: a busy call shows, a sleeping one does not' do
+    out = trace(app, '--slowcpu', '40', until_output: /^(  )?Worker#burn </).stdout
+    expect(out).to match(/^(  )?Worker#burn <0\.0[4-9]\d{4}>$/)
+    expect(out).not_to include('Kernel#sleep')
+    expect(out).not_to include('Worker#step')
+  end
+
+  it 'watches only --slow-methods, with the depth counted among them' do
+    out = trace(app, '--slow', '100', '--slow-methods', 'Worker#run', 'Kernel#sleep',
+                until_output: /^Worker#run </).stdout
+    expect(out).to match(/^  Kernel#sleep <0\.1[5-9]\d{4}>\nWorker#run #{time}$/)
+    expect(out).not_to include('Worker#step')
+    expect(out).not_to include('Worker#failing')
+  end
+
+  it 'combines with -m, --gc and -t' do
+    app = start_target(<<~'RUBY').ready
+      def work = sleep(0.12)
+      def quick = Array.new(50_000) { "x" * 20 }.size
+      puts "ready"
+      loop { work; quick; GC.start }
+    RUBY
+    out = trace(app, '--slow=100', '-m', 'Object#quick', '--gc', '-t',
+                until_output: /Object#work <.*Object#quick <.*GC major/m).stdout
+    stamp = '\d\d:\d\d:\d\d\.\d{6} '
+    expect(out).to match(/^#{stamp}Object#work <0\.1[2-9]\d{4}>$/)
+    expect(out).to match(/^#{stamp}Object#quick #{time}$/)
+    expect(out).to match(/^#{stamp}GC major \(force\) by method #{time}/)
+  end
+
+  it 'reports a bad --slow-methods selector and watches the others' do
+    r = trace(app, '--slow', '100', '--slow-methods', 'NoSuchClass#x', 'Kernel#sleep',
+              until_output: /Kernel#sleep </)
+    expect(r.stderr).to include('*** error: NoSuchClass#x')
+    expect(r.stdout).to match(/^Kernel#sleep <0\.1\d{5}>$/)
+  end
+
+  it 'says so when no --slow-methods selector can be used' do
+    r = trace(app, '--slow', '100', '--slow-methods', 'NoSuchClass#x',
+              until_output: nil) { |c| c.wait_for(/no --slow-methods selector/, stream: :stderr) }
+    expect(r.stdout).to eq('')
+  end
+
+  it 'leaves the app running normally after the detach' do
+    trace(app, '--slow', '100', until_output: /Worker#run </)
+    seen = app.drain.count('tick')
+    app.wait_for(->(_) { app.lines.count('tick') >= seen + 2 })
+    expect(app).to be_alive
+  end
+end
