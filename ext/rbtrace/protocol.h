@@ -80,7 +80,11 @@ enum rbtrace_command_type {
     /* [7, client_pid]: report each garbage collection (GC events) */
     RBTRACE_CMD_GC = 7,
     /* [8, client_pid]: report each exception raised (RAISE events) */
-    RBTRACE_CMD_RAISE = 8
+    RBTRACE_CMD_RAISE = 8,
+    /* [9, client_pid]: the METHODS selectors that follow name their classes
+     * by name: a class defined again under the same name (reloaded) is
+     * traced again, and one not defined yet is traced once it is. */
+    RBTRACE_CMD_DEVMODE = 9
 };
 
 /* ---- events: target -> client ------------------------------------------ */

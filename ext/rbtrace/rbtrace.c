@@ -136,5 +136,6 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     Init_rbtrace_slow(rbtrace_mRBTrace);
     Init_rbtrace_gcwatch(rbtrace_mRBTrace);
     Init_rbtrace_raisewatch(rbtrace_mRBTrace);
+    Init_rbtrace_devmode(rbtrace_mRBTrace);
     rbtrace_channel_init();
 }

@@ -41,6 +41,7 @@ struct rbtrace_tracer {
     VALUE klass;        /* owner to match, or 0 for any */
     VALUE mid;          /* method name Symbol to match, or 0 for any */
     VALUE exprs;        /* Array of expression Strings, or Qnil */
+    VALUE selector;     /* the selector's text, as the client sent it */
 };
 
 /* A slot of the method id table; klass == 0 means empty. */
@@ -139,6 +140,7 @@ int rbtrace_emit_detached(void);
 
 /* tracer.c: selectors and hooks */
 void rbtrace_tracer_add(VALUE selectors);
+int rbtrace_tracer_add_one(VALUE selector, int quiet);
 void rbtrace_tracer_firehose(void);
 void rbtrace_tracer_slow(uint64_t threshold_ns, int cpu, VALUE selectors);
 void rbtrace_tracer_gc(void);
@@ -165,6 +167,13 @@ void Init_rbtrace_gcwatch(VALUE mod);
 void rbtrace_raise_start(void);
 void rbtrace_raise_stop(void);
 void Init_rbtrace_raisewatch(VALUE mod);
+
+/* devmode.c: --devmode, selectors that follow reloaded classes */
+void rbtrace_devmode_start(void);
+int rbtrace_devmode_watch(VALUE selector);
+void rbtrace_devmode_stop(void);
+void rbtrace_devmode_mark(void);
+void Init_rbtrace_devmode(VALUE mod);
 
 /* wrapper.c: tracing one method by wrapping it */
 void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility);

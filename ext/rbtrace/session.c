@@ -237,6 +237,9 @@ static void session_dispatch(const struct rbtrace_command *cmd)
     case RBTRACE_CMD_RAISE:
         rbtrace_tracer_raise();
         break;
+    case RBTRACE_CMD_DEVMODE:
+        rbtrace_devmode_start();
+        break;
     case RBTRACE_CMD_EVAL:
         session_eval(cmd);
         break;

@@ -130,40 +130,67 @@ void rbtrace_report_selector_error(VALUE selector, VALUE e)
                          (int)RSTRING_LEN(msg), RSTRING_PTR(msg));
 }
 
-/* Adds one tracer per selector; a bad selector is reported and skipped. */
+/* Forgets the hooked tracers made from selector (--devmode re-adds it). */
+static void tracer_remove(VALUE selector)
+{
+    uint32_t i, kept = 0;
+
+    for (i = 0; i < rbtrace.n_tracers; i++) {
+        if (rb_str_equal(rbtrace.tracers[i].selector, selector) == Qtrue) continue;
+        rbtrace.tracers[kept++] = rbtrace.tracers[i];
+    }
+    rbtrace.n_tracers = kept;
+}
+
+/* Adds the tracer of one selector: a wrapper, or an entry for the hook.
+ * A bad selector is reported (unless quiet) and skipped. Returns 1 if the
+ * selector is traced. */
+int rbtrace_tracer_add_one(VALUE sel, int quiet)
+{
+    VALUE parsed, err = Qnil;
+    struct rbtrace_tracer *t;
+    int state = 0;
+
+    parsed = rbtrace_protect(tracer_parse_i, sel, &state, &err);
+    if (state) {
+        if (!quiet) rbtrace_report_selector_error(sel, err);
+        return 0;
+    }
+    /* parsed is [owner or nil, method Symbol or nil, expressions or nil,
+     * visibility Symbol if the method can be wrapped instead of hooked] */
+    if (!NIL_P(RARRAY_AREF(parsed, 3))) {
+        /* Wrapping can fail (a frozen class): that selector alone. */
+        rbtrace_protect(tracer_wrap_i, parsed, &state, &err);
+        if (state && !quiet) rbtrace_report_selector_error(sel, err);
+        return !state;
+    }
+    tracer_remove(sel);
+    if (rbtrace.n_tracers >= RBTRACE_SELECTORS_MAX) {
+        rbtrace_emit_message(RBTRACE_EV_ERROR, "too many selectors (at most %d): %.*s is not "
+                             "traced", RBTRACE_SELECTORS_MAX, (int)RSTRING_LEN(sel),
+                             RSTRING_PTR(sel));
+        return 0;
+    }
+    t = &rbtrace.tracers[rbtrace.n_tracers++];
+    t->klass = NIL_P(RARRAY_AREF(parsed, 0)) ? 0 : RARRAY_AREF(parsed, 0);
+    t->mid = NIL_P(RARRAY_AREF(parsed, 1)) ? 0 : RARRAY_AREF(parsed, 1);
+    t->exprs = RARRAY_AREF(parsed, 2);
+    t->selector = sel;
+    tracer_install();
+    return 1;
+}
+
+/* Adds one tracer per selector; a bad selector is reported and skipped
+ * (with --devmode, one whose class is not defined yet waits for it). */
 void rbtrace_tracer_add(VALUE selectors)
 {
     long i;
 
     for (i = 0; i < RARRAY_LEN(selectors); i++) {
-        VALUE sel = RARRAY_AREF(selectors, i), parsed, err = Qnil;
-        struct rbtrace_tracer *t;
-        int state = 0;
-
-        parsed = rbtrace_protect(tracer_parse_i, sel, &state, &err);
-        if (state) {
-            rbtrace_report_selector_error(sel, err);
-            continue;
-        }
-        if (rbtrace.n_tracers >= RBTRACE_SELECTORS_MAX) {
-            rbtrace_emit_message(RBTRACE_EV_ERROR, "too many selectors (at most %d)",
-                                 RBTRACE_SELECTORS_MAX);
-            break;
-        }
-        /* parsed is [owner or nil, method Symbol or nil, expressions or nil,
-         * visibility Symbol if the method can be wrapped instead of hooked] */
-        if (!NIL_P(RARRAY_AREF(parsed, 3))) {
-            /* Wrapping can fail (a frozen class): that selector alone. */
-            rbtrace_protect(tracer_wrap_i, parsed, &state, &err);
-            if (state) rbtrace_report_selector_error(sel, err);
-            continue;
-        }
-        t = &rbtrace.tracers[rbtrace.n_tracers++];
-        t->klass = NIL_P(RARRAY_AREF(parsed, 0)) ? 0 : RARRAY_AREF(parsed, 0);
-        t->mid = NIL_P(RARRAY_AREF(parsed, 1)) ? 0 : RARRAY_AREF(parsed, 1);
-        t->exprs = RARRAY_AREF(parsed, 2);
+        VALUE sel = rb_str_new_frozen(RARRAY_AREF(selectors, i));
+        int waiting = rbtrace_devmode_watch(sel);
+        rbtrace_tracer_add_one(sel, waiting);
     }
-    if (rbtrace.n_tracers > 0) tracer_install();
 }
 
 void rbtrace_tracer_firehose(void)
@@ -205,6 +232,7 @@ void rbtrace_tracer_clear(void)
     rbtrace_slow_stop();
     rbtrace_gc_stop();
     rbtrace_raise_stop();
+    rbtrace_devmode_stop();
 }
 
 /* The hook compares these VALUEs by address: keep them alive and pinned
@@ -217,8 +245,10 @@ void rbtrace_tracer_mark(void)
         rb_gc_mark(rbtrace.tracers[i].klass);
         rb_gc_mark(rbtrace.tracers[i].mid);
         rb_gc_mark(rbtrace.tracers[i].exprs);
+        rb_gc_mark(rbtrace.tracers[i].selector);
     }
     rbtrace_slow_mark();
+    rbtrace_devmode_mark();
 }
 
 void Init_rbtrace_tracer(VALUE mod)

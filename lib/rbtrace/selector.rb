@@ -140,4 +140,19 @@ module RBTrace
   def self.parse_selector(text)
     Selector.parse(text)
   end
+
+  # --devmode (ext/rbtrace/devmode.c): [class path, the class now or nil]
+  # for a selector that names a class, nil for one that does not (sleep).
+  def self.devmode_target(text)
+    name, = Selector.split_expressions(text.strip)
+    m = Selector::CLASS_PATH.match(name)
+    return nil unless m
+
+    mod = begin
+      Selector.constant(m[:path])
+    rescue ArgumentError
+      nil
+    end
+    [m[:path].dup.freeze, mod]
+  end
 end

@@ -186,6 +186,7 @@ static void test_watch_errors(void)
     char *with_eval[] = { "rbtrace", "-p", "1", "--gc", "-e", "1" };
     char *empty_list[] = { "rbtrace", "-p", "1", "--slow", "1", "--slow-methods" };
     char *gc_value[] = { "rbtrace", "-p", "1", "--gc=yes" };
+    char *devmode_alone[] = { "rbtrace", "-p", "1", "--devmode", "-f" };
 
     refused(ARGC(both), both, "--slow and --slowcpu");
     refused(ARGC(negative), negative, "'-1' for -s");
@@ -194,6 +195,7 @@ static void test_watch_errors(void)
     refused(ARGC(with_eval), with_eval, "-e cannot be combined");
     refused(ARGC(empty_list), empty_list, "--slow-methods needs");
     refused(ARGC(gc_value), gc_value, "--gc takes no value");
+    refused(ARGC(devmode_alone), devmode_alone, "--devmode applies to -m");
 }
 
 static void test_too_many_selectors(void)

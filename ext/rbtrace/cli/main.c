@@ -28,6 +28,8 @@ static void usage(FILE *f)
           "      --gc               show each garbage collection: minor or major, why,\n"
           "                         time in all, marking and sweeping\n"
           "      --raise            show each exception raised: class, message, where\n"
+          "      --devmode          -m selectors follow their classes by name: a class\n"
+          "                         reloaded or defined later is traced too\n"
           "  -e, --eval CODE        run Ruby code in the process and print the result\n"
           "  -o, --output FILE      write the trace to FILE instead of stdout\n"
           "  -a, --append           append to the -o FILE\n"

@@ -158,6 +158,13 @@ static int options_set_raise(struct options *o, const struct options_spec *spec,
     return CLI_OK;
 }
 
+static int options_set_devmode(struct options *o, const struct options_spec *spec, const char *value)
+{
+    (void)spec; (void)value;
+    o->devmode = 1;
+    return CLI_OK;
+}
+
 static int options_set_output(struct options *o, const struct options_spec *spec, const char *value)
 {
     if (*value == '\0') return options_bad_value(o, spec, value, "a file name");
@@ -236,6 +243,7 @@ static const struct options_spec options_table[] = {
     { 0,   "slow-methods", OPTIONS_LIST, options_add_slow_selector },
     { 0,   "gc",          OPTIONS_FLAG,  options_set_gc },
     { 0,   "raise",       OPTIONS_FLAG,  options_set_raise },
+    { 0,   "devmode",     OPTIONS_FLAG,  options_set_devmode },
     { 'o', "output",      OPTIONS_VALUE, options_set_output },
     { 'a', "append",      OPTIONS_FLAG,  options_set_append },
     { 't', "start-time",  OPTIONS_FLAG,  options_set_start_time },
@@ -340,6 +348,8 @@ static int options_check(struct options *o)
     if (o->mode == OPTIONS_MODE_EVAL && options_watches(o))
         return options_fail(o, "-e cannot be combined with --slow, --slowcpu, --gc or --raise: "
                             "run them one after the other");
+    if (o->devmode && o->mode != OPTIONS_MODE_METHODS)
+        return options_fail(o, "--devmode applies to -m selectors: add -m SELECTOR...");
     if (o->n_slow_selectors && o->slow_ms < 0)
         return options_fail(o, "--slow-methods needs a threshold: add --slow MS or --slowcpu MS");
     if (o->append && !o->output_path) return options_fail(o, "-a needs -o FILE");

@@ -31,6 +31,7 @@ struct options {
     size_t n_slow_selectors;
     int gc;                    /* --gc: show garbage collections */
     int raises;                /* --raise: show exceptions raised */
+    int devmode;               /* --devmode: -m follows reloaded classes */
     const char *output_path;   /* -o: output file, NULL for stdout */
     int append;                /* -a: append to the -o file */
     int start_time;            /* -t: show each call's start time */

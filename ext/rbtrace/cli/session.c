@@ -698,6 +698,11 @@ static enum cli_exit session_send_trace(struct session *s, struct rbtrace_comman
         session_set_selectors(cmd, o->slow_selectors, o->n_slow_selectors);
         if (session_send_mode(s, cmd) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     }
+    if (o->devmode) {
+        memset(cmd, 0, sizeof(*cmd));
+        cmd->type = RBTRACE_CMD_DEVMODE;
+        if (session_send_mode(s, cmd) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
+    }
     if (o->mode == OPTIONS_MODE_FIREHOSE || o->mode == OPTIONS_MODE_METHODS) {
         memset(cmd, 0, sizeof(*cmd));
         cmd->type = o->mode == OPTIONS_MODE_FIREHOSE ? RBTRACE_CMD_FIREHOSE : RBTRACE_CMD_METHODS;

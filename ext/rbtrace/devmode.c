@@ -1,0 +1,106 @@
+/*
+ * devmode.c - --devmode: -m selectors that follow their classes by name.
+ *
+ * A development server reloads code: the class Foo a selector resolved to
+ * is replaced by a new class object also named Foo, and tracing the old
+ * one shows nothing. With --devmode every selector that names a class is
+ * remembered with that name; a RUBY_EVENT_END hook (the end of a class
+ * body: the methods of a reloaded class are defined by then) compares the
+ * name of each class whose body ends, and when a new class object carries
+ * a remembered name, the selector is resolved again and traced on it. A
+ * selector whose class is not defined yet (autoloaded later) waits for it
+ * the same way, with a notice instead of an error.
+ *
+ * Classes built without a class body (Class.new, const_set) are not seen.
+ */
+#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include <string.h>
+
+#define DEVMODE_HOOK ((rb_event_hook_func_t)(void (*)(void))devmode_hook_i)
+
+/* entries: Array of [class path String, selector String, class traced or nil] */
+static struct {
+    int active;
+    VALUE entries;
+} dev = { 0, Qnil };
+
+static ID id_devmode_target;
+
+static VALUE devmode_target_i(VALUE sel)
+{
+    return rb_funcall(rbtrace_mRBTrace, id_devmode_target, 1, sel);
+}
+
+/* At the end of a class body: selectors waiting for a class of this name
+ * that is not the one they trace are resolved again. */
+static void devmode_hook_i(VALUE data, rb_trace_arg_t *targ)
+{
+    VALUE klass = rb_tracearg_self(targ), name;
+    long i;
+
+    (void)data;
+    if (!dev.active || !rbtrace.attached) return;
+    if (!RB_TYPE_P(klass, T_CLASS) && !RB_TYPE_P(klass, T_MODULE)) return;
+    name = rb_mod_name(klass);
+    if (!RB_TYPE_P(name, T_STRING)) return;
+    for (i = 0; i < RARRAY_LEN(dev.entries); i++) {
+        VALUE e = RARRAY_AREF(dev.entries, i), sel = RARRAY_AREF(e, 1);
+        if (RARRAY_AREF(e, 2) == klass || rb_str_equal(RARRAY_AREF(e, 0), name) != Qtrue) continue;
+        if (!rbtrace_tracer_add_one(sel, 1)) continue;   /* not complete yet: a later end */
+        rb_ary_store(e, 2, klass);
+        rbtrace_emit_message(RBTRACE_EV_NOTICE, "%.*s (re)defined: tracing %.*s on it",
+                             (int)RSTRING_LEN(name), RSTRING_PTR(name),
+                             (int)RSTRING_LEN(sel), RSTRING_PTR(sel));
+    }
+}
+
+void rbtrace_devmode_start(void)
+{
+    if (dev.active) return;
+    dev.entries = rb_ary_new();
+    rb_add_event_hook2(DEVMODE_HOOK, RUBY_EVENT_END, Qnil,
+                       RUBY_EVENT_HOOK_FLAG_SAFE | RUBY_EVENT_HOOK_FLAG_RAW_ARG);
+    dev.active = 1;
+    rbtrace_emit_message(RBTRACE_EV_NOTICE, "devmode: selectors follow their classes by name "
+                         "(reloaded or defined later)");
+}
+
+/* Remembers a selector that names a class. Returns 1 if that class is not
+ * defined yet: the selector then waits (the caller reports no error). */
+int rbtrace_devmode_watch(VALUE sel)
+{
+    VALUE target, err = Qnil;
+    int state = 0;
+
+    if (!dev.active) return 0;
+    /* [class path, the class or nil], or nil for a selector without a class */
+    target = rbtrace_protect(devmode_target_i, sel, &state, &err);
+    if (state || !RB_TYPE_P(target, T_ARRAY)) return 0;
+    rb_ary_push(dev.entries, rb_ary_new_from_args(3, RARRAY_AREF(target, 0), sel,
+                                                   RARRAY_AREF(target, 1)));
+    if (!NIL_P(RARRAY_AREF(target, 1))) return 0;
+    rbtrace_emit_message(RBTRACE_EV_NOTICE, "%.*s: %.*s is not defined yet; traced once it is",
+                         (int)RSTRING_LEN(sel), RSTRING_PTR(sel),
+                         (int)RSTRING_LEN(RARRAY_AREF(target, 0)),
+                         RSTRING_PTR(RARRAY_AREF(target, 0)));
+    return 1;
+}
+
+void rbtrace_devmode_stop(void)
+{
+    if (!dev.active) return;
+    rb_remove_event_hook(DEVMODE_HOOK);
+    dev.active = 0;
+    dev.entries = Qnil;
+}
+
+void rbtrace_devmode_mark(void)
+{
+    rb_gc_mark(dev.entries);
+}
+
+void Init_rbtrace_devmode(VALUE mod)
+{
+    (void)mod;
+    id_devmode_target = rb_intern("devmode_target");
+}

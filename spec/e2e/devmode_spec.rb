@@ -1,0 +1,88 @@
+require_relative '../spec_helper'
+
+# rbtrace --devmode -m ...: selectors follow their classes by name, as a
+# development server reloads them (a new class object under the old name),
+# and wait for classes that are not defined yet.
+RSpec.describe 'dev mode (--devmode)' do
+  # Reloads Widget (remove_const + a new class body) on SIGUSR1, like a
+  # development server's code reloader; defines Late on SIGUSR2.
+  APP_DEV = <<~'RUBY'.freeze
+    SOURCE = <<~'SRC'
+      class Widget
+        def render(x) = "<#{x}>"
+      end
+    SRC
+    eval(SOURCE)
+    Signal.trap('USR1') { $reload = true }
+    Signal.trap('USR2') { $define_late = true }
+    puts "ready"
+    loop do
+      if $reload
+        $reload = false
+        Object.send(:remove_const, :Widget)
+        eval(SOURCE)
+        puts "reloaded #{Widget.object_id}"
+      end
+      if $define_late
+        $define_late = false
+        eval("class Late; def run = :late; end")
+        puts "late defined"
+      end
+      Widget.new.render(1)
+      Late.new.run if defined?(Late)
+      sleep 0.02
+    end
+  RUBY
+
+  let(:app) { start_target(APP_DEV).ready }
+
+  it 'keeps tracing a wrapped method after its class is reloaded' do
+    r = trace(app, '--devmode', '-m', 'Widget#render') do |c|
+      c.wait_for(/Widget#render </)
+      Process.kill(:USR1, app.pid)
+      app.wait_for(/^reloaded/)
+      c.wait_for(/\(re\)defined: tracing Widget#render/, stream: :stderr)
+      seen = c.stdout.scan('Widget#render <').size
+      c.wait_for(->(out) { out.scan('Widget#render <').size > seen + 3 })
+    end
+    expect(r.stderr).to include('*** devmode: selectors follow their classes by name')
+  end
+
+  it 'keeps tracing a hooked selector (with expressions) after the reload' do
+    trace(app, '--devmode', '-m', 'Widget#render(x)') do |c|
+      c.wait_for(/Widget#render\(x=1\)/)
+      Process.kill(:USR1, app.pid)
+      app.wait_for(/^reloaded/)
+      c.wait_for(/\(re\)defined/, stream: :stderr)
+      seen = c.stdout.scan('Widget#render(x=1)').size
+      c.wait_for(->(out) { out.scan('Widget#render(x=1)').size > seen + 3 })
+    end
+  end
+
+  it 'without --devmode, loses the method after the reload (what --devmode is for)' do
+    trace(app, '-m', 'Widget#render') do |c|
+      c.wait_for(/Widget#render </)
+      Process.kill(:USR1, app.pid)
+      app.wait_for(/^reloaded/)
+      sleep 0.3
+      seen = c.stdout.scan('Widget#render <').size
+      sleep 0.3
+      expect(c.stdout.scan('Widget#render <').size).to eq(seen)
+    end
+  end
+
+  it 'waits for a class that is not defined yet and traces it once it is' do
+    r = trace(app, '--devmode', '-m', 'Late#run') do |c|
+      c.wait_for(/Late is not defined yet/, stream: :stderr)
+      Process.kill(:USR2, app.pid)
+      c.wait_for(/^Late#run </)
+    end
+    expect(r.stderr).not_to include('*** error')
+  end
+
+  it 'refuses --devmode without -m' do
+    r = rbtrace('-p', app.pid, '--devmode', '--gc')
+    expect(r.exitstatus).to eq(2)
+    expect(r.stderr).to include('--devmode applies to -m selectors')
+  end
+end
