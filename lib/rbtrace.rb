@@ -8,6 +8,7 @@ require 'rbtrace/selector'
 require 'rbtrace/expressions'
 require 'rbtrace/evaluator'
 require 'rbtrace/raise_report'
+require 'rbtrace/exec_wait'
 
 module RBTrace
   HELPER_NAME = 'rbtrace'
@@ -90,3 +91,4 @@ Signal.singleton_class.prepend(RBTrace::SignalTrapWatch)
 Kernel.singleton_class.prepend(RBTrace::SignalTrapWatch)
 Kernel.prepend(RBTrace::TrapWatch) if RBTrace::Selector::PREPEND_REACHES_INCLUDERS
 RBTrace.start_helper
+RBTrace::ExecWait.wait_if_asked

@@ -97,6 +97,7 @@ int rbtrace_command_encode(msgpack_packer *pk, const struct rbtrace_command *cmd
     case RBTRACE_CMD_GC:
     case RBTRACE_CMD_RAISE:
     case RBTRACE_CMD_DEVMODE:
+    case RBTRACE_CMD_RESUME:
         msgpack_pack_array(pk, 2);
         msgpack_pack_uint32(pk, cmd->type);
         msgpack_pack_uint32(pk, cmd->client_pid);
@@ -169,6 +170,7 @@ static int command_decode_fields(const msgpack_object_array *a,
     case RBTRACE_CMD_GC:
     case RBTRACE_CMD_RAISE:
     case RBTRACE_CMD_DEVMODE:
+    case RBTRACE_CMD_RESUME:
         return RBTRACE_OK;
     case RBTRACE_CMD_METHODS:
         return command_decode_selectors(a, 2, cmd, err);

@@ -31,11 +31,23 @@ static VALUE devmode_target_i(VALUE sel)
     return rb_funcall(rbtrace_mRBTrace, id_devmode_target, 1, sel);
 }
 
-/* At the end of a class body: selectors waiting for a class of this name
- * that is not the one they trace are resolved again. */
+/* The entry of selector sel, or Qnil. */
+static VALUE devmode_entry(VALUE sel)
+{
+    long i;
+
+    for (i = 0; i < RARRAY_LEN(dev.entries); i++) {
+        VALUE e = RARRAY_AREF(dev.entries, i);
+        if (RARRAY_AREF(e, 1) == sel) return e;
+    }
+    return Qnil;
+}
+
+/* At the end of a class body: selectors that name this class, but are not
+ * traced on this very class object, are resolved again. */
 static void devmode_hook_i(VALUE data, rb_trace_arg_t *targ)
 {
-    VALUE klass = rb_tracearg_self(targ), name;
+    VALUE klass = rb_tracearg_self(targ), name, err = Qnil;
     long i;
 
     (void)data;
@@ -46,7 +58,8 @@ static void devmode_hook_i(VALUE data, rb_trace_arg_t *targ)
     for (i = 0; i < RARRAY_LEN(dev.entries); i++) {
         VALUE e = RARRAY_AREF(dev.entries, i), sel = RARRAY_AREF(e, 1);
         if (RARRAY_AREF(e, 2) == klass || rb_str_equal(RARRAY_AREF(e, 0), name) != Qtrue) continue;
-        if (!rbtrace_tracer_add_one(sel, 1)) continue;   /* not complete yet: a later end */
+        /* Not complete yet (the method comes later): wait for another end. */
+        if (!rbtrace_tracer_add_one(sel, &err)) continue;
         rb_ary_store(e, 2, klass);
         rbtrace_emit_message(RBTRACE_EV_NOTICE, "%.*s (re)defined: tracing %.*s on it",
                              (int)RSTRING_LEN(name), RSTRING_PTR(name),
@@ -65,8 +78,9 @@ void rbtrace_devmode_start(void)
                          "(reloaded or defined later)");
 }
 
-/* Remembers a selector that names a class. Returns 1 if that class is not
- * defined yet: the selector then waits (the caller reports no error). */
+/* Remembers a selector that names a class (1), to be traced through
+ * rbtrace_devmode_traced or _failed; 0 when devmode is off or the selector
+ * names no class (it is then traced the usual way). */
 int rbtrace_devmode_watch(VALUE sel)
 {
     VALUE target, err = Qnil;
@@ -76,14 +90,37 @@ int rbtrace_devmode_watch(VALUE sel)
     /* [class path, the class or nil], or nil for a selector without a class */
     target = rbtrace_protect(devmode_target_i, sel, &state, &err);
     if (state || !RB_TYPE_P(target, T_ARRAY)) return 0;
-    rb_ary_push(dev.entries, rb_ary_new_from_args(3, RARRAY_AREF(target, 0), sel,
-                                                   RARRAY_AREF(target, 1)));
-    if (!NIL_P(RARRAY_AREF(target, 1))) return 0;
-    rbtrace_emit_message(RBTRACE_EV_NOTICE, "%.*s: %.*s is not defined yet; traced once it is",
-                         (int)RSTRING_LEN(sel), RSTRING_PTR(sel),
-                         (int)RSTRING_LEN(RARRAY_AREF(target, 0)),
-                         RSTRING_PTR(RARRAY_AREF(target, 0)));
+    rb_ary_push(dev.entries, rb_ary_new_from_args(3, RARRAY_AREF(target, 0), sel, Qnil));
     return 1;
+}
+
+/* The selector is traced on the class its name now denotes. */
+void rbtrace_devmode_traced(VALUE sel)
+{
+    VALUE e = devmode_entry(sel), target, err = Qnil;
+    int state = 0;
+
+    if (NIL_P(e)) return;
+    target = rbtrace_protect(devmode_target_i, sel, &state, &err);
+    if (!state && RB_TYPE_P(target, T_ARRAY)) rb_ary_store(e, 2, RARRAY_AREF(target, 1));
+}
+
+/* The selector could not be traced now: a class or method not defined yet
+ * waits for it (a notice); any other error is reported. */
+void rbtrace_devmode_failed(VALUE sel, VALUE error)
+{
+    VALUE msg = Qnil;
+    int state = 0;
+
+    msg = rbtrace_protect(rb_obj_as_string, error, &state, NULL);
+    if (state || !RB_TYPE_P(msg, T_STRING) || RSTRING_LEN(msg) < 8 ||
+        strncmp(RSTRING_PTR(msg), "no such ", 8) != 0) {
+        rbtrace_report_selector_error(sel, error);
+        return;
+    }
+    rbtrace_emit_message(RBTRACE_EV_NOTICE, "%.*s: %.*s yet; traced once it is defined",
+                         (int)RSTRING_LEN(sel), RSTRING_PTR(sel),
+                         (int)RSTRING_LEN(msg), RSTRING_PTR(msg));
 }
 
 void rbtrace_devmode_stop(void)

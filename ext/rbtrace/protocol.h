@@ -84,7 +84,10 @@ enum rbtrace_command_type {
     /* [9, client_pid]: the METHODS selectors that follow name their classes
      * by name: a class defined again under the same name (reloaded) is
      * traced again, and one not defined yet is traced once it is. */
-    RBTRACE_CMD_DEVMODE = 9
+    RBTRACE_CMD_DEVMODE = 9,
+    /* [10, client_pid]: a program started by `rbtrace --exec` waits in
+     * require 'rbtrace' until this arrives (its tracing is set up). */
+    RBTRACE_CMD_RESUME = 10
 };
 
 /* ---- events: target -> client ------------------------------------------ */

@@ -113,6 +113,11 @@ static VALUE rbtrace_attached_p_m(VALUE self)
     return rbtrace.attached ? Qtrue : Qfalse;
 }
 
+static VALUE rbtrace_resumed_p_m(VALUE self)
+{
+    return rbtrace.resumed ? Qtrue : Qfalse;
+}
+
 RUBY_FUNC_EXPORTED void Init_rbtrace(void)
 {
     rbtrace.sock = -1;
@@ -129,6 +134,7 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     rb_define_const(rbtrace_mRBTrace, "EVAL_TIMEOUT", INT2FIX(RBTRACE_EVAL_TIMEOUT));
     rb_define_singleton_method(rbtrace_mRBTrace, "after_fork_child", rbtrace_after_fork_child_m, 0);
     rb_define_singleton_method(rbtrace_mRBTrace, "attached?", rbtrace_attached_p_m, 0);
+    rb_define_singleton_method(rbtrace_mRBTrace, "resumed?", rbtrace_resumed_p_m, 0);
     Init_rbtrace_channel(rbtrace_mRBTrace);
     Init_rbtrace_session(rbtrace_mRBTrace);
     Init_rbtrace_tracer(rbtrace_mRBTrace);

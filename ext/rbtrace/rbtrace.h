@@ -71,6 +71,7 @@ struct rbtrace_state {
     pid_t client_pid;
     int sock;                        /* the client's socket, or -1 */
     uint64_t clock_origin_ns;
+    int resumed;                     /* RESUME came (rbtrace --exec) */
 
     /* writer (writer.c) */
     struct rbtrace_ring ring;
@@ -140,7 +141,7 @@ int rbtrace_emit_detached(void);
 
 /* tracer.c: selectors and hooks */
 void rbtrace_tracer_add(VALUE selectors);
-int rbtrace_tracer_add_one(VALUE selector, int quiet);
+int rbtrace_tracer_add_one(VALUE selector, VALUE *error);
 void rbtrace_tracer_firehose(void);
 void rbtrace_tracer_slow(uint64_t threshold_ns, int cpu, VALUE selectors);
 void rbtrace_tracer_gc(void);
@@ -171,6 +172,8 @@ void Init_rbtrace_raisewatch(VALUE mod);
 /* devmode.c: --devmode, selectors that follow reloaded classes */
 void rbtrace_devmode_start(void);
 int rbtrace_devmode_watch(VALUE selector);
+void rbtrace_devmode_traced(VALUE selector);
+void rbtrace_devmode_failed(VALUE selector, VALUE error);
 void rbtrace_devmode_stop(void);
 void rbtrace_devmode_mark(void);
 void Init_rbtrace_devmode(VALUE mod);

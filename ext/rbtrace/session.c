@@ -240,6 +240,9 @@ static void session_dispatch(const struct rbtrace_command *cmd)
     case RBTRACE_CMD_DEVMODE:
         rbtrace_devmode_start();
         break;
+    case RBTRACE_CMD_RESUME:
+        rbtrace.resumed = 1;
+        break;
     case RBTRACE_CMD_EVAL:
         session_eval(cmd);
         break;

@@ -143,26 +143,26 @@ static void tracer_remove(VALUE selector)
 }
 
 /* Adds the tracer of one selector: a wrapper, or an entry for the hook.
- * A bad selector is reported (unless quiet) and skipped. Returns 1 if the
- * selector is traced. */
-int rbtrace_tracer_add_one(VALUE sel, int quiet)
+ * A bad selector is skipped: reported, or its error stored in *error when
+ * error is not NULL. Returns 1 if the selector is traced. */
+int rbtrace_tracer_add_one(VALUE sel, VALUE *error)
 {
     VALUE parsed, err = Qnil;
     struct rbtrace_tracer *t;
     int state = 0;
 
     parsed = rbtrace_protect(tracer_parse_i, sel, &state, &err);
-    if (state) {
-        if (!quiet) rbtrace_report_selector_error(sel, err);
-        return 0;
-    }
-    /* parsed is [owner or nil, method Symbol or nil, expressions or nil,
-     * visibility Symbol if the method can be wrapped instead of hooked] */
-    if (!NIL_P(RARRAY_AREF(parsed, 3))) {
-        /* Wrapping can fail (a frozen class): that selector alone. */
+    if (!state && !NIL_P(RARRAY_AREF(parsed, 3))) {
+        /* parsed is [owner or nil, method Symbol or nil, expressions or nil,
+         * visibility Symbol if the method can be wrapped instead of hooked].
+         * Wrapping can fail (a frozen class): that selector alone. */
         rbtrace_protect(tracer_wrap_i, parsed, &state, &err);
-        if (state && !quiet) rbtrace_report_selector_error(sel, err);
-        return !state;
+        if (!state) return 1;
+    }
+    if (state) {
+        if (error) *error = err;
+        else rbtrace_report_selector_error(sel, err);
+        return 0;
     }
     tracer_remove(sel);
     if (rbtrace.n_tracers >= RBTRACE_SELECTORS_MAX) {
@@ -181,15 +181,17 @@ int rbtrace_tracer_add_one(VALUE sel, int quiet)
 }
 
 /* Adds one tracer per selector; a bad selector is reported and skipped
- * (with --devmode, one whose class is not defined yet waits for it). */
+ * (with --devmode, one whose class or method is not defined yet waits). */
 void rbtrace_tracer_add(VALUE selectors)
 {
     long i;
 
     for (i = 0; i < RARRAY_LEN(selectors); i++) {
-        VALUE sel = rb_str_new_frozen(RARRAY_AREF(selectors, i));
-        int waiting = rbtrace_devmode_watch(sel);
-        rbtrace_tracer_add_one(sel, waiting);
+        VALUE sel = rb_str_new_frozen(RARRAY_AREF(selectors, i)), err = Qnil;
+
+        if (!rbtrace_devmode_watch(sel)) rbtrace_tracer_add_one(sel, NULL);
+        else if (rbtrace_tracer_add_one(sel, &err)) rbtrace_devmode_traced(sel);
+        else rbtrace_devmode_failed(sel, err);
     }
 }
 

@@ -73,7 +73,7 @@ RSpec.describe 'dev mode (--devmode)' do
 
   it 'waits for a class that is not defined yet and traces it once it is' do
     r = trace(app, '--devmode', '-m', 'Late#run') do |c|
-      c.wait_for(/Late is not defined yet/, stream: :stderr)
+      c.wait_for(/Late#run: no such class or module Late yet; traced once it is defined/, stream: :stderr)
       Process.kill(:USR2, app.pid)
       c.wait_for(/^Late#run </)
     end

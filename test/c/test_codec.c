@@ -280,6 +280,8 @@ static void test_commands(void)
     cmd_roundtrip(cmd);
     cmd->type = RBTRACE_CMD_DEVMODE;
     cmd_roundtrip(cmd);
+    cmd->type = RBTRACE_CMD_RESUME;
+    cmd_roundtrip(cmd);
 
     cmd->type = RBTRACE_CMD_SLOW;
     cmd->threshold_ns = 250000000;

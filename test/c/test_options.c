@@ -133,7 +133,7 @@ static void test_errors(void)
     refused(ARGC(zero_pid), zero_pid, "-p");
     refused(ARGC(neg_pid), neg_pid, "-p");
     refused(ARGC(big_pid), big_pid, "-p");
-    refused(ARGC(no_value), no_value, "-p needs a value");
+    refused(ARGC(no_value), no_value, "-p needs at least one value");
     refused(ARGC(bad_prefix), bad_prefix, "-r");
     refused(ARGC(bad_timeout), bad_timeout, "--timeout");
     refused(ARGC(nan_timeout), nan_timeout, "--timeout");
@@ -198,6 +198,38 @@ static void test_watch_errors(void)
     refused(ARGC(devmode_alone), devmode_alone, "--devmode applies to -m");
 }
 
+static void test_targets(void)
+{
+    char *several[] = { "rbtrace", "-p", "11", "22", "-p33", "-f" };
+    char *ps[] = { "rbtrace", "--ps", "puma: cluster", "--gc", "--wait", "1.5" };
+    char *exec[] = { "rbtrace", "-m", "A#a", "--exec", "ruby", "-e", "p 1", "-f" };
+    char *twice[] = { "rbtrace", "-p", "11", "11", "-f" };
+    char *both[] = { "rbtrace", "-p", "11", "--ps", "x", "-f" };
+    char *exec_empty[] = { "rbtrace", "-f", "--exec" };
+    char *bad_wait[] = { "rbtrace", "-p", "1", "-f", "--wait", "-1" };
+    struct options o;
+
+    CHECK(parse(&o, ARGC(several), several, NULL) == CLI_OK);
+    CHECK(o.n_pids == 3 && o.pid == 11);
+    if (o.n_pids == 3) CHECK(o.pids[0] == 11 && o.pids[1] == 22 && o.pids[2] == 33);
+    options_free(&o);
+
+    CHECK(parse(&o, ARGC(ps), ps, NULL) == CLI_OK);
+    CHECK(o.ps_pattern && !strcmp(o.ps_pattern, "puma: cluster") && o.n_pids == 0);
+    CHECK(o.wait_s == 1.5);
+    options_free(&o);
+
+    /* Everything after --exec is the command's, -f included. */
+    CHECK(parse(&o, ARGC(exec), exec, NULL) == CLI_OK);
+    CHECK(o.exec_argv == exec + 4 && o.mode == OPTIONS_MODE_METHODS);
+    options_free(&o);
+
+    refused(ARGC(twice), twice, "given twice");
+    refused(ARGC(both), both, "cannot be combined");
+    refused(ARGC(exec_empty), exec_empty, "--exec needs a command");
+    refused(ARGC(bad_wait), bad_wait, "--wait");
+}
+
 static void test_too_many_selectors(void)
 {
     int argc = 4 + 300, i;
@@ -229,5 +261,6 @@ int main(void)
     test_too_many_selectors();
     test_watches();
     test_watch_errors();
+    test_targets();
     return check_report();
 }

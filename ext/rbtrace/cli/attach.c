@@ -124,8 +124,7 @@ static void attach_sweep_stale_queues(void)
     }
 }
 
-/* Whether /proc/PID/maps names rbtrace.so: 1, 0, or -1 if unreadable. */
-static int attach_maps_has_rbtrace(pid_t pid)
+int attach_has_rbtrace(pid_t pid)
 {
     static const char suffix[] = "rbtrace.so";
     static const char deleted[] = " (deleted)";
@@ -162,7 +161,7 @@ int attach_check_target(struct attach *a)
                                "(run rbtrace as that user, or as root)", pid);
         return attach_fail_errno(a, "could not signal the process");
     }
-    if (attach_maps_has_rbtrace(a->pid) == 0)
+    if (attach_has_rbtrace(a->pid) == 0)
         return attach_fail(a, "process %d has not loaded rbtrace: add require 'rbtrace' to the "
                            "app, or start it with RUBYOPT=-rrbtrace", pid);
     return CLI_OK;

@@ -47,6 +47,9 @@ int attach_accept(struct attach *a);
 /* Sends SIGURG to the target: it then reads its queue. */
 int attach_signal(struct attach *a);
 
+/* Whether /proc/PID/maps names rbtrace.so: 1, 0, or -1 if unreadable. */
+int attach_has_rbtrace(pid_t pid);
+
 /* 1 while the target exists, 0 once it is gone. */
 int attach_target_alive(const struct attach *a);
 

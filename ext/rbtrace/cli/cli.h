@@ -8,6 +8,9 @@
  *   attach.c   target checks, private socket, message queue, accept
  *   session.c  event loop: socket -> decoder -> renderer; signals; detach
  *   render.c   events -> rbtrace's text format on a FILE* (no other I/O)
+ *   multi.c    several pids: one session each in a child, output merged
+ *   ps.c       --ps: processes by command line
+ *   exec.c     --exec: start a program with rbtrace loaded
  *   util.c     monotonic clock, sleeping
  */
 #ifndef RBTRACE_CLI_H

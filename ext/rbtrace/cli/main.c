@@ -5,19 +5,29 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include "cli.h"
 #include "options.h"
+#include "exec.h"
+#include "multi.h"
+#include "ps.h"
 #include "session.h"
 
 static void usage(FILE *f)
 {
-    fputs("Usage: rbtrace -p PID (-m SELECTOR... | -f | --slow MS | --gc | --raise | -e CODE)\n"
-          "       [options]\n"
+    fputs("Usage: rbtrace (-p PID... | --ps PATTERN | --exec CMD ARG...)\n"
+          "       (-m SELECTOR... | -f | --slow MS | --gc | --raise | -e CODE) [options]\n"
           "\n"
           "Trace the method calls of a running Ruby process that loaded rbtrace\n"
           "(require 'rbtrace', or RUBYOPT=-rrbtrace).\n"
           "\n"
-          "  -p, --pid PID          the process to trace\n"
+          "  -p, --pid PID...       the process to trace; several: each line starts\n"
+          "                         with [PID] (with -o FILE: one FILE.PID each)\n"
+          "      --ps PATTERN       the process whose command line matches PATTERN (a\n"
+          "                         regular expression); asks which if several do\n"
+          "      --exec CMD ARG...  start CMD with rbtrace loaded and trace it from its\n"
+          "                         start (every argument after --exec is CMD's)\n"
+          "      --wait SECS        wait SECS seconds before attaching\n"
           "  -m, --methods SEL...   trace these methods: Class#method, Class.method,\n"
           "                         with expressions: \"String#gsub(self, @x)\"\n"
           "  -f, --firehose         trace every method call\n"
@@ -39,6 +49,37 @@ static void usage(FILE *f)
           "      --timeout SECS     to attach, detach and eval (default 5)\n"
           "  -h, --help             show this help\n"
           "      --version          show the version\n", f);
+}
+
+/* --wait SECS: before attaching; ^C cuts it short and stops. */
+static int main_wait(double secs)
+{
+    struct timespec ts = { (time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9) };
+
+    while (nanosleep(&ts, &ts) != 0) {
+        if (errno != EINTR) {
+            fprintf(stderr, "rbtrace: --wait: %s\n", strerror(errno));
+            return CLI_ERR;
+        }
+    }
+    return CLI_OK;
+}
+
+/* Finds the targets (--ps, --exec), waits (--wait), runs the sessions. */
+static enum cli_exit main_run(struct options *opts)
+{
+    pid_t child = 0;
+    enum cli_exit rc;
+
+    if (opts->ps_pattern && ps_choose(opts, stdin) != CLI_OK) return CLI_EXIT_FAIL;
+    if (opts->wait_s > 0 && main_wait(opts->wait_s) != CLI_OK) return CLI_EXIT_FAIL;
+    if (opts->exec_argv) {
+        if (exec_start(opts, &child) != CLI_OK) return CLI_EXIT_FAIL;
+        return exec_finish(child, session_run(opts));
+    }
+    if (opts->n_pids > 1) return multi_run(opts);
+    rc = session_run(opts);
+    return rc;
 }
 
 /* A write error on stdout (full disk, closed pipe) is a failure. */
@@ -64,7 +105,7 @@ int main(int argc, char **argv)
         printf("rbtrace %s\n", RBTRACE_VERSION);
         rc = CLI_EXIT_OK;
     } else {
-        rc = session_run(&opts);
+        rc = main_run(&opts);
     }
     options_free(&opts);
     if (main_close_stdout() != CLI_OK && rc == CLI_EXIT_OK) rc = CLI_EXIT_FAIL;

@@ -24,7 +24,8 @@
 enum options_kind {
     OPTIONS_FLAG,              /* no value */
     OPTIONS_VALUE,             /* one value */
-    OPTIONS_LIST               /* one or more values (-m) */
+    OPTIONS_LIST,              /* one or more values (-m) */
+    OPTIONS_REST               /* every argument after it (--exec CMD ARG...) */
 };
 
 struct options_spec {
@@ -78,12 +79,36 @@ static int options_set_pid(struct options *o, const struct options_spec *spec, c
 {
     char *end;
     long pid;
+    size_t i;
 
     errno = 0;
     pid = strtol(value, &end, 10);
     if (errno || end == value || *end || pid <= 0 || pid > INT_MAX)
         return options_bad_value(o, spec, value, "a process id");
-    o->pid = (pid_t)pid;
+    for (i = 0; i < o->n_pids; i++)
+        if (o->pids[i] == (pid_t)pid) return options_fail(o, "process %ld given twice", pid);
+    o->pids[o->n_pids++] = (pid_t)pid;
+    if (!o->pid) o->pid = (pid_t)pid;
+    return CLI_OK;
+}
+
+static int options_set_ps(struct options *o, const struct options_spec *spec, const char *value)
+{
+    if (*value == '\0') return options_bad_value(o, spec, value, "a pattern");
+    o->ps_pattern = value;
+    return CLI_OK;
+}
+
+static int options_set_wait(struct options *o, const struct options_spec *spec, const char *value)
+{
+    char *end;
+    double t;
+
+    errno = 0;
+    t = strtod(value, &end);
+    if (errno || end == value || *end || !isfinite(t) || t < 0 || t > OPTIONS_MAX_TIMEOUT)
+        return options_bad_value(o, spec, value, "a number of seconds, 0 or more");
+    o->wait_s = t;
     return CLI_OK;
 }
 
@@ -234,7 +259,10 @@ static int options_set_version(struct options *o, const struct options_spec *spe
 }
 
 static const struct options_spec options_table[] = {
-    { 'p', "pid",         OPTIONS_VALUE, options_set_pid },
+    { 'p', "pid",         OPTIONS_LIST,  options_set_pid },
+    { 0,   "ps",          OPTIONS_VALUE, options_set_ps },
+    { 0,   "exec",        OPTIONS_REST,  NULL },
+    { 0,   "wait",        OPTIONS_VALUE, options_set_wait },
     { 'm', "methods",     OPTIONS_LIST,  options_add_selector },
     { 'f', "firehose",    OPTIONS_FLAG,  options_set_firehose },
     { 'e', "eval",        OPTIONS_VALUE, options_set_eval },
@@ -286,6 +314,15 @@ static int options_apply(struct options *o, const struct options_spec *spec,
     int taken = 0;
 
     options_spelling(spec, name, sizeof(name));
+    if (spec->kind == OPTIONS_REST) {
+        /* The command and its arguments, options of its own included. */
+        if (inline_value) return options_fail(o, "%s takes the command after it: %s CMD ARG...",
+                                               name, name);
+        if (*i + 1 >= argc) return options_fail(o, "%s needs a command: %s CMD ARG...", name, name);
+        o->exec_argv = argv + *i + 1;
+        *i = argc - 1;
+        return CLI_OK;
+    }
     if (spec->kind == OPTIONS_FLAG) {
         if (inline_value) return options_fail(o, "option %s takes no value", name);
         return spec->set(o, spec, NULL);
@@ -341,7 +378,11 @@ int options_watches(const struct options *o)
 static int options_check(struct options *o)
 {
     if (o->help || o->version) return CLI_OK;
-    if (!o->pid) return options_fail(o, "no process given: use -p PID");
+    if (!!o->n_pids + !!o->ps_pattern + !!o->exec_argv > 1)
+        return options_fail(o, "-p, --ps and --exec cannot be combined: choose one way to "
+                            "name the process");
+    if (!o->n_pids && !o->ps_pattern && !o->exec_argv)
+        return options_fail(o, "no process given: use -p PID, --ps PATTERN or --exec CMD");
     if (o->mode == OPTIONS_MODE_NONE && !options_watches(o))
         return options_fail(o, "nothing to do: give -m METHODS, -f, --slow MS, --gc, --raise "
                             "or -e CODE");
@@ -367,7 +408,8 @@ int options_parse(struct options *o, int argc, char **argv)
     /* Never more selectors than arguments. */
     o->selectors = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*o->selectors));
     o->slow_selectors = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*o->slow_selectors));
-    if (!o->selectors || !o->slow_selectors) return options_fail(o, "out of memory");
+    o->pids = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*o->pids));
+    if (!o->selectors || !o->slow_selectors || !o->pids) return options_fail(o, "out of memory");
 
     for (i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -389,4 +431,7 @@ void options_free(struct options *o)
     free(o->slow_selectors);
     o->slow_selectors = NULL;
     o->n_slow_selectors = 0;
+    free(o->pids);
+    o->pids = NULL;
+    o->n_pids = 0;
 }

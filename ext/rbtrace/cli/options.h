@@ -20,7 +20,13 @@ enum options_mode {
 };
 
 struct options {
-    pid_t pid;                 /* -p: the target; 0 when not given */
+    pid_t pid;                 /* the target (the first -p); 0 when none yet */
+    pid_t *pids;               /* -p PID...: every target given */
+    size_t n_pids;
+    const char *ps_pattern;    /* --ps: find the targets by command line */
+    char **exec_argv;          /* --exec CMD ARG...: start the target; NULL-ended, in argv */
+    double wait_s;             /* --wait: seconds to wait before attaching */
+    int resume;                /* set by exec.c: the target waits for RESUME */
     enum options_mode mode;    /* set by -m, -f or -e */
     const char **selectors;    /* -m: method selectors, pointing into argv */
     size_t n_selectors;        /* number of selectors */

@@ -663,6 +663,17 @@ static enum cli_exit session_send_mode(struct session *s, struct rbtrace_command
     return CLI_EXIT_FAIL;
 }
 
+/* --exec: the program waits for this once its tracing is set up. */
+static enum cli_exit session_send_resume(struct session *s)
+{
+    struct rbtrace_command cmd;
+
+    if (!s->opts->resume) return CLI_EXIT_OK;
+    memset(&cmd, 0, sizeof(cmd));
+    cmd.type = RBTRACE_CMD_RESUME;
+    return session_send_mode(s, &cmd);
+}
+
 static void session_set_selectors(struct rbtrace_command *cmd, const char **selectors, size_t n)
 {
     size_t i;
@@ -698,7 +709,8 @@ static enum cli_exit session_send_trace(struct session *s, struct rbtrace_comman
         session_set_selectors(cmd, o->slow_selectors, o->n_slow_selectors);
         if (session_send_mode(s, cmd) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     }
-    if (o->devmode) {
+    /* --exec: the program defines its classes after we attach. */
+    if (o->devmode || (o->resume && o->mode == OPTIONS_MODE_METHODS)) {
         memset(cmd, 0, sizeof(*cmd));
         cmd->type = RBTRACE_CMD_DEVMODE;
         if (session_send_mode(s, cmd) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
@@ -709,7 +721,7 @@ static enum cli_exit session_send_trace(struct session *s, struct rbtrace_comman
         session_set_selectors(cmd, o->selectors, o->n_selectors);
         if (session_send_mode(s, cmd) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     }
-    return CLI_EXIT_OK;
+    return session_send_resume(s);
 }
 
 /* -m, -f, --slow, --gc, --raise: render events until ^C or the target
@@ -749,7 +761,8 @@ static enum cli_exit session_eval(struct session *s)
     cmd.text.ptr = s->opts->eval_code;
     cmd.text.len = (uint32_t)strlen(s->opts->eval_code);
     cmd.timeout_ms = (uint32_t)s->timeout_ms;
-    if (session_send_mode(s, &cmd) != CLI_EXIT_OK) return session_detach(s, CLI_EXIT_FAIL);
+    if (session_send_mode(s, &cmd) != CLI_EXIT_OK || session_send_resume(s) != CLI_EXIT_OK)
+        return session_detach(s, CLI_EXIT_FAIL);
 
     w = session_wait(s, &s->eval_done, cli_now_ms() + s->timeout_ms + SESSION_EVAL_GRACE_MS);
     if (w == SESSION_DONE) return session_detach(s, s->eval_exit);

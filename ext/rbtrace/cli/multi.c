@@ -1,0 +1,312 @@
+/*
+ * multi.c - `rbtrace -p PID PID...`: one session per process, each in a
+ * child of the client, their output merged line by line with "[PID] " in
+ * front of every line (or, with -o FILE, each written to FILE.PID).
+ *
+ * A child is an ordinary single-process client (session_run) whose stdout
+ * is a pipe to us; we copy whole lines only, so lines of two processes
+ * never mix. A call line left open (the call has not returned yet) shows
+ * once it is complete. Each child runs in a process group of its own, so
+ * that a ^C at the terminal reaches only us: we pass SIGINT, SIGTERM and
+ * SIGHUP on to every child once, and each detaches as it would alone.
+ * The exit status is the highest of the children's.
+ */
+#define _GNU_SOURCE   /* pipe2 */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "multi.h"
+#include "session.h"
+
+#define MULTI_READ 65536
+
+struct multi_child {
+    pid_t child;           /* our child running the session; 0 once reaped */
+    pid_t target;
+    int fd;                /* its stdout, or -1 (none, or at its end) */
+    char *line;            /* the part of a line read so far */
+    size_t len, cap;
+    int rc;                /* its exit status */
+};
+
+static int multi_wake[2] = { -1, -1 };
+static volatile sig_atomic_t multi_pending[NSIG];
+
+static void multi_on_signal(int sig)
+{
+    int saved = errno;
+    char c = (char)sig;
+
+    multi_pending[sig] = 1;
+    if (write(multi_wake[1], &c, 1) < 0) { /* full: a wake-up is pending anyway */ }
+    errno = saved;
+}
+
+static int multi_install_signals(void)
+{
+    static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGCHLD };
+    struct sigaction sa;
+    size_t i;
+
+    if (pipe2(multi_wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+        fprintf(stderr, "rbtrace: cannot create a pipe: %s\n", strerror(errno));
+        return CLI_ERR;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = multi_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+        if (sigaction(sigs[i], &sa, NULL) != 0) {
+            fprintf(stderr, "rbtrace: cannot install a signal handler: %s\n", strerror(errno));
+            return CLI_ERR;
+        }
+    }
+    return CLI_OK;
+}
+
+/* In the child: an ordinary session for one target. Never returns. */
+static void multi_child_main(const struct options *o, pid_t target, int out_fd,
+                             struct multi_child *kids, size_t n_started)
+{
+    struct options one = *o;
+    char path[4096];
+    size_t i;
+    int rc;
+
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    close(multi_wake[0]);
+    close(multi_wake[1]);
+    for (i = 0; i < n_started; i++)
+        if (kids[i].fd >= 0) close(kids[i].fd);
+    if (setpgid(0, 0) != 0)
+        fprintf(stderr, "rbtrace: process %d: cannot get a process group of its own: %s\n",
+                (int)target, strerror(errno));
+    if (out_fd >= 0) {
+        if (dup2(out_fd, STDOUT_FILENO) < 0) {
+            fprintf(stderr, "rbtrace: process %d: cannot redirect the output: %s\n",
+                    (int)target, strerror(errno));
+            _exit(CLI_EXIT_FAIL);
+        }
+        close(out_fd);
+    }
+    one.pid = target;
+    one.pids = &one.pid;
+    one.n_pids = 1;
+    if (o->output_path) {
+        if ((size_t)snprintf(path, sizeof(path), "%s.%d", o->output_path, (int)target) >= sizeof(path)) {
+            fprintf(stderr, "rbtrace: output file name too long: %s.%d\n", o->output_path,
+                    (int)target);
+            _exit(CLI_EXIT_FAIL);
+        }
+        one.output_path = path;
+    }
+    rc = session_run(&one);
+    if (fclose(stdout) != 0 && rc == CLI_EXIT_OK) rc = CLI_EXIT_FAIL;
+    _exit(rc);
+}
+
+/* Copies the complete lines of k's buffer to stdout, each after "[PID] ". */
+static void multi_emit_lines(struct multi_child *k, int flush_partial)
+{
+    size_t start = 0, i;
+
+    for (i = 0; i < k->len; i++) {
+        if (k->line[i] != '\n') continue;
+        printf("[%d] %.*s\n", (int)k->target, (int)(i - start), k->line + start);
+        start = i + 1;
+    }
+    if (flush_partial && start < k->len) {
+        printf("[%d] %.*s\n", (int)k->target, (int)(k->len - start), k->line + start);
+        start = k->len;
+    }
+    memmove(k->line, k->line + start, k->len - start);
+    k->len -= start;
+}
+
+/* Reads what k's pipe has; closes it at its end. CLI_ERR when out of memory. */
+static int multi_read(struct multi_child *k)
+{
+    ssize_t n;
+
+    if (k->cap - k->len < MULTI_READ) {
+        size_t cap = k->cap ? k->cap * 2 : 2 * MULTI_READ;
+        char *grown;
+        while (cap - k->len < MULTI_READ) cap *= 2;
+        grown = realloc(k->line, cap);
+        if (!grown) {
+            fprintf(stderr, "rbtrace: out of memory\n");
+            return CLI_ERR;
+        }
+        k->line = grown;
+        k->cap = cap;
+    }
+    n = read(k->fd, k->line + k->len, MULTI_READ);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return CLI_OK;
+    if (n <= 0) {
+        if (n < 0) fprintf(stderr, "rbtrace: reading the output for process %d: %s\n",
+                           (int)k->target, strerror(errno));
+        multi_emit_lines(k, 1);
+        close(k->fd);
+        k->fd = -1;
+        return CLI_OK;
+    }
+    k->len += (size_t)n;
+    multi_emit_lines(k, 0);
+    return CLI_OK;
+}
+
+/* Reaps the children that exited; returns how many still run. */
+static size_t multi_reap(struct multi_child *kids, size_t n)
+{
+    size_t i, running = 0;
+    int status;
+
+    for (i = 0; i < n; i++) {
+        if (!kids[i].child) continue;
+        pid_t r = waitpid(kids[i].child, &status, WNOHANG);
+        if (r == 0 || (r < 0 && errno == EINTR)) {
+            running++;
+            continue;
+        }
+        kids[i].rc = r < 0 ? CLI_EXIT_FAIL
+                   : WIFEXITED(status) ? WEXITSTATUS(status) : CLI_EXIT_FAIL;
+        kids[i].child = 0;
+    }
+    return running;
+}
+
+/* Passes the signals that arrived on to every child still running. */
+static void multi_forward(struct multi_child *kids, size_t n)
+{
+    static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
+    char drain[64];
+    size_t i, s;
+
+    while (read(multi_wake[0], drain, sizeof(drain)) > 0) { }
+    for (s = 0; s < sizeof(sigs) / sizeof(sigs[0]); s++) {
+        if (!multi_pending[sigs[s]]) continue;
+        multi_pending[sigs[s]] = 0;
+        for (i = 0; i < n; i++)
+            if (kids[i].child && kill(kids[i].child, sigs[s]) != 0 && errno != ESRCH)
+                fprintf(stderr, "rbtrace: cannot pass the signal on to the session of process "
+                        "%d: %s\n", (int)kids[i].target, strerror(errno));
+    }
+}
+
+static enum cli_exit multi_loop(struct multi_child *kids, size_t n)
+{
+    struct pollfd *fds = calloc(n + 1, sizeof(*fds));
+    size_t i, nfds, open_fds;
+
+    if (!fds) {
+        fprintf(stderr, "rbtrace: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    for (;;) {
+        size_t running = multi_reap(kids, n);
+        open_fds = 0;
+        for (i = 0; i < n; i++) open_fds += kids[i].fd >= 0;
+        if (!running && !open_fds) break;
+        fds[0].fd = multi_wake[0];
+        fds[0].events = POLLIN;
+        nfds = 1;
+        for (i = 0; i < n; i++) {
+            if (kids[i].fd < 0) continue;
+            fds[nfds].fd = kids[i].fd;
+            fds[nfds].events = POLLIN;
+            nfds++;
+        }
+        if (fflush(stdout) != 0) {
+            fprintf(stderr, "rbtrace: could not write to stdout: %s\n", strerror(errno));
+            free(fds);
+            return CLI_EXIT_FAIL;
+        }
+        if (poll(fds, nfds, 1000) < 0 && errno != EINTR) {
+            fprintf(stderr, "rbtrace: poll: %s\n", strerror(errno));
+            free(fds);
+            return CLI_EXIT_FAIL;
+        }
+        multi_forward(kids, n);
+        for (i = 0; i < n; i++) {
+            if (kids[i].fd >= 0 && multi_read(&kids[i]) != CLI_OK) {
+                free(fds);
+                return CLI_EXIT_FAIL;
+            }
+        }
+    }
+    free(fds);
+    return CLI_EXIT_OK;
+}
+
+enum cli_exit multi_run(const struct options *o)
+{
+    struct multi_child *kids = calloc(o->n_pids, sizeof(*kids));
+    enum cli_exit rc = CLI_EXIT_OK;
+    size_t i, started = 0;
+
+    if (!kids) {
+        fprintf(stderr, "rbtrace: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    if (multi_install_signals() != CLI_OK) {
+        free(kids);
+        return CLI_EXIT_FAIL;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    for (i = 0; i < o->n_pids; i++) {
+        int p[2] = { -1, -1 };
+        struct multi_child *k = &kids[i];
+
+        k->target = o->pids[i];
+        k->fd = -1;
+        if (!o->output_path && pipe2(p, O_CLOEXEC) != 0) {
+            fprintf(stderr, "rbtrace: cannot create a pipe: %s\n", strerror(errno));
+            rc = CLI_EXIT_FAIL;
+            break;
+        }
+        k->child = fork();
+        if (k->child < 0) {
+            fprintf(stderr, "rbtrace: cannot start the session for process %d: %s\n",
+                    (int)k->target, strerror(errno));
+            k->child = 0;
+            if (p[0] >= 0) close(p[0]);
+            if (p[1] >= 0) close(p[1]);
+            rc = CLI_EXIT_FAIL;
+            break;
+        }
+        if (k->child == 0) {
+            if (p[0] >= 0) close(p[0]);
+            multi_child_main(o, k->target, p[1], kids, started);
+        }
+        started++;
+        if (p[1] >= 0) close(p[1]);
+        k->fd = p[0];
+        if (k->fd >= 0 && fcntl(k->fd, F_SETFL, O_NONBLOCK) != 0)
+            fprintf(stderr, "rbtrace: fcntl: %s\n", strerror(errno));
+    }
+    if (rc != CLI_EXIT_OK) {
+        /* Stop the sessions already started, as ^C would. */
+        for (i = 0; i < started; i++) kill(kids[i].child, SIGINT);
+    }
+    if (multi_loop(kids, started) != CLI_EXIT_OK) rc = CLI_EXIT_FAIL;
+    for (i = 0; i < started; i++) {
+        if ((enum cli_exit)kids[i].rc > rc) rc = (enum cli_exit)kids[i].rc;
+        free(kids[i].line);
+        if (kids[i].fd >= 0) close(kids[i].fd);
+    }
+    free(kids);
+    close(multi_wake[0]);
+    close(multi_wake[1]);
+    return rc;
+}

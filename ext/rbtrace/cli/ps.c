@@ -1,0 +1,168 @@
+/*
+ * ps.c - --ps PATTERN: finds the processes to trace by their command line.
+ *
+ * Every /proc/PID/cmdline (arguments joined by spaces) is matched against
+ * PATTERN, a POSIX extended regular expression. Kept are the processes
+ * that have loaded rbtrace and that we may signal; the client itself is
+ * left out (its own command line holds the pattern). One match is traced
+ * at once; several are listed and, when stdin is a terminal, the user
+ * picks (numbers, or "a" for all); otherwise the list is the error.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <regex.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "attach.h"
+#include "ps.h"
+
+#define PS_CMDLINE_MAX 4096
+#define PS_MAX 256
+
+struct ps_match {
+    pid_t pid;
+    char cmdline[PS_CMDLINE_MAX];
+};
+
+/* pid's command line, arguments joined by spaces; 0 if unreadable/empty. */
+static size_t ps_cmdline(pid_t pid, char *out, size_t cap)
+{
+    char path[64];
+    size_t n, i;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+    if (!(f = fopen(path, "re"))) return 0;
+    n = fread(out, 1, cap - 1, f);
+    fclose(f);
+    while (n && out[n - 1] == '\0') n--;
+    for (i = 0; i < n; i++)
+        if (out[i] == '\0') out[i] = ' ';
+    out[n] = '\0';
+    return n;
+}
+
+/* Matches every process; fills m (up to PS_MAX). Returns the count, or -1. */
+static int ps_scan(const regex_t *re, struct ps_match *m, int *without_rbtrace)
+{
+    DIR *proc = opendir("/proc");
+    struct dirent *d;
+    pid_t self = getpid();
+    int n = 0;
+
+    *without_rbtrace = 0;
+    if (!proc) {
+        fprintf(stderr, "rbtrace: --ps: cannot read /proc: %s\n", strerror(errno));
+        return -1;
+    }
+    while ((d = readdir(proc)) != NULL && n < PS_MAX) {
+        char *end;
+        long pid = strtol(d->d_name, &end, 10);
+
+        if (*end || pid <= 0 || (pid_t)pid == self) continue;
+        if (!ps_cmdline((pid_t)pid, m[n].cmdline, sizeof(m[n].cmdline))) continue;
+        if (regexec(re, m[n].cmdline, 0, NULL, 0) != 0) continue;
+        if (kill((pid_t)pid, 0) != 0 || attach_has_rbtrace((pid_t)pid) != 1) {
+            (*without_rbtrace)++;
+            continue;
+        }
+        m[n++].pid = (pid_t)pid;
+    }
+    closedir(proc);
+    return n;
+}
+
+static void ps_list(const struct ps_match *m, int n)
+{
+    int i;
+
+    for (i = 0; i < n; i++)
+        fprintf(stderr, "  %2d) %d  %.100s\n", i + 1, (int)m[i].pid, m[i].cmdline);
+}
+
+static int ps_add(struct options *o, pid_t pid)
+{
+    size_t i;
+
+    for (i = 0; i < o->n_pids; i++)
+        if (o->pids[i] == pid) return CLI_OK;
+    o->pids[o->n_pids++] = pid;
+    if (!o->pid) o->pid = pid;
+    return CLI_OK;
+}
+
+/* Reads the user's choice: "1 3", "a". CLI_OK with o->pids filled. */
+static int ps_ask(struct options *o, const struct ps_match *m, int n, FILE *in)
+{
+    char line[1024], *p, *end;
+
+    fprintf(stderr, "trace which? numbers separated by spaces, a for all: ");
+    fflush(stderr);
+    if (!fgets(line, sizeof(line), in)) {
+        fprintf(stderr, "\nrbtrace: --ps: no answer; nothing traced\n");
+        return CLI_ERR;
+    }
+    for (p = line; *p; p++) {
+        if (isspace((unsigned char)*p) || *p == ',') continue;
+        if (*p == 'a' || *p == 'A') {
+            int i;
+            for (i = 0; i < n; i++) ps_add(o, m[i].pid);
+            break;
+        }
+        long k = strtol(p, &end, 10);
+        if (end == p || k < 1 || k > n) {
+            fprintf(stderr, "rbtrace: --ps: '%s' is not one of the numbers 1 to %d\n",
+                    strtok(p, " \t\n,"), n);
+            return CLI_ERR;
+        }
+        ps_add(o, m[k - 1].pid);
+        p = end - 1;
+    }
+    if (!o->n_pids) {
+        fprintf(stderr, "rbtrace: --ps: nothing chosen; nothing traced\n");
+        return CLI_ERR;
+    }
+    return CLI_OK;
+}
+
+int ps_choose(struct options *o, FILE *in)
+{
+    struct ps_match *m = calloc(PS_MAX, sizeof(*m));
+    regex_t re;
+    int n, without, rc = CLI_ERR, err;
+    char why[256];
+
+    if (!m) {
+        fprintf(stderr, "rbtrace: out of memory\n");
+        return CLI_ERR;
+    }
+    if ((err = regcomp(&re, o->ps_pattern, REG_EXTENDED | REG_NOSUB)) != 0) {
+        regerror(err, &re, why, sizeof(why));
+        fprintf(stderr, "rbtrace: --ps: bad pattern '%s': %s\n", o->ps_pattern, why);
+        free(m);
+        return CLI_ERR;
+    }
+    n = ps_scan(&re, m, &without);
+    regfree(&re);
+    if (n == 0) {
+        fprintf(stderr, "rbtrace: --ps: no process matching '%s' has loaded rbtrace", o->ps_pattern);
+        if (without) fprintf(stderr, " (%d match%s but did not load it, or are not yours)",
+                             without, without == 1 ? "es" : "");
+        fprintf(stderr, "\n");
+    } else if (n == 1) {
+        fprintf(stderr, "*** --ps %s: process %d (%.100s)\n", o->ps_pattern, (int)m[0].pid,
+                m[0].cmdline);
+        rc = ps_add(o, m[0].pid);
+    } else if (n > 1) {
+        fprintf(stderr, "%d processes match '%s':\n", n, o->ps_pattern);
+        ps_list(m, n);
+        if (isatty(fileno(in))) rc = ps_ask(o, m, n, in);
+        else fprintf(stderr, "rbtrace: --ps: choose with -p PID [PID...]\n");
+    }
+    free(m);
+    return rc;
+}
