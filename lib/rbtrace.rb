@@ -7,6 +7,7 @@ require 'rbtrace/rbtrace'
 require 'rbtrace/selector'
 require 'rbtrace/expressions'
 require 'rbtrace/evaluator'
+require 'rbtrace/reports'
 
 module RBTrace
   HELPER_NAME = 'rbtrace'
