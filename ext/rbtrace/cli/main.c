@@ -11,7 +11,7 @@
 
 static void usage(FILE *f)
 {
-    fputs("Usage: rbtrace -p PID (-m SELECTOR... | -f | -e CODE) [options]\n"
+    fputs("Usage: rbtrace -p PID (-m SELECTOR... | -f | -e CODE | REPORT) [options]\n"
           "\n"
           "Trace the method calls of a running Ruby process that loaded rbtrace\n"
           "(require 'rbtrace', or RUBYOPT=-rrbtrace).\n"
@@ -21,13 +21,26 @@ static void usage(FILE *f)
           "                         with expressions: \"String#gsub(self, @x)\"\n"
           "  -f, --firehose         trace every method call\n"
           "  -e, --eval CODE        run Ruby code in the process and print the result\n"
+          "\n"
+          "REPORT, one of:\n"
+          "  -b, --backtraces [N]   every thread's backtrace (N frames each; all by default)\n"
+          "      --backtrace N      the current thread's N frames: the app threads that\n"
+          "                         are running (status run), or the main thread if none\n"
+          "      --memory           GC.stat, objects and memory by type, the RSS\n"
+          "      --heapdump [FILE]  ObjectSpace.dump_all into FILE (a new file; default\n"
+          "                         $TMPDIR/rbtrace-heapdump-PID-TIME.json), written by a\n"
+          "                         forked child: the app pauses only for the fork\n"
+          "      --shapesdump [FILE] ObjectSpace.dump_shapes likewise (Ruby 3.3+)\n"
+          "      --fork             fork an idle copy of the process, for gdb\n"
+          "\n"
           "  -o, --output FILE      write the trace to FILE instead of stdout\n"
           "  -a, --append           append to the -o FILE\n"
           "  -t, --start-time       show each call's start time\n"
           "  -n, --no-duration      do not show call durations\n"
           "  -r, --prefix N         indent nested calls by N spaces (default 2)\n"
-          "      --timeout SECS     to attach, detach and eval (default 5)\n"
-          "  -h, --help             show this help\n"
+          "      --timeout SECS     to attach, detach and eval (default 5; the dumps\n"
+          "                         wait 300 s unless it is given)\n"
+          "  -h, --help             show this help (a heap dump is --heapdump)\n"
           "      --version          show the version\n", f);
 }
 
