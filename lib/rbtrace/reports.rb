@@ -21,6 +21,8 @@ module RBTrace
     # app's at_exit handlers (which may remove its pid file or socket) do
     # not run in the copy.
     COPY_EXIT_SIGNALS = %w[TERM INT HUP QUIT].freeze
+    # What a dump's child writes to its pipe when the file is complete.
+    DUMP_OK = 'ok'.freeze
 
     module_function
 
@@ -78,7 +80,7 @@ module RBTrace
       child = Process.fork { fork_grandchild(reader, writer) }
       writer.close
       copy = reader.read.to_i   # until the copy (and the child) closed the pipe
-      Process.wait(child)
+      wait_child(child)
       child = nil
       raise Error, 'the copy of the process failed to start' unless copy.positive?
 
@@ -167,9 +169,10 @@ module RBTrace
     end
 
     # Writes the dump (the block, given the file) from a forked child while
-    # this thread waits for it without the GVL (Process.wait). If this thread
-    # is killed (the eval's timeout), the child is killed too and its
-    # partial file removed.
+    # this thread waits for it without the GVL. The child says how it went
+    # on a pipe: an app that reaps every child (a Unicorn or Puma master
+    # does) may reap ours before we do. If this thread is killed (the
+    # eval's timeout), the child is killed too and its partial file removed.
     def dump_in_child(what, path)
       io = create_exclusive(path)
       reader, writer = IO.pipe
@@ -178,13 +181,17 @@ module RBTrace
       child = Process.fork { dump_child(io, reader, writer) { |f| yield f } }
       pause = thread_cpu - cpu
       [io, writer].each(&:close)
-      status = Process.wait2(child)[1]
+      outcome = reader.read   # "ok" or the child's error; EOF once it exited
+      status = wait_child(child)
+      pid = child
       child = nil
-      failure = reader.read
-      raise Error, "the #{what} failed in child #{status.pid}: #{failure.empty? ? status.inspect : failure}" unless status.success?
+      unless outcome == DUMP_OK
+        why = outcome.empty? ? (status&.inspect || 'it died') : outcome
+        raise Error, "the #{what} failed in child #{pid}: #{why}"
+      end
 
       done = true
-      dump_report(what, path, pause, clock - started, status.pid)
+      dump_report(what, path, pause, clock - started, pid)
     ensure
       [io, reader, writer].each { |f| f.close if f && !f.closed? }
       reap(child)
@@ -201,6 +208,7 @@ module RBTrace
       reader.close
       yield io
       io.close
+      writer.write(DUMP_OK)
       exit!(0)
     rescue Exception => e # rubocop:disable Lint/RescueException
       writer.write("#{e.class}: #{e.message}") rescue nil # rubocop:disable Style/RescueModifier
@@ -270,6 +278,13 @@ module RBTrace
     # this thread then waits for the GVL while the app runs.
     def thread_cpu
       Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
+    end
+
+    # The exit status of our child, or nil if the app reaped it first.
+    def wait_child(pid)
+      Process.wait2(pid)[1]
+    rescue Errno::ECHILD
+      nil
     end
 
     # Kills and waits for a child left behind by an interrupted report.

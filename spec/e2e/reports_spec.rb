@@ -241,6 +241,22 @@ RSpec.describe 'reports' do
       expect(File.exist?(File.join(tmpdir, 'nothing-yet'))).to be(false)
     end
 
+    it "works in an app that reaps every child (a Unicorn or Puma master)" do
+      reaper = start_target(<<~'RUBY', env: { 'TMPDIR' => tmpdir }).ready
+        $reaped = []
+        Thread.new { loop { $reaped << Process.wait2(-1)[0] rescue sleep(0.005) } }
+        puts "ready"
+        sleep
+      RUBY
+      r = rbtrace('-p', reaper.pid, '--heapdump', file = File.join(tmpdir, 'reaped.json'))
+      expect(r.stderr).not_to include('failed')
+      expect(r).to be_success
+      expect(r.stdout[/^objects: +(\d+)/, 1].to_i).to eq(File.readlines(file).size)
+      r = rbtrace('-p', reaper.pid, '--fork')
+      expect(r).to be_success
+      @spec_processes << Stray.new(r.stdout[/pid (\d+)$/, 1].to_i)
+    end
+
     it 'says why it cannot create the file' do
       r = rbtrace('-p', app.pid, '--heapdump', File.join(tmpdir, 'no-such-dir', 'heap.json'))
       expect(r.exitstatus).to eq(1)
