@@ -11,8 +11,9 @@
  * Every command and every event is one msgpack array whose first element
  * is its number (enum rbtrace_command_type / rbtrace_event_type). The fields
  * that follow are listed beside each number, in order, with their msgpack
- * types. Decoders reject a message whose fields are missing or mistyped;
- * extra trailing fields are ignored so that newer peers can add fields.
+ * types. Decoders reject a message whose fields are missing (other than
+ * those marked optional) or mistyped; extra trailing fields are ignored so
+ * that newer peers can add fields.
  */
 #ifndef RBTRACE_PROTOCOL_H
 #define RBTRACE_PROTOCOL_H

@@ -173,6 +173,15 @@ RSpec.describe 'reports' do
       expect(rss).to be_between(actual / 2, actual * 2)
       expect(rss).to be_between(5_000, 2_000_000)
     end
+
+    it 'goes to the -o FILE' do
+      app = start_target(TICKING_APP).ready
+      out = File.join(tmpdir, 'memory.txt')
+      r = rbtrace('-p', app.pid, '--memory', '-o', out)
+      expect(r).to be_success
+      expect(r.stdout).to eq('')
+      expect(File.read(out)).to start_with("== GC.stat\n").and include('VmRSS')
+    end
   end
 
   describe '--heapdump [FILE]' do
