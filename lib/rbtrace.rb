@@ -9,6 +9,7 @@ require 'rbtrace/expressions'
 require 'rbtrace/evaluator'
 require 'rbtrace/raise_report'
 require 'rbtrace/exec_wait'
+require 'rbtrace/reports'
 
 module RBTrace
   HELPER_NAME = 'rbtrace'

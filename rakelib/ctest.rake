@@ -16,6 +16,7 @@ module CTest
     'test_codec' => [],
     'test_render' => %w[cli/render.c],
     'test_options' => %w[cli/options.c],
+    'test_reports' => %w[cli/reports.c cli/options.c],
     'test_ring' => %w[ring.c]
   }.freeze
 

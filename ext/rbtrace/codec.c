@@ -124,12 +124,14 @@ int rbtrace_command_encode(msgpack_packer *pk, const struct rbtrace_command *cmd
             msgpack_pack_str_with_body(pk, cmd->selectors[i].ptr, cmd->selectors[i].len);
         return RBTRACE_OK;
     case RBTRACE_CMD_EVAL:
-        msgpack_pack_array(pk, 5);
+        if (cmd->result_format > RBTRACE_RESULT_FORMAT_MAX) return RBTRACE_ERR;
+        msgpack_pack_array(pk, 6);
         msgpack_pack_uint32(pk, cmd->type);
         msgpack_pack_uint32(pk, cmd->client_pid);
         msgpack_pack_uint32(pk, cmd->eval_id);
         msgpack_pack_str_with_body(pk, cmd->text.ptr, cmd->text.len);
         msgpack_pack_uint32(pk, cmd->timeout_ms);
+        msgpack_pack_uint32(pk, cmd->result_format);
         return RBTRACE_OK;
     }
     return RBTRACE_ERR;
@@ -158,6 +160,20 @@ static int command_decode_selectors(const msgpack_object_array *a, uint32_t at,
     return RBTRACE_OK;
 }
 
+/* EVAL's optional trailing field: absent (an older client) is INSPECT. */
+static int command_decode_result_format(const msgpack_object_array *a,
+                                        struct rbtrace_command *cmd, char *err)
+{
+    cmd->result_format = RBTRACE_RESULT_INSPECT;
+    if (a->size <= 5) return RBTRACE_OK;
+    if (codec_uint32(a, 5, &cmd->result_format, err) != RBTRACE_OK) return RBTRACE_ERR;
+    if (cmd->result_format > RBTRACE_RESULT_FORMAT_MAX) {
+        snprintf(err, RBTRACE_ERRLEN, "field 5: unknown result format %u", cmd->result_format);
+        return RBTRACE_ERR;
+    }
+    return RBTRACE_OK;
+}
+
 static int command_decode_fields(const msgpack_object_array *a,
                                  struct rbtrace_command *cmd, char *err)
 {
@@ -181,7 +197,8 @@ static int command_decode_fields(const msgpack_object_array *a,
     case RBTRACE_CMD_EVAL:
         if (codec_uint32(a, 2, &cmd->eval_id, err) != RBTRACE_OK) return RBTRACE_ERR;
         if (codec_str(a, 3, &cmd->text, err) != RBTRACE_OK) return RBTRACE_ERR;
-        return codec_uint32(a, 4, &cmd->timeout_ms, err);
+        if (codec_uint32(a, 4, &cmd->timeout_ms, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return command_decode_result_format(a, cmd, err);
     }
     snprintf(err, RBTRACE_ERRLEN, "unknown command %u", (unsigned)cmd->type);
     return RBTRACE_ERR;

@@ -35,6 +35,7 @@ struct rbtrace_command {
     struct rbtrace_str text;     /* ATTACH: socket path; EVAL: code */
     uint32_t eval_id;            /* EVAL */
     uint32_t timeout_ms;         /* EVAL */
+    uint32_t result_format;      /* EVAL: enum rbtrace_result_format, 0 if absent */
     uint64_t threshold_ns;       /* SLOW */
     int cpu;                     /* SLOW: CPU time rather than wall time */
     uint32_t n_selectors;        /* METHODS, SLOW */

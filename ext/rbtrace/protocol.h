@@ -11,8 +11,9 @@
  * Every command and every event is one msgpack array whose first element
  * is its number (enum rbtrace_command_type / rbtrace_event_type). The fields
  * that follow are listed beside each number, in order, with their msgpack
- * types. Decoders reject a message whose fields are missing or mistyped;
- * extra trailing fields are ignored so that newer peers can add fields.
+ * types. Decoders reject a message whose fields are missing (other than
+ * those marked optional) or mistyped; extra trailing fields are ignored so
+ * that newer peers can add fields.
  */
 #ifndef RBTRACE_PROTOCOL_H
 #define RBTRACE_PROTOCOL_H
@@ -70,7 +71,10 @@ enum rbtrace_command_type {
     RBTRACE_CMD_METHODS = 3,
     /* [4, client_pid] */
     RBTRACE_CMD_FIREHOSE = 4,
-    /* [5, client_pid, eval_id(uint), code(str), timeout_ms(uint)] */
+    /* [5, client_pid, eval_id(uint), code(str), timeout_ms(uint),
+     *  result_format(uint, enum rbtrace_result_format, optional)]
+     * result_format was added after version 1 as an optional trailing
+     * field (no version bump): absent means RBTRACE_RESULT_INSPECT. */
     RBTRACE_CMD_EVAL = 5,
     /* [6, client_pid, threshold_ns(uint), cpu(bool), [selector(str), ...]]:
      * report calls that took at least threshold_ns, of wall time, or of the
@@ -144,8 +148,15 @@ enum rbtrace_refusal {
     RBTRACE_REFUSED_PEER = 3       /* the socket's owner may not attach */
 };
 
+/* How an EVAL's result becomes the EVAL_RESULT text. */
+enum rbtrace_result_format {
+    RBTRACE_RESULT_INSPECT = 0,    /* the result's #inspect (rbtrace -e) */
+    RBTRACE_RESULT_TEXT = 1        /* the result, a String, as is (the reports) */
+};
+#define RBTRACE_RESULT_FORMAT_MAX RBTRACE_RESULT_TEXT
+
 enum rbtrace_eval_status {
-    RBTRACE_EVAL_OK = 0,           /* text is the result's #inspect */
+    RBTRACE_EVAL_OK = 0,           /* text is the result (see rbtrace_result_format) */
     RBTRACE_EVAL_RAISED = 1,       /* text is "Class: message\n\tbacktrace" */
     RBTRACE_EVAL_SYNTAX = 2,       /* text is the syntax error's message */
     RBTRACE_EVAL_TIMEOUT = 3       /* the code ran past its timeout; killed */

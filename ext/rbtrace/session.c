@@ -177,8 +177,9 @@ static VALUE session_eval_i(VALUE p)
     struct session_eval_arg *arg = (struct session_eval_arg *)p;
     VALUE code = rb_utf8_str_new(arg->cmd->text.ptr, arg->cmd->text.len);
 
-    return rb_funcall(rbtrace_mRBTrace, id_eval_for_client, 2, code,
-                      rb_float_new(arg->cmd->timeout_ms / 1000.0));
+    return rb_funcall(rbtrace_mRBTrace, id_eval_for_client, 3, code,
+                      rb_float_new(arg->cmd->timeout_ms / 1000.0),
+                      UINT2NUM(arg->cmd->result_format));
 }
 
 static void session_eval(const struct rbtrace_command *cmd)

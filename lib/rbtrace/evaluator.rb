@@ -1,39 +1,54 @@
 module RBTrace
-  # Runs `rbtrace -e CODE` in the process. The code runs in a thread of its
-  # own so that a snippet that never returns can be stopped at the timeout
-  # instead of blocking the helper thread (or the app) for good.
+  # Runs `rbtrace -e CODE` (and the reports, which are evals of
+  # RBTrace::Reports methods) in the process. The code runs in a thread of
+  # its own so that a snippet that never returns can be stopped at the
+  # timeout instead of blocking the helper thread (or the app) for good.
   module Evaluator
     OK = RBTrace::EVAL_OK
     RAISED = RBTrace::EVAL_RAISED
     SYNTAX = RBTrace::EVAL_SYNTAX
     TIMEOUT = RBTrace::EVAL_TIMEOUT
+    # How the result becomes text (protocol.h, enum rbtrace_result_format).
+    INSPECT = 0
+    TEXT = 1
     BACKTRACE_LINES = 20
     EVAL_PATH = '(rbtrace eval)'
 
     module_function
 
-    def run(code, timeout)
+    def run(code, timeout, format = INSPECT)
       begin
         RubyVM::InstructionSequence.compile(code, EVAL_PATH)
       rescue SyntaxError => e
         return [SYNTAX, e.message]
       end
-      worker = Thread.new { evaluate(code) }
+      worker = Thread.new { evaluate(code, format) }
       return worker.value if worker.join(timeout)
 
       worker.kill
       [TIMEOUT, "the code did not finish within #{timeout} s and was stopped"]
     end
 
-    def evaluate(code)
+    def evaluate(code, format)
       Thread.current.name = 'rbtrace eval'
       Thread.current.report_on_exception = false
-      [OK, TOPLEVEL_BINDING.eval(code, EVAL_PATH).inspect]
+      [OK, render(TOPLEVEL_BINDING.eval(code, EVAL_PATH), format)]
     rescue Exception => e # rubocop:disable Lint/RescueException
       [RAISED, describe(e)]
     end
 
+    # TEXT sends a String as it is (a report's lines); anything else, and
+    # every INSPECT result, as its #inspect.
+    def render(result, format)
+      return result if format == TEXT && result.is_a?(String)
+
+      result.inspect
+    end
+
     def describe(error)
+      # A report's expected failure (a file that exists, ...) says it all.
+      return error.message if defined?(RBTrace::Reports::Error) && error.is_a?(RBTrace::Reports::Error)
+
       # Frames of this file are ours, not the user's code.
       own = (error.backtrace || []).reject { |l| l.start_with?(__FILE__) }
       lines = own.first(BACKTRACE_LINES).map { |l| "\tfrom #{l}" }
@@ -41,7 +56,7 @@ module RBTrace
     end
   end
 
-  def self.eval_for_client(code, timeout)
-    Evaluator.run(code, timeout)
+  def self.eval_for_client(code, timeout, format = Evaluator::INSPECT)
+    Evaluator.run(code, timeout, format)
   end
 end

@@ -169,6 +169,7 @@ static void cmd_compare(const struct rbtrace_command *got, const struct rbtrace_
     case RBTRACE_CMD_EVAL:
         CHECK(got->eval_id == want->eval_id);
         CHECK(got->timeout_ms == want->timeout_ms);
+        CHECK(got->result_format == want->result_format);
         CHECK(got->text.len == want->text.len && !memcmp(got->text.ptr, want->text.ptr, want->text.len));
         break;
     default:
@@ -176,9 +177,9 @@ static void cmd_compare(const struct rbtrace_command *got, const struct rbtrace_
     }
 }
 
-/* Every shorter buffer, every missing field, every mistyped field fails;
- * an extra trailing field is accepted. */
-static void cmd_check_malformed(const msgpack_sbuffer *sb)
+/* Every shorter buffer, every missing required field (the first `required`
+ * ones), every mistyped field fails; an extra trailing field is accepted. */
+static void cmd_check_malformed(const msgpack_sbuffer *sb, uint32_t required)
 {
     struct rbtrace_command *cmd = malloc(sizeof(*cmd));
     msgpack_zone zone;
@@ -202,7 +203,7 @@ static void cmd_check_malformed(const msgpack_sbuffer *sb)
     for (i = 0; i < obj.via.array.size; i++) {
         msgpack_object prefix = obj, wrong = obj_wrong_type(&obj.via.array.ptr[i]);
         prefix.via.array.size = i;
-        CHECK(cmd_decode_obj(&prefix) == RBTRACE_ERR);
+        CHECK(cmd_decode_obj(&prefix) == (i < required ? RBTRACE_ERR : RBTRACE_OK));
         bad = obj_replace(&obj, i, &nil, &store);
         CHECK(cmd_decode_obj(&bad) == RBTRACE_ERR);
         free(store);
@@ -232,7 +233,8 @@ static void cmd_roundtrip(const struct rbtrace_command *want)
     CHECK(cmd_decode(sb.data, sb.size, &zone, got) == RBTRACE_OK);
     cmd_compare(got, want);
     msgpack_zone_destroy(&zone);
-    cmd_check_malformed(&sb);
+    /* EVAL's result_format (its sixth field) is optional. */
+    cmd_check_malformed(&sb, want->type == RBTRACE_CMD_EVAL ? 5 : UINT32_MAX);
     msgpack_sbuffer_destroy(&sb);
     free(got);
 }
@@ -308,6 +310,9 @@ static void test_commands(void)
     cmd->text = str_of(code);
     cmd_roundtrip(cmd);
     free(code);
+    cmd->text = str_of("RBTrace::Reports.memory");
+    cmd->result_format = RBTRACE_RESULT_TEXT;
+    cmd_roundtrip(cmd);
     free(cmd);
 }
 
@@ -429,6 +434,55 @@ static void test_command_malformed(void)
     CHECK(!cmd_decodes("uua", v));
     CHECK(!cmd_decodes("uus", v));
     CHECK(!cmd_decodes("uum", v));
+}
+
+/* EVAL's optional result_format: absent is INSPECT, present must be a
+ * known format, as an unsigned integer. */
+static void test_command_result_format(void)
+{
+    struct rbtrace_command *cmd = calloc(1, sizeof(*cmd));
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_zone zone;
+    char err[RBTRACE_ERRLEN] = "";
+    uint64_t v[6] = { RBTRACE_CMD_EVAL, 7, 1, 0, 5000, RBTRACE_RESULT_TEXT };
+
+    if (!cmd) abort();
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    pack_items(&pk, "uuusu", v);        /* an older client's EVAL: five fields */
+    msgpack_zone_init(&zone, 1024);
+    cmd->result_format = 99;
+    CHECK(rbtrace_command_decode(sb.data, sb.size, &zone, cmd, err) == RBTRACE_OK);
+    CHECK(cmd->type == RBTRACE_CMD_EVAL && cmd->result_format == RBTRACE_RESULT_INSPECT);
+    CHECK(cmd->timeout_ms == 5000);
+    msgpack_zone_destroy(&zone);
+    msgpack_sbuffer_destroy(&sb);
+
+    CHECK(cmd_decodes("uuusuu", v));
+    v[5] = RBTRACE_RESULT_INSPECT;
+    CHECK(cmd_decodes("uuusuu", v));
+    v[5] = RBTRACE_RESULT_FORMAT_MAX + 1;   /* a format this side does not know */
+    CHECK(!cmd_decodes("uuusuu", v));
+    v[5] = 1ULL << 32;
+    CHECK(!cmd_decodes("uuusuu", v));
+    v[5] = 1;
+    CHECK(!cmd_decodes("uuusun", v));
+    CHECK(!cmd_decodes("uuusus", v));
+    CHECK(!cmd_decodes("uuusuz", v));
+    CHECK(!cmd_decodes("uuusuf", v));
+    CHECK(cmd_decodes("uuusuuz", v));       /* and a field newer still is ignored */
+
+    /* The encoder refuses to send a format that does not exist. */
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    memset(cmd, 0, sizeof(*cmd));
+    cmd->type = RBTRACE_CMD_EVAL;
+    cmd->text = str_of("1");
+    cmd->result_format = RBTRACE_RESULT_FORMAT_MAX + 1;
+    CHECK(rbtrace_command_encode(&pk, cmd) == RBTRACE_ERR);
+    msgpack_sbuffer_destroy(&sb);
+    free(cmd);
 }
 
 /* A METHODS command whose selector list holds a non-string. */
@@ -1195,6 +1249,7 @@ int main(void)
     test_commands();
     test_command_encode_refuses();
     test_command_malformed();
+    test_command_result_format();
     test_command_bad_selector();
     test_event_attached(f);
     test_event_refused(f);

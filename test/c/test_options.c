@@ -251,6 +251,137 @@ static void test_too_many_selectors(void)
     free(argv);
 }
 
+/* Optional values: -b [N], --heapdump [FILE]. */
+static void test_optional_values(void)
+{
+    char *b_alone[] = { "rbtrace", "-p", "1", "-b" };
+    char *b_then_opt[] = { "rbtrace", "-b", "-p", "1" };
+    char *b_n[] = { "rbtrace", "-p", "1", "-b", "7" };
+    char *b_inline[] = { "rbtrace", "-p", "1", "-b7" };
+    char *b_long_eq[] = { "rbtrace", "-p", "1", "--backtraces=12" };
+    char *b_long[] = { "rbtrace", "--backtraces", "3", "-p", "1" };
+    char *h_alone[] = { "rbtrace", "-p", "1", "--heapdump" };
+    char *h_then_opt[] = { "rbtrace", "--heapdump", "--timeout", "9", "-p", "1" };
+    char *h_file[] = { "rbtrace", "-p", "1", "--heapdump", "out.json" };
+    char *h_eq[] = { "rbtrace", "-p", "1", "--heapdump=/tmp/x.json" };
+    char *s_file[] = { "rbtrace", "-p", "1", "--shapesdump", "s.json" };
+    struct options o;
+
+    CHECK(parse(&o, ARGC(b_alone), b_alone, NULL) == CLI_OK);
+    CHECK(o.mode == OPTIONS_MODE_BACKTRACES && o.frames == 0);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(b_then_opt), b_then_opt, NULL) == CLI_OK);
+    CHECK(o.mode == OPTIONS_MODE_BACKTRACES && o.frames == 0 && o.pid == 1);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(b_n), b_n, NULL) == CLI_OK && o.frames == 7);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(b_inline), b_inline, NULL) == CLI_OK && o.frames == 7);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(b_long_eq), b_long_eq, NULL) == CLI_OK && o.frames == 12);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(b_long), b_long, NULL) == CLI_OK && o.frames == 3 && o.pid == 1);
+    options_free(&o);
+
+    CHECK(parse(&o, ARGC(h_alone), h_alone, NULL) == CLI_OK);
+    CHECK(o.mode == OPTIONS_MODE_HEAPDUMP && o.dump_path == NULL && !o.timeout_given);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(h_then_opt), h_then_opt, NULL) == CLI_OK);
+    CHECK(o.mode == OPTIONS_MODE_HEAPDUMP && o.dump_path == NULL);
+    CHECK(o.timeout_given && o.timeout == 9.0 && o.pid == 1);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(h_file), h_file, NULL) == CLI_OK);
+    CHECK(o.dump_path && !strcmp(o.dump_path, "out.json"));
+    options_free(&o);
+    CHECK(parse(&o, ARGC(h_eq), h_eq, NULL) == CLI_OK);
+    CHECK(o.dump_path && !strcmp(o.dump_path, "/tmp/x.json"));
+    options_free(&o);
+    CHECK(parse(&o, ARGC(s_file), s_file, NULL) == CLI_OK);
+    CHECK(o.mode == OPTIONS_MODE_SHAPESDUMP && !strcmp(o.dump_path, "s.json"));
+    options_free(&o);
+}
+
+static void test_reports(void)
+{
+    char *backtrace[] = { "rbtrace", "-p", "1", "--backtrace", "4" };
+    char *memory[] = { "rbtrace", "-p", "1", "--memory" };
+    char *fork_[] = { "rbtrace", "-p", "1", "--fork", "-o", "f.txt" };
+    struct options o;
+
+    CHECK(parse(&o, ARGC(backtrace), backtrace, NULL) == CLI_OK);
+    CHECK(o.mode == OPTIONS_MODE_BACKTRACE && o.frames == 4);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(memory), memory, NULL) == CLI_OK && o.mode == OPTIONS_MODE_MEMORY);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(fork_), fork_, NULL) == CLI_OK && o.mode == OPTIONS_MODE_FORK);
+    CHECK(o.output_path && !strcmp(o.output_path, "f.txt"));
+    options_free(&o);
+}
+
+static void test_report_errors(void)
+{
+    char *b_word[] = { "rbtrace", "-p", "1", "--backtraces", "x" };
+    char *b_zero[] = { "rbtrace", "-p", "1", "-b", "0" };
+    char *b_big[] = { "rbtrace", "-p", "1", "-b", "1000001" };
+    char *bt_none[] = { "rbtrace", "-p", "1", "--backtrace" };
+    char *bt_opt[] = { "rbtrace", "--backtrace", "-p", "1" };
+    char *bt_word[] = { "rbtrace", "-p", "1", "--backtrace", "all" };
+    char *h_empty[] = { "rbtrace", "-p", "1", "--heapdump=" };
+    char *mem_value[] = { "rbtrace", "-p", "1", "--memory=1" };
+    char *fork_eval[] = { "rbtrace", "-p", "1", "--fork", "-e", "1" };
+    char *mem_heap[] = { "rbtrace", "-p", "1", "--memory", "--heapdump" };
+    char *m_b[] = { "rbtrace", "-p", "1", "-m", "A#a", "-b" };
+    char *b_twice[] = { "rbtrace", "-p", "1", "-b", "-b", "2" };
+    char *heap_extra[] = { "rbtrace", "-p", "1", "--heapdump", "a", "b" };
+    char *nothing[] = { "rbtrace", "-p", "1" };
+
+    refused(ARGC(b_word), b_word, "invalid value 'x' for -b: expected a number of frames");
+    refused(ARGC(b_zero), b_zero, "'0' for -b");
+    refused(ARGC(b_big), b_big, "-b");
+    refused(ARGC(bt_none), bt_none, "--backtrace needs a value");
+    refused(ARGC(bt_opt), bt_opt, "'-p' for --backtrace");
+    refused(ARGC(bt_word), bt_word, "'all' for --backtrace");
+    refused(ARGC(h_empty), h_empty, "--heapdump");
+    refused(ARGC(mem_value), mem_value, "--memory takes no value");
+    refused(ARGC(fork_eval), fork_eval, "--fork and -e cannot be combined");
+    refused(ARGC(mem_heap), mem_heap, "--memory and --heapdump cannot be combined");
+    refused(ARGC(m_b), m_b, "-m and -b cannot be combined");
+    refused(ARGC(b_twice), b_twice, "-b may be given only once");
+    refused(ARGC(heap_extra), heap_extra, "unexpected argument 'b'");
+    refused(ARGC(nothing), nothing, "--heapdump");
+}
+
+/* The original rbtrace's -h was also its heap dump: -h with anything
+ * else is refused with a hint; alone it is help. */
+static void test_help_conflicts(void)
+{
+    char *p_h[] = { "rbtrace", "-p", "123", "-h" };
+    char *h_p[] = { "rbtrace", "-h", "-p", "123" };
+    char *h_file[] = { "rbtrace", "-h", "/tmp/heap.json" };
+    char *p_h_file[] = { "rbtrace", "-p", "123", "-h", "heap.json" };
+    char *h_e[] = { "rbtrace", "-e", "1", "-h" };
+    char *long_help[] = { "rbtrace", "-p", "123", "--help" };
+    struct options o;
+
+    refused(ARGC(p_h), p_h, "-h is --help; for a heap dump use --heapdump [FILE]");
+    refused(ARGC(h_p), h_p, "--heapdump [FILE]");
+    refused(ARGC(h_file), h_file, "--heapdump [FILE]");
+    refused(ARGC(p_h_file), p_h_file, "--heapdump [FILE]");
+    refused(ARGC(h_e), h_e, "--heapdump [FILE]");
+    CHECK(parse(&o, ARGC(long_help), long_help, NULL) == CLI_OK && o.help);
+    options_free(&o);
+}
+
+/* A value given inline ends a one-value option (-o FILE extra); a list
+ * option (-p, -m) goes on taking values. */
+static void test_inline_value_ends_option(void)
+{
+    char *argv[] = { "rbtrace", "-p123", "-f", "-oFILE", "extra" };
+    char *pids[] = { "rbtrace", "-p123", "-f", "--pid=4", "extra" };
+
+    refused(ARGC(argv), argv, "unexpected argument 'extra'");
+    refused(ARGC(pids), pids, "invalid value 'extra' for -p");
+}
+
 int main(void)
 {
     test_defaults();
@@ -262,5 +393,10 @@ int main(void)
     test_watches();
     test_watch_errors();
     test_targets();
+    test_optional_values();
+    test_reports();
+    test_report_errors();
+    test_help_conflicts();
+    test_inline_value_ends_option();
     return check_report();
 }

@@ -7,6 +7,7 @@
  *   options.c  command line -> struct options
  *   attach.c   target checks, private socket, message queue, accept
  *   session.c  event loop: socket -> decoder -> renderer; signals; detach
+ *   reports.c  -b, --memory, --heapdump, ...: the Ruby code each one runs
  *   render.c   events -> rbtrace's text format on a FILE* (no other I/O)
  *   multi.c    several pids: one session each in a child, output merged
  *   ps.c       --ps: processes by command line

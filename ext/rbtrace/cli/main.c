@@ -16,7 +16,8 @@
 static void usage(FILE *f)
 {
     fputs("Usage: rbtrace (-p PID... | --ps PATTERN | --exec CMD ARG...)\n"
-          "       (-m SELECTOR... | -f | --slow MS | --gc | --raise | -e CODE) [options]\n"
+          "       (-m SELECTOR... | -f | --slow MS | --gc | --raise | -e CODE | REPORT)\n"
+          "       [options]\n"
           "\n"
           "Trace the method calls of a running Ruby process that loaded rbtrace\n"
           "(require 'rbtrace', or RUBYOPT=-rrbtrace).\n"
@@ -41,13 +42,26 @@ static void usage(FILE *f)
           "      --devmode          -m selectors follow their classes by name: a class\n"
           "                         reloaded or defined later is traced too\n"
           "  -e, --eval CODE        run Ruby code in the process and print the result\n"
+          "\n"
+          "REPORT, one of:\n"
+          "  -b, --backtraces [N]   every thread's backtrace (N frames each; all by default)\n"
+          "      --backtrace N      the current thread's N frames: the app threads that\n"
+          "                         are running (status run), or the main thread if none\n"
+          "      --memory           GC.stat, objects and memory by type, the RSS\n"
+          "      --heapdump [FILE]  ObjectSpace.dump_all into FILE (a new file; default\n"
+          "                         $TMPDIR/rbtrace-heapdump-PID-TIME.json), written by a\n"
+          "                         forked child: the app pauses only for the fork\n"
+          "      --shapesdump [FILE] ObjectSpace.dump_shapes likewise (Ruby 3.3+)\n"
+          "      --fork             fork an idle copy of the process, for gdb\n"
+          "\n"
           "  -o, --output FILE      write the trace to FILE instead of stdout\n"
           "  -a, --append           append to the -o FILE\n"
           "  -t, --start-time       show each call's start time\n"
           "  -n, --no-duration      do not show call durations\n"
           "  -r, --prefix N         indent nested calls by N spaces (default 2)\n"
-          "      --timeout SECS     to attach, detach and eval (default 5)\n"
-          "  -h, --help             show this help\n"
+          "      --timeout SECS     to attach, detach and eval (default 5; the dumps\n"
+          "                         wait 300 s unless it is given)\n"
+          "  -h, --help             show this help (a heap dump is --heapdump)\n"
           "      --version          show the version\n", f);
 }
 

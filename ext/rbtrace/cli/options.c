@@ -4,7 +4,12 @@
  * Table-driven: each option has a short letter, a long name, a kind and a
  * setter. Accepted spellings: -p 123, -p123, --pid 123, --pid=123; flags
  * combine (-tn). -m takes every following argument up to the next one that
- * starts with '-', and may repeat.
+ * starts with '-', and may repeat. An optional value (-b [N], --heapdump
+ * [FILE]) is the next argument only if it does not start with '-'.
+ *
+ * -h is help. The original rbtrace also used -h for a heap dump, so -h
+ * with anything else (rbtrace -p 123 -h, -h FILE) is refused with a hint
+ * instead of quietly printing the help.
  */
 #include <errno.h>
 #include <limits.h>
@@ -20,10 +25,13 @@
 #define OPTIONS_DEFAULT_TIMEOUT 5.0
 #define OPTIONS_MAX_PREFIX 64
 #define OPTIONS_MAX_TIMEOUT 86400.0
+#define OPTIONS_MAX_FRAMES 1000000
+#define OPTIONS_HEAPDUMP_HINT "-h is --help; for a heap dump use --heapdump [FILE]"
 
 enum options_kind {
     OPTIONS_FLAG,              /* no value */
     OPTIONS_VALUE,             /* one value */
+    OPTIONS_OPTIONAL,          /* a value if the next argument is not an option */
     OPTIONS_LIST,              /* one or more values (-m) */
     OPTIONS_REST               /* every argument after it (--exec CMD ARG...) */
 };
@@ -65,10 +73,28 @@ static int options_bad_value(struct options *o, const struct options_spec *spec,
                         options_spelling(spec, name, sizeof(name)), want);
 }
 
+/* The option that chooses each mode, for messages. */
+static const char *const options_mode_names[] = {
+    [OPTIONS_MODE_NONE] = "",
+    [OPTIONS_MODE_METHODS] = "-m",
+    [OPTIONS_MODE_FIREHOSE] = "-f",
+    [OPTIONS_MODE_EVAL] = "-e",
+    [OPTIONS_MODE_BACKTRACES] = "-b",
+    [OPTIONS_MODE_BACKTRACE] = "--backtrace",
+    [OPTIONS_MODE_MEMORY] = "--memory",
+    [OPTIONS_MODE_HEAPDUMP] = "--heapdump",
+    [OPTIONS_MODE_SHAPESDUMP] = "--shapesdump",
+    [OPTIONS_MODE_FORK] = "--fork",
+};
+
+/* One mode per run: -m, -f, -e or one report. */
 static int options_set_mode(struct options *o, enum options_mode mode)
 {
     if (o->mode != OPTIONS_MODE_NONE && o->mode != mode)
-        return options_fail(o, "-m, -f and -e cannot be combined: choose one");
+        return options_fail(o, "%s and %s cannot be combined: choose one",
+                            options_mode_names[o->mode], options_mode_names[mode]);
+    if (o->mode == mode && mode >= OPTIONS_MODE_BACKTRACES)
+        return options_fail(o, "%s may be given only once", options_mode_names[mode]);
     o->mode = mode;
     return CLI_OK;
 }
@@ -241,13 +267,74 @@ static int options_set_timeout(struct options *o, const struct options_spec *spe
     if (errno || end == value || *end || !isfinite(t) || t <= 0 || t > OPTIONS_MAX_TIMEOUT)
         return options_bad_value(o, spec, value, "a number of seconds above 0");
     o->timeout = t;
+    o->timeout_given = 1;
     return CLI_OK;
+}
+
+/* ---- the reports ---- */
+
+static int options_set_frames(struct options *o, const struct options_spec *spec, const char *value)
+{
+    char *end;
+    long n;
+
+    errno = 0;
+    n = strtol(value, &end, 10);
+    if (errno || end == value || *end || n < 1 || n > OPTIONS_MAX_FRAMES)
+        return options_bad_value(o, spec, value, "a number of frames from 1 to 1000000");
+    o->frames = (unsigned)n;
+    return CLI_OK;
+}
+
+/* -b [N]: N frames per thread, all if N is not given. */
+static int options_set_backtraces(struct options *o, const struct options_spec *spec, const char *value)
+{
+    if (options_set_mode(o, OPTIONS_MODE_BACKTRACES) != CLI_OK) return CLI_ERR;
+    return value ? options_set_frames(o, spec, value) : CLI_OK;
+}
+
+static int options_set_backtrace(struct options *o, const struct options_spec *spec, const char *value)
+{
+    if (options_set_mode(o, OPTIONS_MODE_BACKTRACE) != CLI_OK) return CLI_ERR;
+    return options_set_frames(o, spec, value);
+}
+
+static int options_set_memory(struct options *o, const struct options_spec *spec, const char *value)
+{
+    (void)spec; (void)value;
+    return options_set_mode(o, OPTIONS_MODE_MEMORY);
+}
+
+/* --heapdump [FILE], --shapesdump [FILE] */
+static int options_set_dump(struct options *o, const struct options_spec *spec, const char *value,
+                            enum options_mode mode)
+{
+    if (options_set_mode(o, mode) != CLI_OK) return CLI_ERR;
+    if (value && *value == '\0') return options_bad_value(o, spec, value, "a file name");
+    o->dump_path = value;
+    return CLI_OK;
+}
+
+static int options_set_heapdump(struct options *o, const struct options_spec *spec, const char *value)
+{
+    return options_set_dump(o, spec, value, OPTIONS_MODE_HEAPDUMP);
+}
+
+static int options_set_shapesdump(struct options *o, const struct options_spec *spec, const char *value)
+{
+    return options_set_dump(o, spec, value, OPTIONS_MODE_SHAPESDUMP);
+}
+
+static int options_set_fork(struct options *o, const struct options_spec *spec, const char *value)
+{
+    (void)spec; (void)value;
+    return options_set_mode(o, OPTIONS_MODE_FORK);
 }
 
 static int options_set_help(struct options *o, const struct options_spec *spec, const char *value)
 {
     (void)spec; (void)value;
-    o->help = 1;
+    o->help = 1;   /* -h also sets short_help: see options_parse_short */
     return CLI_OK;
 }
 
@@ -278,6 +365,12 @@ static const struct options_spec options_table[] = {
     { 'n', "no-duration", OPTIONS_FLAG,  options_set_no_duration },
     { 'r', "prefix",      OPTIONS_VALUE, options_set_prefix },
     { 0,   "timeout",     OPTIONS_VALUE, options_set_timeout },
+    { 'b', "backtraces",  OPTIONS_OPTIONAL, options_set_backtraces },
+    { 0,   "backtrace",   OPTIONS_VALUE, options_set_backtrace },
+    { 0,   "memory",      OPTIONS_FLAG,  options_set_memory },
+    { 0,   "heapdump",    OPTIONS_OPTIONAL, options_set_heapdump },
+    { 0,   "shapesdump",  OPTIONS_OPTIONAL, options_set_shapesdump },
+    { 0,   "fork",        OPTIONS_FLAG,  options_set_fork },
     { 'h', "help",        OPTIONS_FLAG,  options_set_help },
     { 0,   "version",     OPTIONS_FLAG,  options_set_version },
 };
@@ -329,11 +422,18 @@ static int options_apply(struct options *o, const struct options_spec *spec,
     }
     if (inline_value) {
         if (spec->set(o, spec, inline_value) != CLI_OK) return CLI_ERR;
+        if (spec->kind != OPTIONS_LIST) return CLI_OK;
         taken = 1;
     } else if (spec->kind == OPTIONS_VALUE) {
         /* Takes the next argument even if it starts with '-' (-e '-1'). */
         if (*i + 1 >= argc) return options_fail(o, "option %s needs a value", name);
         return spec->set(o, spec, argv[++*i]);
+    } else if (spec->kind == OPTIONS_OPTIONAL) {
+        /* The next argument, unless it is the next option. A value that
+         * is there but wrong (-b x) is refused by the setter, not left
+         * over as a stray argument. */
+        if (*i + 1 < argc && argv[*i + 1][0] != '-') return spec->set(o, spec, argv[++*i]);
+        return spec->set(o, spec, NULL);
     }
     /* A list: every following argument up to the next option. */
     while (*i + 1 < argc && argv[*i + 1][0] != '-') {
@@ -363,6 +463,7 @@ static int options_parse_short(struct options *o, int argc, char **argv, int *i)
     for (; *p; p++) {
         const struct options_spec *spec = options_find_letter(*p);
         if (!spec) return options_fail(o, "unknown option -%c", *p);
+        if (*p == 'h') o->short_help = 1;
         if (spec->kind != OPTIONS_FLAG)
             return options_apply(o, spec, p[1] ? p + 1 : NULL, argc, argv, i);
         if (spec->set(o, spec, NULL) != CLI_OK) return CLI_ERR;
@@ -377,6 +478,9 @@ int options_watches(const struct options *o)
 
 static int options_check(struct options *o)
 {
+    /* rbtrace -p PID -h: the original's heap dump, or help? Neither. */
+    if (o->short_help && (o->pid || o->mode != OPTIONS_MODE_NONE))
+        return options_fail(o, OPTIONS_HEAPDUMP_HINT);
     if (o->help || o->version) return CLI_OK;
     if (!!o->n_pids + !!o->ps_pattern + !!o->exec_argv > 1)
         return options_fail(o, "-p, --ps and --exec cannot be combined: choose one way to "
@@ -384,11 +488,12 @@ static int options_check(struct options *o)
     if (!o->n_pids && !o->ps_pattern && !o->exec_argv)
         return options_fail(o, "no process given: use -p PID, --ps PATTERN or --exec CMD");
     if (o->mode == OPTIONS_MODE_NONE && !options_watches(o))
-        return options_fail(o, "nothing to do: give -m METHODS, -f, --slow MS, --gc, --raise "
-                            "or -e CODE");
-    if (o->mode == OPTIONS_MODE_EVAL && options_watches(o))
-        return options_fail(o, "-e cannot be combined with --slow, --slowcpu, --gc or --raise: "
-                            "run them one after the other");
+        return options_fail(o, "nothing to do: give -m METHODS, -f, --slow MS, --gc, --raise, "
+                            "-e CODE or a report (-b, --backtrace N, --memory, --heapdump, "
+                            "--shapesdump, --fork)");
+    if (o->mode >= OPTIONS_MODE_EVAL && options_watches(o))
+        return options_fail(o, "%s cannot be combined with --slow, --slowcpu, --gc or --raise: "
+                            "run them one after the other", options_mode_names[o->mode]);
     if (o->devmode && o->mode != OPTIONS_MODE_METHODS)
         return options_fail(o, "--devmode applies to -m selectors: add -m SELECTOR...");
     if (o->n_slow_selectors && o->slow_ms < 0)
@@ -417,6 +522,7 @@ int options_parse(struct options *o, int argc, char **argv)
 
         if (arg[0] == '-' && arg[1] == '-' && arg[2]) rc = options_parse_long(o, argc, argv, &i);
         else if (arg[0] == '-' && arg[1] && arg[1] != '-') rc = options_parse_short(o, argc, argv, &i);
+        else if (o->short_help) rc = options_fail(o, OPTIONS_HEAPDUMP_HINT);   /* -h FILE */
         else rc = options_fail(o, "unexpected argument '%s'", arg);
         if (rc != CLI_OK) return CLI_ERR;
     }

@@ -16,7 +16,14 @@ enum options_mode {
     OPTIONS_MODE_NONE = 0,
     OPTIONS_MODE_METHODS,      /* -m: trace the selected methods */
     OPTIONS_MODE_FIREHOSE,     /* -f: trace every call */
-    OPTIONS_MODE_EVAL          /* -e: run code in the target */
+    OPTIONS_MODE_EVAL,         /* -e: run code in the target */
+    /* The reports: one eval of RBTrace::Reports each, printed as text. */
+    OPTIONS_MODE_BACKTRACES,   /* -b [N]: every thread's backtrace */
+    OPTIONS_MODE_BACKTRACE,    /* --backtrace N: the current thread's */
+    OPTIONS_MODE_MEMORY,       /* --memory: GC, objects, RSS */
+    OPTIONS_MODE_HEAPDUMP,     /* --heapdump [FILE] */
+    OPTIONS_MODE_SHAPESDUMP,   /* --shapesdump [FILE] */
+    OPTIONS_MODE_FORK          /* --fork: an idle copy for a debugger */
 };
 
 struct options {
@@ -44,7 +51,11 @@ struct options {
     int no_duration;           /* -n: do not show durations */
     unsigned prefix;           /* -r: spaces per nesting level */
     double timeout;            /* --timeout: seconds to attach, detach, eval */
-    int help;                  /* -h */
+    int timeout_given;         /* --timeout was given (the dumps wait longer if not) */
+    unsigned frames;           /* -b, --backtrace: frames per thread, 0 for all */
+    const char *dump_path;     /* --heapdump, --shapesdump: FILE, NULL for the default */
+    int help;                  /* -h or --help */
+    int short_help;            /* -h itself: an old habit for a heap dump (see options.c) */
     int version;               /* --version */
     char errstr[CLI_ERRLEN];   /* why parsing failed */
 };

@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include "attach.h"
 #include "render.h"
+#include "reports.h"
 #include "session.h"
 
 #define SESSION_TICK_MS 200
@@ -76,6 +77,7 @@ struct session {
     int zone_ready;            /* the fast path; zone is initialised */
     struct rbtrace_event *ev;  /* the event in hand (~2 KiB: off the stack) */
     int timeout_ms;            /* --timeout */
+    int eval_timeout_ms;       /* the eval's: --timeout, or longer for the dumps */
     sig_atomic_t signals_seen; /* signals already acted on */
     int answered;              /* ATTACHED or REFUSED received */
     int attached;              /* ATTACHED received */
@@ -212,6 +214,32 @@ static int session_on_refused(struct session *s, const struct rbtrace_event *ev)
     return CLI_OK;
 }
 
+/* A report's result: its text as is on success; a failure on stderr. */
+static int session_on_report_result(struct session *s, const struct rbtrace_event *ev)
+{
+    const char *what = reports_option(s->opts->mode);
+    int len = (int)ev->text.len;
+
+    switch (ev->status) {
+    case RBTRACE_EVAL_OK:
+        if (ev->text.len && fwrite(ev->text.ptr, ev->text.len, 1, s->out) != 1) {
+            snprintf(s->errstr, sizeof(s->errstr), "could not write the output: %s",
+                     strerror(errno));
+            return CLI_ERR;
+        }
+        s->eval_exit = CLI_EXIT_OK;
+        return session_flush(s);
+    case RBTRACE_EVAL_TIMEOUT:
+        session_status(s, "rbtrace: %s did not finish within %g s; it was stopped in the "
+                       "process (give a longer --timeout)", what, s->eval_timeout_ms / 1000.0);
+        return CLI_OK;
+    default:
+        session_status(s, "rbtrace: %s failed in process %d: %.*s", what, (int)s->at.pid, len,
+                       ev->text.ptr);
+        return CLI_OK;
+    }
+}
+
 static int session_on_eval_result(struct session *s, const struct rbtrace_event *ev)
 {
     int len = (int)ev->text.len;
@@ -219,6 +247,7 @@ static int session_on_eval_result(struct session *s, const struct rbtrace_event 
     if (ev->number != SESSION_EVAL_ID || s->eval_done) return CLI_OK;
     s->eval_done = 1;
     s->eval_exit = CLI_EXIT_FAIL;
+    if (reports_is_report(s->opts->mode)) return session_on_report_result(s, ev);
     switch (ev->status) {
     case RBTRACE_EVAL_OK:
     case RBTRACE_EVAL_RAISED:
@@ -230,7 +259,7 @@ static int session_on_eval_result(struct session *s, const struct rbtrace_event 
         return CLI_OK;
     case RBTRACE_EVAL_TIMEOUT:
         session_status(s, "rbtrace: the code did not finish within %g s; it was stopped in the "
-                       "process", session_timeout_s(s));
+                       "process", s->eval_timeout_ms / 1000.0);
         return CLI_OK;
     }
     session_status(s, "rbtrace: unknown eval status %u: %.*s", ev->status, len, ev->text.ptr);
@@ -496,6 +525,7 @@ static int session_init(struct session *s, const struct options *opts)
     s->opts = opts;
     s->timeout_ms = (int)(opts->timeout * 1000 + 0.5);
     if (s->timeout_ms < 1) s->timeout_ms = 1;
+    s->eval_timeout_ms = reports_timeout_ms(opts, s->timeout_ms);
     attach_init(&s->at, opts->pid, s->timeout_ms, &session_signals, -1);
     if (session_open_output(s) != CLI_OK) return CLI_ERR;
     render_init(&s->render, s->out, &ropts);
@@ -749,26 +779,41 @@ static enum cli_exit session_trace(struct session *s)
     return session_finish(s, w, CLI_EXIT_OK);
 }
 
-/* -e: run the code, print its result, detach. */
+/* -e and the reports: run the code, print its result, detach. */
 static enum cli_exit session_eval(struct session *s)
 {
     struct rbtrace_command cmd;
     enum session_wait w;
+    const char *code = s->opts->eval_code;
+    char *report = NULL;
+    enum cli_exit sent;
 
     memset(&cmd, 0, sizeof(cmd));
+    cmd.result_format = RBTRACE_RESULT_INSPECT;
+    if (reports_is_report(s->opts->mode)) {
+        if (reports_code(s->opts, &report, s->errstr) != CLI_OK) {
+            session_status(s, "rbtrace: %s", s->errstr);
+            return session_detach(s, CLI_EXIT_FAIL);
+        }
+        code = report;
+        cmd.result_format = RBTRACE_RESULT_TEXT;
+    }
     cmd.type = RBTRACE_CMD_EVAL;
     cmd.eval_id = SESSION_EVAL_ID;
-    cmd.text.ptr = s->opts->eval_code;
-    cmd.text.len = (uint32_t)strlen(s->opts->eval_code);
-    cmd.timeout_ms = (uint32_t)s->timeout_ms;
-    if (session_send_mode(s, &cmd) != CLI_EXIT_OK || session_send_resume(s) != CLI_EXIT_OK)
-        return session_detach(s, CLI_EXIT_FAIL);
+    cmd.text.ptr = code;
+    cmd.text.len = (uint32_t)strlen(code);
+    cmd.timeout_ms = (uint32_t)s->eval_timeout_ms;
+    sent = session_send_mode(s, &cmd);
+    if (sent == CLI_EXIT_OK) sent = session_send_resume(s);
+    free(report);
+    if (sent != CLI_EXIT_OK) return session_detach(s, CLI_EXIT_FAIL);
 
-    w = session_wait(s, &s->eval_done, cli_now_ms() + s->timeout_ms + SESSION_EVAL_GRACE_MS);
+    w = session_wait(s, &s->eval_done,
+                     cli_now_ms() + s->eval_timeout_ms + SESSION_EVAL_GRACE_MS);
     if (w == SESSION_DONE) return session_detach(s, s->eval_exit);
     if (w == SESSION_TIMEOUT)
         session_status(s, "rbtrace: no eval result from process %d within %g s", (int)s->at.pid,
-                       session_timeout_s(s));
+                       s->eval_timeout_ms / 1000.0);
     if (w == SESSION_SIGNAL) session_status(s, "rbtrace: interrupted");
     return session_finish(s, w, CLI_EXIT_FAIL);
 }
@@ -784,6 +829,7 @@ enum cli_exit session_run(const struct options *opts)
     }
     rc = session_attach(&s);
     if (rc == CLI_EXIT_OK)
-        rc = opts->mode == OPTIONS_MODE_EVAL ? session_eval(&s) : session_trace(&s);
+        rc = opts->mode == OPTIONS_MODE_EVAL || reports_is_report(opts->mode) ? session_eval(&s)
+                                                                              : session_trace(&s);
     return session_close(&s, rc);
 }
