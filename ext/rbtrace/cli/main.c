@@ -11,7 +11,7 @@
 
 static void usage(FILE *f)
 {
-    fputs("Usage: rbtrace -p PID (-m SELECTOR... | -f | -e CODE) [options]\n"
+    fputs("Usage: rbtrace -p PID (-m SELECTOR... | -c TRACER... | -f | -e CODE) [options]\n"
           "\n"
           "Trace the method calls of a running Ruby process that loaded rbtrace\n"
           "(require 'rbtrace', or RUBYOPT=-rrbtrace).\n"
@@ -19,6 +19,10 @@ static void usage(FILE *f)
           "  -p, --pid PID          the process to trace\n"
           "  -m, --methods SEL...   trace these methods: Class#method, Class.method,\n"
           "                         with expressions: \"String#gsub(self, @x)\"\n"
+          "  -c, --config TRACER... trace the selectors of a tracer file, one a line:\n"
+          "                         a shipped one by name (io, net_http, activerecord,\n"
+          "                         pg, mysql2, redis, sidekiq, puma, rack), or your own\n"
+          "                         by path (./app.tracer); combines with -m\n"
           "  -f, --firehose         trace every method call\n"
           "  -e, --eval CODE        run Ruby code in the process and print the result\n"
           "  -o, --output FILE      write the trace to FILE instead of stdout\n"

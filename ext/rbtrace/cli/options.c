@@ -3,8 +3,8 @@
  *
  * Table-driven: each option has a short letter, a long name, a kind and a
  * setter. Accepted spellings: -p 123, -p123, --pid 123, --pid=123; flags
- * combine (-tn). -m takes every following argument up to the next one that
- * starts with '-', and may repeat.
+ * combine (-tn). -m and -c take every following argument up to the next
+ * one that starts with '-', and may repeat; their selectors add up.
  */
 #include <errno.h>
 #include <limits.h>
@@ -15,6 +15,7 @@
 #include <string.h>
 #include "options.h"
 #include "codec.h"
+#include "tracers.h"
 
 #define OPTIONS_DEFAULT_PREFIX 2
 #define OPTIONS_DEFAULT_TIMEOUT 5.0
@@ -67,7 +68,7 @@ static int options_bad_value(struct options *o, const struct options_spec *spec,
 static int options_set_mode(struct options *o, enum options_mode mode)
 {
     if (o->mode != OPTIONS_MODE_NONE && o->mode != mode)
-        return options_fail(o, "-m, -f and -e cannot be combined: choose one");
+        return options_fail(o, "-m (or -c), -f and -e cannot be combined: choose one");
     o->mode = mode;
     return CLI_OK;
 }
@@ -95,6 +96,33 @@ static int options_add_selector(struct options *o, const struct options_spec *sp
     if (o->n_selectors >= RBTRACE_SELECTORS_MAX)
         return options_fail(o, "too many method selectors (at most %d)", RBTRACE_SELECTORS_MAX);
     o->selectors[o->n_selectors++] = value;
+    return CLI_OK;
+}
+
+/* -c NAME|FILE: the file's selectors, as if each were given to -m. */
+static int options_add_tracer(struct options *o, const struct options_spec *spec, const char *value)
+{
+    struct tracer_file tf;
+    size_t i;
+
+    (void)spec;
+    if (options_set_mode(o, OPTIONS_MODE_METHODS) != CLI_OK) return CLI_ERR;
+    if (*value == '\0') return options_fail(o, "empty tracer name for -c");
+    if (tracer_file_read(&tf, value, o->errstr, sizeof(o->errstr)) != CLI_OK) {
+        tracer_file_free(&tf);
+        return CLI_ERR;
+    }
+    if (tf.n_selectors > RBTRACE_SELECTORS_MAX - o->n_selectors) {
+        options_fail(o, "too many method selectors (at most %d): -c %s adds %zu to %zu",
+                     RBTRACE_SELECTORS_MAX, value, tf.n_selectors, o->n_selectors);
+        tracer_file_free(&tf);
+        return CLI_ERR;
+    }
+    for (i = 0; i < tf.n_selectors; i++) o->selectors[o->n_selectors++] = tf.selectors[i];
+    /* The selectors point into the text: keep it until options_free. */
+    o->tracer_texts[o->n_tracer_texts++] = tf.text;
+    tf.text = NULL;
+    tracer_file_free(&tf);
     return CLI_OK;
 }
 
@@ -184,6 +212,7 @@ static int options_set_version(struct options *o, const struct options_spec *spe
 static const struct options_spec options_table[] = {
     { 'p', "pid",         OPTIONS_VALUE, options_set_pid },
     { 'm', "methods",     OPTIONS_LIST,  options_add_selector },
+    { 'c', "config",      OPTIONS_LIST,  options_add_tracer },
     { 'f', "firehose",    OPTIONS_FLAG,  options_set_firehose },
     { 'e', "eval",        OPTIONS_VALUE, options_set_eval },
     { 'o', "output",      OPTIONS_VALUE, options_set_output },
@@ -280,7 +309,7 @@ static int options_check(struct options *o)
     if (o->help || o->version) return CLI_OK;
     if (!o->pid) return options_fail(o, "no process given: use -p PID");
     if (o->mode == OPTIONS_MODE_NONE)
-        return options_fail(o, "nothing to do: give -m METHODS, -f or -e CODE");
+        return options_fail(o, "nothing to do: give -m METHODS, -c TRACER, -f or -e CODE");
     if (o->append && !o->output_path) return options_fail(o, "-a needs -o FILE");
     return CLI_OK;
 }
@@ -292,9 +321,11 @@ int options_parse(struct options *o, int argc, char **argv)
     memset(o, 0, sizeof(*o));
     o->prefix = OPTIONS_DEFAULT_PREFIX;
     o->timeout = OPTIONS_DEFAULT_TIMEOUT;
-    /* Never more selectors than arguments. */
-    o->selectors = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*o->selectors));
-    if (!o->selectors) return options_fail(o, "out of memory");
+    /* The most a command carries (the adders check); never more tracer
+     * files than arguments. */
+    o->selectors = calloc(RBTRACE_SELECTORS_MAX, sizeof(*o->selectors));
+    o->tracer_texts = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*o->tracer_texts));
+    if (!o->selectors || !o->tracer_texts) return options_fail(o, "out of memory");
 
     for (i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -310,7 +341,13 @@ int options_parse(struct options *o, int argc, char **argv)
 
 void options_free(struct options *o)
 {
+    size_t i;
+
+    for (i = 0; i < o->n_tracer_texts; i++) free(o->tracer_texts[i]);
+    free(o->tracer_texts);
     free(o->selectors);
+    o->tracer_texts = NULL;
+    o->n_tracer_texts = 0;
     o->selectors = NULL;
     o->n_selectors = 0;
 }

@@ -14,7 +14,7 @@
 /* What the client asks the target to do. */
 enum options_mode {
     OPTIONS_MODE_NONE = 0,
-    OPTIONS_MODE_METHODS,      /* -m: trace the selected methods */
+    OPTIONS_MODE_METHODS,      /* -m, -c: trace the selected methods */
     OPTIONS_MODE_FIREHOSE,     /* -f: trace every call */
     OPTIONS_MODE_EVAL          /* -e: run code in the target */
 };
@@ -22,8 +22,11 @@ enum options_mode {
 struct options {
     pid_t pid;                 /* -p: the target; 0 when not given */
     enum options_mode mode;    /* set by -m, -f or -e */
-    const char **selectors;    /* -m: method selectors, pointing into argv */
+    const char **selectors;    /* -m, -c: method selectors, pointing into argv
+                                  or into tracer_texts */
     size_t n_selectors;        /* number of selectors */
+    char **tracer_texts;       /* -c: the tracer files read, owned */
+    size_t n_tracer_texts;     /* number of tracer files read */
     const char *eval_code;     /* -e: Ruby code, points into argv */
     const char *output_path;   /* -o: output file, NULL for stdout */
     int append;                /* -a: append to the -o file */
