@@ -160,8 +160,12 @@ static void test_shipped(void)
     CHECK(tracer_file_read(&tf, "alpha", err, sizeof(err)) == CLI_OK);
     CHECK(tf.n_selectors == 2 && !strcmp(tf.selectors[1], "A.b"));
     tracer_file_free(&tf);
+    write_file("shipped/bom.tracer", "\xEF\xBB\xBF" "B#b\n");
+    CHECK(tracer_file_read(&tf, "bom", err, sizeof(err)) == CLI_OK);
+    CHECK(tf.n_selectors == 1 && !strcmp(tf.selectors[0], "B#b"));
+    tracer_file_free(&tf);
     /* The shipped names, sorted, and how to give a file of one's own. */
-    read_fails("nope", "unknown tracer 'nope'", "the shipped tracers are alpha, zeta;", "./nope", NULL);
+    read_fails("nope", "unknown tracer 'nope'", "the shipped tracers are alpha, bom, zeta;", "./nope", NULL);
     read_fails("notes", "unknown tracer 'notes'", NULL);
     read_fails("a b", "unknown tracer 'a b'", NULL);
     read_fails("notes.txt", "unknown tracer 'notes.txt'", "./notes.txt", NULL);

@@ -345,6 +345,8 @@ static int tracers_parse(struct tracer_file *tf, const char *path, size_t size,
     size_t cap = 0;
     unsigned lineno = 0;
 
+    /* A UTF-8 byte order mark, as some editors write. */
+    if (size >= 3 && !memcmp(line, "\xEF\xBB\xBF", 3)) line += 3;
     while (line < end) {
         char *nl = memchr(line, '\n', (size_t)(end - line));
         char *next = nl ? nl + 1 : end;
