@@ -21,7 +21,7 @@ enum options_mode {
 
 struct options {
     pid_t pid;                 /* -p: the target; 0 when not given */
-    enum options_mode mode;    /* set by -m, -f or -e */
+    enum options_mode mode;    /* set by -m, -c, -f or -e */
     const char **selectors;    /* -m, -c: method selectors, pointing into argv
                                   or into tracer_texts */
     size_t n_selectors;        /* number of selectors */
