@@ -12,7 +12,8 @@ Gem::Specification.new do |s|
   s.authors = ['rbtrace developers']
   s.license = 'MIT'
   s.required_ruby_version = '>= 2.7'
-  s.files = Dir['ext/rbtrace/**/*.{c,h,rb}', 'lib/**/*.rb', 'bin/rbtrace', 'README.md', 'LICENSE']
+  s.files = Dir['ext/rbtrace/**/*.{c,h,rb}', 'lib/**/*.rb', 'bin/rbtrace', 'tracers/*.tracer',
+                 'README.md', 'LICENSE']
   s.extensions = ['ext/rbtrace/extconf.rb']
   s.bindir = 'bin'
   s.executables = ['rbtrace']

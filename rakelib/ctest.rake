@@ -15,8 +15,9 @@ module CTest
   TESTS = {
     'test_codec' => [],
     'test_render' => %w[cli/render.c],
-    'test_options' => %w[cli/options.c],
-    'test_reports' => %w[cli/reports.c cli/options.c],
+    'test_options' => %w[cli/options.c cli/tracers.c],
+    'test_reports' => %w[cli/reports.c cli/options.c cli/tracers.c],
+    'test_tracers' => %w[cli/options.c cli/tracers.c],
     'test_ring' => %w[ring.c]
   }.freeze
 
@@ -34,7 +35,7 @@ module CTest
 end
 
 namespace :test do
-  desc 'Build and run the C unit tests (codec, renderer, options) under ASan and UBSan'
+  desc 'Build and run the C unit tests (codec, renderer, options, tracer files) under ASan and UBSan'
   task :c do
     mkdir_p CTest::OUT
     libs = CTest.msgpack_libs

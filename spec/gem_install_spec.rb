@@ -14,7 +14,8 @@ RSpec.describe 'the installed gem', :gem_install do
   version = File.read(File.join(root, 'lib/rbtrace/version.rb'))[/VERSION = '([^']+)'/, 1]
 
   # Runs cmd with env (no Bundler, no RUBYOPT from the spec run); kills it
-  # if it outlives the timeout. Returns [output (stdout + stderr), status].
+  # if it outlives the timeout. A block is given the pid once it runs.
+  # Returns [output (stdout + stderr), status].
   def run(env, *cmd, timeout: 30, chdir: @tmp)
     out_r, out_w = IO.pipe
     pid = Process.spawn(clean_env.merge(env), *cmd, out: out_w, err: out_w, in: File::NULL,
@@ -22,6 +23,7 @@ RSpec.describe 'the installed gem', :gem_install do
     out_w.close
     output = +''
     reader = Thread.new { output << out_r.read }
+    yield pid if block_given?
     status = Timeout.timeout(timeout) { Process.wait2(pid).last }
     pid = nil
     reader.join
@@ -92,6 +94,19 @@ RSpec.describe 'the installed gem', :gem_install do
     output, status = run(gem_env, rbtrace, '-p', app.to_s, '-e', '1+1')
     expect(status).to be_success, output
     expect(output).to include("=> 2\n")
+
+    # The shipped tracers, found from the installed client's own path.
+    env = gem_env.merge('RBTRACE_TRACERS_DIR' => nil)
+    output, status = run(env, rbtrace, '-p', app.to_s, '-c', 'nosuch')
+    expect(status.exitstatus).to eq(2), output
+    expect(output).to include('the shipped tracers are activerecord, io, mysql2, net_http, pg, ' \
+                              'puma, rack, redis, sidekiq;')
+    output, status = run(env, rbtrace, '-p', app.to_s, '-c', 'io') do |pid|
+      sleep 1
+      Process.kill('INT', pid)
+    end
+    expect(status).to be_success, output
+    expect(output).to include("*** attached to process #{app}")
   ensure
     if app
       Process.kill('KILL', app)

@@ -12,7 +12,12 @@
  * --firehose use one global call/return hook. Such a hook leaves the VM
  * somewhat slower after it is removed (see DESIGN.md, "Leave the process
  * as fast as it was"); the client is told when it is installed.
+ *
+ * A bad selector is reported (an ERROR event) and skipped. Selectors whose
+ * class is not loaded are reported once per class (tracer files name the
+ * classes of libraries a process may not use).
  */
+#include <unistd.h>
 #include "rbtrace.h"
 
 /* RAW_ARG hooks take (data, trace_arg); the API types them as the old
@@ -21,7 +26,7 @@
 
 #define TRACER_EVENTS (RUBY_EVENT_CALL | RUBY_EVENT_RETURN | RUBY_EVENT_C_CALL | RUBY_EVENT_C_RETURN)
 
-static ID id_parse_selector, id_trace_exprs;
+static ID id_parse_selector, id_trace_exprs, id_Selector, id_NotLoaded, id_at_path;
 
 static const struct rbtrace_tracer *tracer_match(VALUE klass, VALUE mid)
 {
@@ -130,6 +135,57 @@ void rbtrace_report_selector_error(VALUE selector, VALUE e)
                          (int)RSTRING_LEN(msg), RSTRING_PTR(msg));
 }
 
+/* RBTrace::Selector::NotLoaded, the error of a selector whose class is not
+ * defined; Qnil if lib/rbtrace/selector.rb does not define it. */
+static VALUE tracer_not_loaded_class(void)
+{
+    VALUE sel, klass;
+
+    if (!rb_const_defined_at(rbtrace_mRBTrace, id_Selector)) return Qnil;
+    sel = rb_const_get_at(rbtrace_mRBTrace, id_Selector);
+    if (!RB_TYPE_P(sel, T_MODULE) || !rb_const_defined_at(sel, id_NotLoaded)) return Qnil;
+    klass = rb_const_get_at(sel, id_NotLoaded);
+    return RB_TYPE_P(klass, T_CLASS) ? klass : Qnil;
+}
+
+/*
+ * A tracer file names classes of libraries the process may not use
+ * (-c pg in an app without pg): one line per missing class, not one per
+ * selector. missing maps a class path to the selectors that name it.
+ */
+static int tracer_report_missing_i(VALUE path, VALUE sels, VALUE arg)
+{
+    VALUE first = RARRAY_AREF(sels, 0);
+
+    (void)arg;
+    if (RARRAY_LEN(sels) == 1)
+        rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s: no such class or module %.*s (not traced)",
+                             (int)RSTRING_LEN(first), RSTRING_PTR(first),
+                             (int)RSTRING_LEN(path), RSTRING_PTR(path));
+    else
+        rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s is not loaded in process %d (no such class "
+                             "or module): its %ld selectors are not traced",
+                             (int)RSTRING_LEN(path), RSTRING_PTR(path), (int)getpid(),
+                             RARRAY_LEN(sels));
+    return ST_CONTINUE;
+}
+
+static void tracer_note_missing(VALUE missing, VALUE sel, VALUE err)
+{
+    VALUE path = rb_ivar_get(err, id_at_path), sels;
+
+    if (!RB_TYPE_P(path, T_STRING)) {
+        rbtrace_report_selector_error(sel, err);
+        return;
+    }
+    sels = rb_hash_lookup(missing, path);
+    if (NIL_P(sels)) {
+        sels = rb_ary_new();
+        rb_hash_aset(missing, path, sels);
+    }
+    rb_ary_push(sels, sel);
+}
+
 /* Forgets the hooked tracers made from selector (--devmode re-adds it). */
 static void tracer_remove(VALUE selector)
 {
@@ -184,15 +240,24 @@ int rbtrace_tracer_add_one(VALUE sel, VALUE *error)
  * (with --devmode, one whose class or method is not defined yet waits). */
 void rbtrace_tracer_add(VALUE selectors)
 {
+    VALUE not_loaded = tracer_not_loaded_class(), missing = rb_hash_new();
     long i;
 
     for (i = 0; i < RARRAY_LEN(selectors); i++) {
         VALUE sel = rb_str_new_frozen(RARRAY_AREF(selectors, i)), err = Qnil;
 
-        if (!rbtrace_devmode_watch(sel)) rbtrace_tracer_add_one(sel, NULL);
-        else if (rbtrace_tracer_add_one(sel, &err)) rbtrace_devmode_traced(sel);
-        else rbtrace_devmode_failed(sel, err);
+        if (rbtrace_devmode_watch(sel)) {
+            if (rbtrace_tracer_add_one(sel, &err)) rbtrace_devmode_traced(sel);
+            else rbtrace_devmode_failed(sel, err);
+        } else if (!rbtrace_tracer_add_one(sel, &err)) {
+            if (!NIL_P(not_loaded) && RTEST(rb_obj_is_kind_of(err, not_loaded)))
+                tracer_note_missing(missing, sel, err);
+            else
+                rbtrace_report_selector_error(sel, err);
+        }
     }
+    rb_hash_foreach(missing, tracer_report_missing_i, Qnil);
+    RB_GC_GUARD(missing);
 }
 
 void rbtrace_tracer_firehose(void)
@@ -257,4 +322,7 @@ void Init_rbtrace_tracer(VALUE mod)
 {
     id_parse_selector = rb_intern("parse_selector");
     id_trace_exprs = rb_intern("trace_exprs");
+    id_Selector = rb_intern("Selector");
+    id_NotLoaded = rb_intern("NotLoaded");
+    id_at_path = rb_intern("@path");
 }

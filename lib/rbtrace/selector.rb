@@ -34,6 +34,17 @@ module RBTrace
       klass.ancestors.include?(wrapper)
     end
 
+    # A selector's class or module is not defined in the process (its
+    # library is not loaded, or the name is wrong).
+    class NotLoaded < ArgumentError
+      attr_reader :path
+
+      def initialize(path)
+        @path = path
+        super("no such class or module #{path}")
+      end
+    end
+
     CLASS_PATH = /\A(?<path>[A-Z]\w*(?:::[A-Z]\w*)*)(?<sep>[#.])(?<meth>[^\s#.(),]*)\z/.freeze
     BARE_METHOD = /\A[^\s#.(),:]+\z/.freeze
 
@@ -41,11 +52,13 @@ module RBTrace
 
     # Returns [owner or nil, method Symbol or nil, expressions or nil,
     # visibility Symbol when the method can be traced by a wrapper, else nil].
-    # Raises ArgumentError with a message meant for the user.
+    # Raises ArgumentError with a message meant for the user (NotLoaded when
+    # the class is not defined).
     def parse(text)
       name, exprs = split_expressions(text.strip)
-      owner, meth = resolve(name)
-      [owner, meth, exprs, exprs ? nil : wrapper_visibility(owner, meth)]
+      owner, meth, via_alias = resolve(name)
+      wrappable = !exprs && !via_alias
+      [owner, meth, exprs, wrappable ? wrapper_visibility(owner, meth) : nil]
     end
 
     # Trace expressions need the call's binding, which only the hook has.
@@ -123,17 +136,19 @@ module RBTrace
 
       mod
     rescue NameError
-      raise ArgumentError, "no such class or module #{path}"
+      raise NotLoaded, path
     end
 
-    # The method's owner and original name: what the VM reports at each call.
+    # The method's owner and original name: what the VM reports at each call;
+    # and whether meth is an alias: a wrapper of the original name would not
+    # see the calls made through the alias (PG::Connection#exec), a hook does.
     def owned_method(mod, meth, prefix)
       unless mod.method_defined?(meth) || mod.private_method_defined?(meth)
         raise ArgumentError, "no such method #{prefix}#{meth}"
       end
 
       um = mod.instance_method(meth)
-      [um.owner, um.original_name]
+      [um.owner, um.original_name, um.original_name != meth.to_sym]
     end
   end
 

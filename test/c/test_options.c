@@ -344,7 +344,7 @@ static void test_report_errors(void)
     refused(ARGC(mem_value), mem_value, "--memory takes no value");
     refused(ARGC(fork_eval), fork_eval, "--fork and -e cannot be combined");
     refused(ARGC(mem_heap), mem_heap, "--memory and --heapdump cannot be combined");
-    refused(ARGC(m_b), m_b, "-m and -b cannot be combined");
+    refused(ARGC(m_b), m_b, "-m/-c and -b cannot be combined");
     refused(ARGC(b_twice), b_twice, "-b may be given only once");
     refused(ARGC(heap_extra), heap_extra, "unexpected argument 'b'");
     refused(ARGC(nothing), nothing, "--heapdump");

@@ -5,6 +5,7 @@
  * The client's parts, one job per file:
  *   main.c     main(), usage
  *   options.c  command line -> struct options
+ *   tracers.c  tracer files (-c) -> selectors
  *   attach.c   target checks, private socket, message queue, accept
  *   session.c  event loop: socket -> decoder -> renderer; signals; detach
  *   reports.c  -b, --memory, --heapdump, ...: the Ruby code each one runs

@@ -16,8 +16,8 @@
 static void usage(FILE *f)
 {
     fputs("Usage: rbtrace (-p PID... | --ps PATTERN | --exec CMD ARG...)\n"
-          "       (-m SELECTOR... | -f | --slow MS | --gc | --raise | -e CODE | REPORT)\n"
-          "       [options]\n"
+          "       (-m SELECTOR... | -c TRACER... | -f | --slow MS | --gc | --raise |\n"
+          "        -e CODE | REPORT) [options]\n"
           "\n"
           "Trace the method calls of a running Ruby process that loaded rbtrace\n"
           "(require 'rbtrace', or RUBYOPT=-rrbtrace).\n"
@@ -31,6 +31,10 @@ static void usage(FILE *f)
           "      --wait SECS        wait SECS seconds before attaching\n"
           "  -m, --methods SEL...   trace these methods: Class#method, Class.method,\n"
           "                         with expressions: \"String#gsub(self, @x)\"\n"
+          "  -c, --config TRACER... trace the selectors of a tracer file, one a line:\n"
+          "                         a shipped one by name (io, net_http, activerecord,\n"
+          "                         pg, mysql2, redis, sidekiq, puma, rack), or your own\n"
+          "                         by path (./app.tracer); combines with -m\n"
           "  -f, --firehose         trace every method call\n"
           "  -s, --slow MS          show the calls that took MS milliseconds or more,\n"
           "                         indented by their nesting (combines with -m, -f)\n"

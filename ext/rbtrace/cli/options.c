@@ -3,8 +3,8 @@
  *
  * Table-driven: each option has a short letter, a long name, a kind and a
  * setter. Accepted spellings: -p 123, -p123, --pid 123, --pid=123; flags
- * combine (-tn). -m takes every following argument up to the next one that
- * starts with '-', and may repeat. An optional value (-b [N], --heapdump
+ * combine (-tn). -m and -c take every following argument up to the next
+ * one that starts with '-', and may repeat; their selectors add up. An optional value (-b [N], --heapdump
  * [FILE]) is the next argument only if it does not start with '-'.
  *
  * -h is help. The original rbtrace also used -h for a heap dump, so -h
@@ -20,6 +20,7 @@
 #include <string.h>
 #include "options.h"
 #include "codec.h"
+#include "tracers.h"
 
 #define OPTIONS_DEFAULT_PREFIX 2
 #define OPTIONS_DEFAULT_TIMEOUT 5.0
@@ -76,7 +77,7 @@ static int options_bad_value(struct options *o, const struct options_spec *spec,
 /* The option that chooses each mode, for messages. */
 static const char *const options_mode_names[] = {
     [OPTIONS_MODE_NONE] = "",
-    [OPTIONS_MODE_METHODS] = "-m",
+    [OPTIONS_MODE_METHODS] = "-m/-c",
     [OPTIONS_MODE_FIREHOSE] = "-f",
     [OPTIONS_MODE_EVAL] = "-e",
     [OPTIONS_MODE_BACKTRACES] = "-b",
@@ -146,6 +147,33 @@ static int options_add_selector(struct options *o, const struct options_spec *sp
     if (o->n_selectors >= RBTRACE_SELECTORS_MAX)
         return options_fail(o, "too many method selectors (at most %d)", RBTRACE_SELECTORS_MAX);
     o->selectors[o->n_selectors++] = value;
+    return CLI_OK;
+}
+
+/* -c NAME|FILE: the file's selectors, as if each were given to -m. */
+static int options_add_tracer(struct options *o, const struct options_spec *spec, const char *value)
+{
+    struct tracer_file tf;
+    size_t i;
+
+    (void)spec;
+    if (options_set_mode(o, OPTIONS_MODE_METHODS) != CLI_OK) return CLI_ERR;
+    if (*value == '\0') return options_fail(o, "empty tracer name for -c");
+    if (tracer_file_read(&tf, value, o->errstr, sizeof(o->errstr)) != CLI_OK) {
+        tracer_file_free(&tf);
+        return CLI_ERR;
+    }
+    if (tf.n_selectors > RBTRACE_SELECTORS_MAX - o->n_selectors) {
+        options_fail(o, "too many method selectors (at most %d): -c %s adds %zu to %zu",
+                     RBTRACE_SELECTORS_MAX, value, tf.n_selectors, o->n_selectors);
+        tracer_file_free(&tf);
+        return CLI_ERR;
+    }
+    for (i = 0; i < tf.n_selectors; i++) o->selectors[o->n_selectors++] = tf.selectors[i];
+    /* The selectors point into the text: keep it until options_free. */
+    o->tracer_texts[o->n_tracer_texts++] = tf.text;
+    tf.text = NULL;
+    tracer_file_free(&tf);
     return CLI_OK;
 }
 
@@ -351,6 +379,7 @@ static const struct options_spec options_table[] = {
     { 0,   "exec",        OPTIONS_REST,  NULL },
     { 0,   "wait",        OPTIONS_VALUE, options_set_wait },
     { 'm', "methods",     OPTIONS_LIST,  options_add_selector },
+    { 'c', "config",      OPTIONS_LIST,  options_add_tracer },
     { 'f', "firehose",    OPTIONS_FLAG,  options_set_firehose },
     { 'e', "eval",        OPTIONS_VALUE, options_set_eval },
     { 's', "slow",        OPTIONS_VALUE, options_set_slow },
@@ -488,7 +517,7 @@ static int options_check(struct options *o)
     if (!o->n_pids && !o->ps_pattern && !o->exec_argv)
         return options_fail(o, "no process given: use -p PID, --ps PATTERN or --exec CMD");
     if (o->mode == OPTIONS_MODE_NONE && !options_watches(o))
-        return options_fail(o, "nothing to do: give -m METHODS, -f, --slow MS, --gc, --raise, "
+        return options_fail(o, "nothing to do: give -m METHODS, -c TRACER, -f, --slow MS, --gc, --raise, "
                             "-e CODE or a report (-b, --backtrace N, --memory, --heapdump, "
                             "--shapesdump, --fork)");
     if (o->mode >= OPTIONS_MODE_EVAL && options_watches(o))
@@ -510,11 +539,14 @@ int options_parse(struct options *o, int argc, char **argv)
     o->prefix = OPTIONS_DEFAULT_PREFIX;
     o->timeout = OPTIONS_DEFAULT_TIMEOUT;
     o->slow_ms = -1;
-    /* Never more selectors than arguments. */
-    o->selectors = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*o->selectors));
+    /* The most a command carries (the adders check); never more tracer
+     * files, slow selectors or pids than arguments. */
+    o->selectors = calloc(RBTRACE_SELECTORS_MAX, sizeof(*o->selectors));
+    o->tracer_texts = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*o->tracer_texts));
     o->slow_selectors = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*o->slow_selectors));
     o->pids = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*o->pids));
-    if (!o->selectors || !o->slow_selectors || !o->pids) return options_fail(o, "out of memory");
+    if (!o->selectors || !o->tracer_texts || !o->slow_selectors || !o->pids)
+        return options_fail(o, "out of memory");
 
     for (i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -531,7 +563,13 @@ int options_parse(struct options *o, int argc, char **argv)
 
 void options_free(struct options *o)
 {
+    size_t i;
+
+    for (i = 0; i < o->n_tracer_texts; i++) free(o->tracer_texts[i]);
+    free(o->tracer_texts);
     free(o->selectors);
+    o->tracer_texts = NULL;
+    o->n_tracer_texts = 0;
     o->selectors = NULL;
     o->n_selectors = 0;
     free(o->slow_selectors);

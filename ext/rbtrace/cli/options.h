@@ -14,7 +14,7 @@
 /* What the client asks the target to do. */
 enum options_mode {
     OPTIONS_MODE_NONE = 0,
-    OPTIONS_MODE_METHODS,      /* -m: trace the selected methods */
+    OPTIONS_MODE_METHODS,      /* -m, -c: trace the selected methods */
     OPTIONS_MODE_FIREHOSE,     /* -f: trace every call */
     OPTIONS_MODE_EVAL,         /* -e: run code in the target */
     /* The reports: one eval of RBTrace::Reports each, printed as text. */
@@ -34,9 +34,12 @@ struct options {
     char **exec_argv;          /* --exec CMD ARG...: start the target; NULL-ended, in argv */
     double wait_s;             /* --wait: seconds to wait before attaching */
     int resume;                /* set by exec.c: the target waits for RESUME */
-    enum options_mode mode;    /* set by -m, -f or -e */
-    const char **selectors;    /* -m: method selectors, pointing into argv */
+    enum options_mode mode;    /* set by -m, -c, -f, -e or a report */
+    const char **selectors;    /* -m, -c: method selectors, pointing into argv
+                                  or into tracer_texts */
     size_t n_selectors;        /* number of selectors */
+    char **tracer_texts;       /* -c: the tracer files read, owned */
+    size_t n_tracer_texts;     /* number of tracer files read */
     const char *eval_code;     /* -e: Ruby code, points into argv */
     double slow_ms;            /* --slow/--slowcpu: threshold; < 0 when not given */
     int slow_cpu;              /* --slowcpu: thread CPU time, not wall time */
