@@ -13,7 +13,18 @@ module RBTrace
     def describe(exc, path, line)
       return nil if own?(path)
 
-      [class_name(exc), message(exc), path ? "#{path}:#{line}" : '(unknown)']
+      [class_name(exc), message(exc), location(path, line)]
+    end
+
+    # "path:line"; for an exception raised in the VM's own Ruby code
+    # (Integer("x") on 3.3 raises in <internal:kernel>), the line of the
+    # app that called it.
+    def location(path, line)
+      return '(unknown)' unless path
+      return "#{path}:#{line}" unless path.start_with?('<internal:')
+
+      caller = caller_locations(1)&.find { |l| !l.path.start_with?('<internal:') && !own?(l.path) }
+      caller ? "#{caller.path}:#{caller.lineno}" : "#{path}:#{line}"
     end
 
     def own?(path)
