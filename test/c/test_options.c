@@ -219,6 +219,33 @@ static void test_too_many_selectors(void)
     free(argv);
 }
 
+/* -i: a REPL, alone. */
+static void test_interactive(void)
+{
+    char *short_form[] = { "rbtrace", "-p", "1", "-i", "--timeout", "2" };
+    char *long_form[] = { "rbtrace", "--interactive", "-p1" };
+    char *with_eval[] = { "rbtrace", "-p", "1", "-i", "-e", "1" };
+    char *eval_first[] = { "rbtrace", "-p", "1", "-e", "1", "-i" };
+    char *with_methods[] = { "rbtrace", "-p", "1", "-m", "A#a", "-i" };
+    char *with_firehose[] = { "rbtrace", "-p", "1", "-if" };
+    char *with_gc[] = { "rbtrace", "-p", "1", "-i", "--gc" };
+    char *with_output[] = { "rbtrace", "-p", "1", "-i", "-o", "x" };
+    struct options o;
+
+    CHECK(parse(&o, ARGC(short_form), short_form, NULL) == CLI_OK);
+    CHECK(o.mode == OPTIONS_MODE_INTERACTIVE && o.timeout == 2);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(long_form), long_form, NULL) == CLI_OK);
+    CHECK(o.mode == OPTIONS_MODE_INTERACTIVE && o.pid == 1);
+    options_free(&o);
+    refused(ARGC(with_eval), with_eval, "-i cannot be combined");
+    refused(ARGC(eval_first), eval_first, "-i cannot be combined");
+    refused(ARGC(with_methods), with_methods, "-i cannot be combined");
+    refused(ARGC(with_firehose), with_firehose, "-i cannot be combined");
+    refused(ARGC(with_gc), with_gc, "-i cannot be combined with --slow");
+    refused(ARGC(with_output), with_output, "-o");
+}
+
 int main(void)
 {
     test_defaults();
@@ -229,5 +256,6 @@ int main(void)
     test_too_many_selectors();
     test_watches();
     test_watch_errors();
+    test_interactive();
     return check_report();
 }

@@ -7,12 +7,13 @@
 #include <string.h>
 #include "cli.h"
 #include "options.h"
+#include "repl.h"
 #include "session.h"
 
 static void usage(FILE *f)
 {
-    fputs("Usage: rbtrace -p PID (-m SELECTOR... | -f | --slow MS | --gc | --raise | -e CODE)\n"
-          "       [options]\n"
+    fputs("Usage: rbtrace -p PID (-m SELECTOR... | -f | --slow MS | --gc | --raise | -e CODE\n"
+          "                     | -i) [options]\n"
           "\n"
           "Trace the method calls of a running Ruby process that loaded rbtrace\n"
           "(require 'rbtrace', or RUBYOPT=-rrbtrace).\n"
@@ -31,6 +32,8 @@ static void usage(FILE *f)
           "      --devmode          -m selectors follow their classes by name: a class\n"
           "                         reloaded or defined later is traced too\n"
           "  -e, --eval CODE        run Ruby code in the process and print the result\n"
+          "  -i, --interactive      a Ruby prompt in the process: each entry runs there\n"
+          "                         and its result is shown; Ctrl-D leaves\n"
           "  -o, --output FILE      write the trace to FILE instead of stdout\n"
           "  -a, --append           append to the -o FILE\n"
           "  -t, --start-time       show each call's start time\n"
@@ -39,6 +42,7 @@ static void usage(FILE *f)
           "      --timeout SECS     to attach, detach and eval (default 5)\n"
           "  -h, --help             show this help\n"
           "      --version          show the version\n", f);
+    fprintf(f, "\n-i: %s.\n", repl_line_editing());
 }
 
 /* A write error on stdout (full disk, closed pipe) is a failure. */
@@ -64,7 +68,7 @@ int main(int argc, char **argv)
         printf("rbtrace %s\n", RBTRACE_VERSION);
         rc = CLI_EXIT_OK;
     } else {
-        rc = session_run(&opts);
+        rc = opts.mode == OPTIONS_MODE_INTERACTIVE ? repl_run(&opts) : session_run(&opts);
     }
     options_free(&opts);
     if (main_close_stdout() != CLI_OK && rc == CLI_EXIT_OK) rc = CLI_EXIT_FAIL;

@@ -67,7 +67,7 @@ static int options_bad_value(struct options *o, const struct options_spec *spec,
 static int options_set_mode(struct options *o, enum options_mode mode)
 {
     if (o->mode != OPTIONS_MODE_NONE && o->mode != mode)
-        return options_fail(o, "-m, -f and -e cannot be combined: choose one");
+        return options_fail(o, "-m, -f, -e and -i cannot be combined: choose one");
     o->mode = mode;
     return CLI_OK;
 }
@@ -111,6 +111,13 @@ static int options_set_eval(struct options *o, const struct options_spec *spec, 
     if (options_set_mode(o, OPTIONS_MODE_EVAL) != CLI_OK) return CLI_ERR;
     o->eval_code = value;
     return CLI_OK;
+}
+
+static int options_set_interactive(struct options *o, const struct options_spec *spec,
+                                   const char *value)
+{
+    (void)spec; (void)value;
+    return options_set_mode(o, OPTIONS_MODE_INTERACTIVE);
 }
 
 /* --slow MS, --slowcpu MS: milliseconds, decimals allowed. */
@@ -238,6 +245,7 @@ static const struct options_spec options_table[] = {
     { 'm', "methods",     OPTIONS_LIST,  options_add_selector },
     { 'f', "firehose",    OPTIONS_FLAG,  options_set_firehose },
     { 'e', "eval",        OPTIONS_VALUE, options_set_eval },
+    { 'i', "interactive", OPTIONS_FLAG,  options_set_interactive },
     { 's', "slow",        OPTIONS_VALUE, options_set_slow },
     { 0,   "slowcpu",     OPTIONS_VALUE, options_set_slow },
     { 0,   "slow-methods", OPTIONS_LIST, options_add_slow_selector },
@@ -343,11 +351,16 @@ static int options_check(struct options *o)
     if (o->help || o->version) return CLI_OK;
     if (!o->pid) return options_fail(o, "no process given: use -p PID");
     if (o->mode == OPTIONS_MODE_NONE && !options_watches(o))
-        return options_fail(o, "nothing to do: give -m METHODS, -f, --slow MS, --gc, --raise "
-                            "or -e CODE");
+        return options_fail(o, "nothing to do: give -m METHODS, -f, --slow MS, --gc, --raise, "
+                            "-e CODE or -i");
     if (o->mode == OPTIONS_MODE_EVAL && options_watches(o))
         return options_fail(o, "-e cannot be combined with --slow, --slowcpu, --gc or --raise: "
                             "run them one after the other");
+    if (o->mode == OPTIONS_MODE_INTERACTIVE && options_watches(o))
+        return options_fail(o, "-i cannot be combined with --slow, --slowcpu, --gc or --raise: "
+                            "run them one after the other");
+    if (o->mode == OPTIONS_MODE_INTERACTIVE && o->output_path)
+        return options_fail(o, "-i shows its results on the terminal: -o applies to traces and -e");
     if (o->devmode && o->mode != OPTIONS_MODE_METHODS)
         return options_fail(o, "--devmode applies to -m selectors: add -m SELECTOR...");
     if (o->n_slow_selectors && o->slow_ms < 0)

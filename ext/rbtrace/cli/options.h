@@ -16,12 +16,13 @@ enum options_mode {
     OPTIONS_MODE_NONE = 0,
     OPTIONS_MODE_METHODS,      /* -m: trace the selected methods */
     OPTIONS_MODE_FIREHOSE,     /* -f: trace every call */
-    OPTIONS_MODE_EVAL          /* -e: run code in the target */
+    OPTIONS_MODE_EVAL,         /* -e: run code in the target */
+    OPTIONS_MODE_INTERACTIVE   /* -i: a REPL against the target (repl.c) */
 };
 
 struct options {
     pid_t pid;                 /* -p: the target; 0 when not given */
-    enum options_mode mode;    /* set by -m, -f or -e */
+    enum options_mode mode;    /* set by -m, -f, -e or -i */
     const char **selectors;    /* -m: method selectors, pointing into argv */
     size_t n_selectors;        /* number of selectors */
     const char *eval_code;     /* -e: Ruby code, points into argv */
