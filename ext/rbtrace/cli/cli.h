@@ -7,6 +7,7 @@
  *   options.c  command line -> struct options
  *   attach.c   target checks, private socket, message queue, accept
  *   session.c  event loop: socket -> decoder -> renderer; signals; detach
+ *   repl.c     -i: read entries (libedit or plain lines), eval each, print
  *   render.c   events -> rbtrace's text format on a FILE* (no other I/O)
  *   util.c     monotonic clock, sleeping
  */
