@@ -182,9 +182,9 @@ static enum repl_step repl_send(struct repl *r)
         return repl_flush();
     case SESSION_EVAL_INTERRUPTED:
         repl_drop_entry(r);
-        fprintf(stderr, "\nrbtrace: interrupted; the code goes on in process %d until it ends "
+        fprintf(stderr, "%srbtrace: interrupted; the code goes on in process %d until it ends "
                 "or its timeout (%g s) stops it, and the next entry runs after it\n",
-                (int)r->opts->pid, r->opts->timeout);
+                r->tty ? "\n" : "", (int)r->opts->pid, r->opts->timeout);
         return REPL_GO_ON;
     case SESSION_EVAL_UNANSWERED:
         repl_drop_entry(r);
