@@ -220,5 +220,17 @@ RSpec.describe 'interactive (-i)' do
     ensure
       FileUtils.rm_rf(home) if home
     end
+
+    it 'says at once when the process exits while the prompt waits, and exits with 3' do
+      home = Dir.mktmpdir('rbtrace-home')
+      pty = PtyClient.new(['-p', app.pid, '-i'], 'HOME' => home, 'TERM' => 'xterm')
+      @spec_processes << pty
+      pty.wait_for(/rbtrace\(#{app.pid}\)> \z/)
+      app.kill
+      pty.wait_for(/\*\*\* process #{app.pid} exited/)
+      expect(pty.wait.exitstatus).to eq(3)
+    ensure
+      FileUtils.rm_rf(home) if home
+    end
   end
 end

@@ -21,7 +21,9 @@
  * signal repl_getc reports an end of input, readline() returns NULL, and
  * session_take_signal() tells ^C (drop the line) from SIGTERM/SIGHUP
  * (detach) and from a real end of input (no signal: detach). A ^C that
- * comes after the line's last key drops the line too.
+ * comes after the line's last key drops the line too. repl_getc also checks
+ * every REPL_TICK_MS that the target still exists, so that its end shows
+ * at once on a terminal (from a pipe, it shows when the next entry is sent).
  */
 #define _GNU_SOURCE   /* memmem, getline */
 #include <errno.h>
@@ -33,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef RBTRACE_HAVE_LIBEDIT
 #include <editline/readline.h>
@@ -44,6 +47,8 @@
 #define REPL_HISTORY_FILE ".rbtrace_history"
 /* Lines kept in the history. */
 #define REPL_HISTORY_MAX 1000
+/* How often the editor checks that the target still exists. */
+#define REPL_TICK_MS 250
 /* The longest entry, in bytes: far more than anyone types or pastes. */
 #define REPL_ENTRY_MAX (64 * 1024 * 1024)
 
@@ -54,6 +59,7 @@ enum repl_read {
     REPL_INTERRUPT,   /* ^C: drop the entry */
     REPL_EOF,         /* end of input (Ctrl-D): detach */
     REPL_STOP,        /* SIGTERM or SIGHUP: detach */
+    REPL_GONE,        /* the target exited while we waited for a key */
     REPL_ERR          /* could not read, or out of memory (said so) */
 };
 
@@ -266,6 +272,7 @@ static enum repl_read repl_plain_line(struct repl *r, const char *prompt)
 /* What repl_getc needs: libedit's hook takes no context. */
 static struct session *repl_getc_session;
 static sigset_t repl_getc_mask;   /* the signal mask outside readline() */
+static int repl_getc_gone;        /* repl_getc found the target gone */
 
 /*
  * libedit's rl_getc_function: one byte of the terminal, or -1 (end of
@@ -274,14 +281,21 @@ static sigset_t repl_getc_mask;   /* the signal mask outside readline() */
  */
 static int repl_getc(FILE *in)
 {
+    const struct timespec tick = { 0, REPL_TICK_MS * 1000000L };
     struct pollfd pfd = { fileno(in), POLLIN, 0 };
     unsigned char c;
     ssize_t n;
 
     for (;;) {
         if (session_signal_pending(repl_getc_session)) return -1;
-        if (ppoll(&pfd, 1, NULL, &repl_getc_mask) < 0) {
+        n = ppoll(&pfd, 1, &tick, &repl_getc_mask);
+        if (n < 0) {
             if (errno == EINTR) continue;
+            return -1;
+        }
+        if (n == 0) {
+            if (session_target_alive(repl_getc_session)) continue;
+            repl_getc_gone = 1;
             return -1;
         }
         n = read(pfd.fd, &c, 1);
@@ -316,7 +330,7 @@ static enum repl_read repl_edited_line(struct repl *r, const char *prompt)
     char *line = repl_readline(prompt);
     enum repl_read rc;
 
-    if (!line) return repl_no_line(r);
+    if (!line) return repl_getc_gone ? REPL_GONE : repl_no_line(r);
     rc = repl_append(r, line, strlen(line));
     if (rc == REPL_LINE && *line)
         (void)add_history(line);   /* a line the history misses loses nothing else */
@@ -376,6 +390,7 @@ static enum cli_exit repl_loop(struct repl *r)
             if (r->len) repl_unfinished(r);
             return CLI_EXIT_OK;
         case REPL_STOP:
+        case REPL_GONE:   /* session_end finds it gone and says so */
             repl_end_line(r);
             return CLI_EXIT_OK;
         case REPL_ERR:

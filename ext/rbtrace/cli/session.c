@@ -859,6 +859,11 @@ enum session_eval_end session_eval_code(struct session *s, const char *code, uin
     }
 }
 
+int session_target_alive(const struct session *s)
+{
+    return attach_target_alive(&s->at);
+}
+
 int session_signal_pending(const struct session *s)
 {
     return session_signals != s->signals_seen;

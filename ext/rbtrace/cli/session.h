@@ -54,6 +54,9 @@ int session_take_signal(struct session *s);
  * reads only: for a loop that must not block past a signal). */
 int session_signal_pending(const struct session *s);
 
+/* 1 while the target exists, 0 once it is gone. */
+int session_target_alive(const struct session *s);
+
 /* Detaches (unless the session ended), releases everything and frees s;
  * returns rc, or the exit code of how the session ended (3: the target
  * exited). */
