@@ -38,12 +38,36 @@ warnings << '-Werror' if ENV['RBTRACE_WERROR'] == '1' || ENV['CI']
 $CFLAGS << ' ' << (warnings + %w[-std=gnu99 -fvisibility=hidden]).join(' ')
 $LIBS << ' -lpthread'
 
+# Line editing and history for the client's -i: libedit (BSD licence;
+# Debian's libedit-dev), found by pkg-config and linked into the client only,
+# never the extension (so mkmf's pkg_config is asked for flags, which it
+# does not add to the extension's). Without it the client is built anyway and
+# its -i reads plain lines; --help says which.
+def find_libedit
+  cflags = pkg_config('libedit', 'cflags')
+  libs = pkg_config('libedit', 'libs')
+  return nil unless cflags && libs
+
+  src = "#include <stdio.h>\n#include <editline/readline.h>\n" \
+        "int main(void) { rl_catch_signals = 0; return readline(\"\") == NULL; }\n"
+  checking_for('libedit for the client') { try_link(src, "#{cflags} #{libs}") } ? [cflags, libs] : nil
+end
+
+libedit_cflags, libedit_libs = find_libedit
+unless libedit_libs
+  message "libedit not found: rbtrace -i will read plain lines (no editing, no history).\n" \
+          "On Debian or Ubuntu: apt-get install libedit-dev, then build again.\n"
+end
+
 create_makefile('rbtrace/rbtrace')
 
 # The client: not a Ruby extension, so mkmf knows nothing of it. Append its
 # rules to the Makefile; `make` builds it, `make install` puts it beside the
 # extension, where bin/rbtrace looks for it.
 client_cflags = "#{warnings.join(' ')} -std=gnu99 -O2 -g #{ENV['RBTRACE_CLIENT_CFLAGS']}"
+client_cflags << " -DRBTRACE_HAVE_LIBEDIT #{libedit_cflags}" if libedit_libs
+client_libs = $libs.include?('msgpack-c') ? '-lmsgpack-c' : '-lmsgpackc'
+client_libs << " #{libedit_libs}" if libedit_libs
 File.open('Makefile', 'a') do |mk|
   mk.puts <<~MAKE
 
@@ -54,7 +78,7 @@ File.open('Makefile', 'a') do |mk|
     all: $(RBTRACE_CLIENT)
 
     $(RBTRACE_CLIENT): $(RBTRACE_CLIENT_SRCS) $(RBTRACE_CLIENT_HDRS)
-    \t$(CC) #{client_cflags} $(INCFLAGS) -I$(srcdir) -I$(srcdir)/cli -o $@ $(RBTRACE_CLIENT_SRCS) #{$libs.include?('msgpack-c') ? '-lmsgpack-c' : '-lmsgpackc'}
+    \t$(CC) #{client_cflags} $(INCFLAGS) -I$(srcdir) -I$(srcdir)/cli -o $@ $(RBTRACE_CLIENT_SRCS) #{client_libs}
 
     install: install-client
     install-client: $(RBTRACE_CLIENT)

@@ -382,6 +382,33 @@ static void test_inline_value_ends_option(void)
     refused(ARGC(pids), pids, "invalid value 'extra' for -p");
 }
 
+/* -i: a REPL, alone. */
+static void test_interactive(void)
+{
+    char *short_form[] = { "rbtrace", "-p", "1", "-i", "--timeout", "2" };
+    char *long_form[] = { "rbtrace", "--interactive", "-p1" };
+    char *with_eval[] = { "rbtrace", "-p", "1", "-i", "-e", "1" };
+    char *eval_first[] = { "rbtrace", "-p", "1", "-e", "1", "-i" };
+    char *with_methods[] = { "rbtrace", "-p", "1", "-m", "A#a", "-i" };
+    char *with_firehose[] = { "rbtrace", "-p", "1", "-if" };
+    char *with_gc[] = { "rbtrace", "-p", "1", "-i", "--gc" };
+    char *with_output[] = { "rbtrace", "-p", "1", "-i", "-o", "x" };
+    struct options o;
+
+    CHECK(parse(&o, ARGC(short_form), short_form, NULL) == CLI_OK);
+    CHECK(o.mode == OPTIONS_MODE_INTERACTIVE && o.timeout == 2);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(long_form), long_form, NULL) == CLI_OK);
+    CHECK(o.mode == OPTIONS_MODE_INTERACTIVE && o.pid == 1);
+    options_free(&o);
+    refused(ARGC(with_eval), with_eval, "-i and -e cannot be combined");
+    refused(ARGC(eval_first), eval_first, "-e and -i cannot be combined");
+    refused(ARGC(with_methods), with_methods, "-m/-c and -i cannot be combined");
+    refused(ARGC(with_firehose), with_firehose, "-i and -f cannot be combined");
+    refused(ARGC(with_gc), with_gc, "-i cannot be combined with --slow");
+    refused(ARGC(with_output), with_output, "-o");
+}
+
 int main(void)
 {
     test_defaults();
@@ -398,5 +425,6 @@ int main(void)
     test_report_errors();
     test_help_conflicts();
     test_inline_value_ends_option();
+    test_interactive();
     return check_report();
 }

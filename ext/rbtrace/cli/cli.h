@@ -9,6 +9,7 @@
  *   attach.c   target checks, private socket, message queue, accept
  *   session.c  event loop: socket -> decoder -> renderer; signals; detach
  *   reports.c  -b, --memory, --heapdump, ...: the Ruby code each one runs
+ *   repl.c     -i: read entries (libedit or plain lines), eval each, print
  *   render.c   events -> rbtrace's text format on a FILE* (no other I/O)
  *   multi.c    several pids: one session each in a child, output merged
  *   ps.c       --ps: processes by command line

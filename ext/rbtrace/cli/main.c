@@ -11,13 +11,14 @@
 #include "exec.h"
 #include "multi.h"
 #include "ps.h"
+#include "repl.h"
 #include "session.h"
 
 static void usage(FILE *f)
 {
     fputs("Usage: rbtrace (-p PID... | --ps PATTERN | --exec CMD ARG...)\n"
           "       (-m SELECTOR... | -c TRACER... | -f | --slow MS | --gc | --raise |\n"
-          "        -e CODE | REPORT) [options]\n"
+          "        -e CODE | -i | REPORT) [options]\n"
           "\n"
           "Trace the method calls of a running Ruby process that loaded rbtrace\n"
           "(require 'rbtrace', or RUBYOPT=-rrbtrace).\n"
@@ -46,6 +47,8 @@ static void usage(FILE *f)
           "      --devmode          -m selectors follow their classes by name: a class\n"
           "                         reloaded or defined later is traced too\n"
           "  -e, --eval CODE        run Ruby code in the process and print the result\n"
+          "  -i, --interactive      a Ruby prompt in the process: each entry runs there\n"
+          "                         and its result is shown; Ctrl-D leaves\n"
           "\n"
           "REPORT, one of:\n"
           "  -b, --backtraces [N]   every thread's backtrace (N frames each; all by default)\n"
@@ -67,6 +70,7 @@ static void usage(FILE *f)
           "                         wait 300 s unless it is given)\n"
           "  -h, --help             show this help (a heap dump is --heapdump)\n"
           "      --version          show the version\n", f);
+    fprintf(f, "\n-i: %s.\n", repl_line_editing());
 }
 
 /* --wait SECS: before attaching; ^C cuts it short and stops. */
@@ -95,6 +99,7 @@ static enum cli_exit main_run(struct options *opts)
         if (exec_start(opts, &child) != CLI_OK) return CLI_EXIT_FAIL;
         return exec_finish(child, session_run(opts));
     }
+    if (opts->mode == OPTIONS_MODE_INTERACTIVE) return repl_run(opts);
     if (opts->n_pids > 1) return multi_run(opts);
     rc = session_run(opts);
     return rc;

@@ -86,6 +86,7 @@ static const char *const options_mode_names[] = {
     [OPTIONS_MODE_HEAPDUMP] = "--heapdump",
     [OPTIONS_MODE_SHAPESDUMP] = "--shapesdump",
     [OPTIONS_MODE_FORK] = "--fork",
+    [OPTIONS_MODE_INTERACTIVE] = "-i",
 };
 
 /* One mode per run: -m, -f, -e or one report. */
@@ -190,6 +191,13 @@ static int options_set_eval(struct options *o, const struct options_spec *spec, 
     if (options_set_mode(o, OPTIONS_MODE_EVAL) != CLI_OK) return CLI_ERR;
     o->eval_code = value;
     return CLI_OK;
+}
+
+static int options_set_interactive(struct options *o, const struct options_spec *spec,
+                                   const char *value)
+{
+    (void)spec; (void)value;
+    return options_set_mode(o, OPTIONS_MODE_INTERACTIVE);
 }
 
 /* --slow MS, --slowcpu MS: milliseconds, decimals allowed. */
@@ -382,6 +390,7 @@ static const struct options_spec options_table[] = {
     { 'c', "config",      OPTIONS_LIST,  options_add_tracer },
     { 'f', "firehose",    OPTIONS_FLAG,  options_set_firehose },
     { 'e', "eval",        OPTIONS_VALUE, options_set_eval },
+    { 'i', "interactive", OPTIONS_FLAG,  options_set_interactive },
     { 's', "slow",        OPTIONS_VALUE, options_set_slow },
     { 0,   "slowcpu",     OPTIONS_VALUE, options_set_slow },
     { 0,   "slow-methods", OPTIONS_LIST, options_add_slow_selector },
@@ -518,11 +527,15 @@ static int options_check(struct options *o)
         return options_fail(o, "no process given: use -p PID, --ps PATTERN or --exec CMD");
     if (o->mode == OPTIONS_MODE_NONE && !options_watches(o))
         return options_fail(o, "nothing to do: give -m METHODS, -c TRACER, -f, --slow MS, --gc, --raise, "
-                            "-e CODE or a report (-b, --backtrace N, --memory, --heapdump, "
+                            "-e CODE, -i or a report (-b, --backtrace N, --memory, --heapdump, "
                             "--shapesdump, --fork)");
     if (o->mode >= OPTIONS_MODE_EVAL && options_watches(o))
         return options_fail(o, "%s cannot be combined with --slow, --slowcpu, --gc or --raise: "
                             "run them one after the other", options_mode_names[o->mode]);
+    if (o->mode == OPTIONS_MODE_INTERACTIVE && o->output_path)
+        return options_fail(o, "-i shows its results on the terminal: -o applies to traces and -e");
+    if (o->mode == OPTIONS_MODE_INTERACTIVE && (o->n_pids > 1 || o->exec_argv))
+        return options_fail(o, "-i talks to one running process: give one -p PID (or --ps)");
     if (o->devmode && o->mode != OPTIONS_MODE_METHODS)
         return options_fail(o, "--devmode applies to -m selectors: add -m SELECTOR...");
     if (o->n_slow_selectors && o->slow_ms < 0)

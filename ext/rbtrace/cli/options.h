@@ -23,7 +23,8 @@ enum options_mode {
     OPTIONS_MODE_MEMORY,       /* --memory: GC, objects, RSS */
     OPTIONS_MODE_HEAPDUMP,     /* --heapdump [FILE] */
     OPTIONS_MODE_SHAPESDUMP,   /* --shapesdump [FILE] */
-    OPTIONS_MODE_FORK          /* --fork: an idle copy for a debugger */
+    OPTIONS_MODE_FORK,         /* --fork: an idle copy for a debugger */
+    OPTIONS_MODE_INTERACTIVE   /* -i: a REPL against the target (repl.c) */
 };
 
 struct options {
@@ -34,7 +35,7 @@ struct options {
     char **exec_argv;          /* --exec CMD ARG...: start the target; NULL-ended, in argv */
     double wait_s;             /* --wait: seconds to wait before attaching */
     int resume;                /* set by exec.c: the target waits for RESUME */
-    enum options_mode mode;    /* set by -m, -c, -f, -e or a report */
+    enum options_mode mode;    /* set by -m, -c, -f, -e, -i or a report */
     const char **selectors;    /* -m, -c: method selectors, pointing into argv
                                   or into tracer_texts */
     size_t n_selectors;        /* number of selectors */

@@ -38,11 +38,13 @@
 #define SESSION_EVENT_MAX (64 * 1024 * 1024)
 /* Eval: how long past its own timeout we wait for the target's answer. */
 #define SESSION_EVAL_GRACE_MS 2000
-/* Our one eval's id. */
+/* The -e eval's id; the REPL's evals count up from it. */
 #define SESSION_EVAL_ID 1
 
 /* Signals seen; read by attach.c through struct attach's stop. */
 static volatile sig_atomic_t session_signals;
+/* The number of the last signal caught (the REPL tells ^C from the rest). */
+static volatile sig_atomic_t session_last_signal;
 /* The self-pipe: [0] polled by the loop, [1] written by the handler. */
 static int session_wake[2] = { -1, -1 };
 /* The output's buffer: static, as stdout is closed after the session. */
@@ -85,6 +87,11 @@ struct session {
     int stream_broken;         /* undecodable bytes: stop reading */
     int eval_done;             /* our EVAL_RESULT received */
     enum cli_exit eval_exit;   /* the exit code that result calls for */
+    uint32_t eval_id;          /* the id of the eval we wait for */
+    session_eval_sink eval_sink; /* the REPL's: takes the result instead of */
+    void *eval_sink_ctx;       /* printing it as -e does; NULL for -e */
+    int ended;                 /* the REPL's session cannot go on: */
+    enum session_wait end_wait; /* how its last wait ended */
     char errstr[CLI_ERRLEN];   /* why the session failed (SESSION_FAILED) */
 };
 
@@ -94,8 +101,8 @@ static void session_on_signal(int sig)
 {
     int saved = errno;
 
-    (void)sig;
     session_signals = session_signals + 1;
+    session_last_signal = sig;
     if (write(session_wake[1], "!", 1) < 0) {
         /* The pipe is full: the loop is already awake. */
     }
@@ -244,8 +251,12 @@ static int session_on_eval_result(struct session *s, const struct rbtrace_event 
 {
     int len = (int)ev->text.len;
 
-    if (ev->number != SESSION_EVAL_ID || s->eval_done) return CLI_OK;
+    if (ev->number != s->eval_id || s->eval_done) return CLI_OK;
     s->eval_done = 1;
+    if (s->eval_sink) {
+        s->eval_sink(s->eval_sink_ctx, ev->status, ev->text.ptr, ev->text.len);
+        return CLI_OK;
+    }
     s->eval_exit = CLI_EXIT_FAIL;
     if (reports_is_report(s->opts->mode)) return session_on_report_result(s, ev);
     switch (ev->status) {
@@ -523,6 +534,7 @@ static int session_init(struct session *s, const struct options *opts)
 
     memset(s, 0, sizeof(*s));
     s->opts = opts;
+    s->eval_id = SESSION_EVAL_ID;
     s->timeout_ms = (int)(opts->timeout * 1000 + 0.5);
     if (s->timeout_ms < 1) s->timeout_ms = 1;
     s->eval_timeout_ms = reports_timeout_ms(opts, s->timeout_ms);
@@ -832,4 +844,102 @@ enum cli_exit session_run(const struct options *opts)
         rc = opts->mode == OPTIONS_MODE_EVAL || reports_is_report(opts->mode) ? session_eval(&s)
                                                                               : session_trace(&s);
     return session_close(&s, rc);
+}
+
+/* ---- one attach, many evals: the REPL's (repl.c) ---- */
+
+enum cli_exit session_start(const struct options *opts, struct session **out)
+{
+    struct session *s = malloc(sizeof(*s));
+    enum cli_exit rc;
+
+    *out = NULL;
+    if (!s) {
+        fprintf(stderr, "rbtrace: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    if (session_init(s, opts) != CLI_OK) {
+        fprintf(stderr, "rbtrace: %s\n", s->errstr);
+        rc = CLI_EXIT_FAIL;
+    } else {
+        rc = session_attach(s);
+    }
+    if (rc == CLI_EXIT_OK) {
+        *out = s;
+        return rc;
+    }
+    rc = session_close(s, rc);
+    free(s);
+    return rc;
+}
+
+static enum session_eval_end session_eval_ended(struct session *s, enum session_wait w)
+{
+    s->ended = 1;
+    s->end_wait = w;
+    return SESSION_EVAL_ENDED;
+}
+
+enum session_eval_end session_eval_code(struct session *s, const char *code, uint32_t len,
+                                        session_eval_sink sink, void *ctx)
+{
+    struct rbtrace_command cmd;
+    enum session_wait w;
+
+    if (s->ended) return SESSION_EVAL_ENDED;
+    memset(&cmd, 0, sizeof(cmd));
+    cmd.type = RBTRACE_CMD_EVAL;
+    cmd.client_pid = (uint32_t)getpid();
+    cmd.eval_id = ++s->eval_id;   /* a late answer to an earlier one is ignored */
+    cmd.text.ptr = code;
+    cmd.text.len = len;
+    cmd.timeout_ms = (uint32_t)s->timeout_ms;
+    s->eval_done = 0;
+    if (attach_send(&s->at, &cmd) != CLI_OK) {
+        if (!attach_target_alive(&s->at)) return session_eval_ended(s, SESSION_GONE);
+        snprintf(s->errstr, sizeof(s->errstr), "%s", s->at.errstr);
+        return session_eval_ended(s, SESSION_FAILED);
+    }
+    s->eval_sink = sink;
+    s->eval_sink_ctx = ctx;
+    w = session_wait(s, &s->eval_done, cli_now_ms() + s->timeout_ms + SESSION_EVAL_GRACE_MS);
+    s->eval_sink = NULL;
+    s->eval_sink_ctx = NULL;
+    switch (w) {
+    case SESSION_DONE:
+        return SESSION_EVAL_ANSWERED;
+    case SESSION_TIMEOUT:
+        return SESSION_EVAL_UNANSWERED;
+    case SESSION_SIGNAL:
+        if (session_last_signal == SIGINT) return SESSION_EVAL_INTERRUPTED;
+        return session_eval_ended(s, w);
+    default:
+        return session_eval_ended(s, w);
+    }
+}
+
+int session_target_alive(const struct session *s)
+{
+    return attach_target_alive(&s->at);
+}
+
+int session_signal_pending(const struct session *s)
+{
+    return session_signals != s->signals_seen;
+}
+
+int session_take_signal(struct session *s)
+{
+    if (session_signals == s->signals_seen) return 0;
+    s->signals_seen = session_signals;
+    return session_last_signal;
+}
+
+enum cli_exit session_end(struct session *s, enum cli_exit rc)
+{
+    if (s->ended) rc = session_finish(s, s->end_wait, rc);
+    else rc = session_detach(s, rc);
+    rc = session_close(s, rc);
+    free(s);
+    return rc;
 }

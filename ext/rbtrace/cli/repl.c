@@ -1,0 +1,522 @@
+/*
+ * repl.c - rbtrace -p PID -i: a Ruby prompt in the target process.
+ *
+ * One attach (session.c) for the whole REPL. Each entry is sent as one
+ * EVAL, with a new id, and its answer printed: "=> inspect" on stdout, an
+ * exception's text as it is, a syntax error's message. When the syntax
+ * error only says that the input ended too soon (repl_incomplete), the
+ * entry is kept, one more line read (continuation prompt) and the whole
+ * entry sent again; the target only compiles code that does not parse, so
+ * nothing runs twice.
+ *
+ * Lines come from libedit's readline() when stdin and stdout are terminals
+ * and the client was built with it (RBTRACE_HAVE_LIBEDIT), else from
+ * getline() on stdin (a pipe: no prompts).
+ *
+ * Signals: the session counts SIGINT, SIGTERM and SIGHUP (session.c).
+ * libedit's own handling is off (rl_catch_signals = 0) and it reads through
+ * repl_getc, which waits in ppoll() with those signals blocked everywhere
+ * else: a signal that comes while the editor works between two keys is
+ * not lost, as it would be if only a blocking read(2) could see it. On a
+ * signal repl_getc reports an end of input, readline() returns NULL, and
+ * session_take_signal() tells ^C (drop the line) from SIGTERM/SIGHUP
+ * (detach) and from a real end of input (no signal: detach). A ^C that
+ * comes after the line's last key drops the line too. repl_getc also checks
+ * every REPL_TICK_MS that the target still exists, so that its end shows
+ * at once on a terminal (from a pipe, it shows when the next entry is sent).
+ */
+#define _GNU_SOURCE   /* memmem, getline */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef RBTRACE_HAVE_LIBEDIT
+#include <editline/readline.h>
+#endif
+#include "protocol.h"
+#include "repl.h"
+#include "session.h"
+
+#define REPL_HISTORY_FILE ".rbtrace_history"
+/* Lines kept in the history. */
+#define REPL_HISTORY_MAX 1000
+/* How often the editor checks that the target still exists. */
+#define REPL_TICK_MS 250
+/* The longest entry, in bytes: far more than anyone types or pastes. */
+#define REPL_ENTRY_MAX (64 * 1024 * 1024)
+
+/* What reading a line gave. */
+enum repl_read {
+    REPL_LINE,        /* a line, appended to the entry */
+    REPL_BLANK,       /* nothing to send: a blank line at the prompt, or a dropped entry */
+    REPL_INTERRUPT,   /* ^C: drop the entry */
+    REPL_EOF,         /* end of input (Ctrl-D): detach */
+    REPL_STOP,        /* SIGTERM or SIGHUP: detach */
+    REPL_GONE,        /* the target exited while we waited for a key */
+    REPL_ERR          /* could not read, or out of memory (said so) */
+};
+
+/* What sending an entry gave. */
+enum repl_step {
+    REPL_GO_ON,       /* read the next line */
+    REPL_ENDED,       /* the session ended: session_end says how */
+    REPL_FAILED       /* could not write the output (said so) */
+};
+
+struct repl {
+    const struct options *opts;
+    struct session *session;
+    int tty;                   /* stdin is a terminal: prompts, newlines after ^C/^D */
+    int editing;               /* libedit reads the lines (stdin and stdout are terminals) */
+    char prompt[48];           /* "rbtrace(PID)> " */
+    char more_prompt[48];      /* "rbtrace(PID)* ": the lines that continue an entry */
+    char *entry;               /* the entry so far: its lines joined by '\n', NUL-terminated */
+    size_t len;                /* its length */
+    size_t cap;                /* its buffer's size */
+    char *line;                /* getline's buffer */
+    size_t line_cap;           /* its size */
+    int incomplete;            /* the last answer: the entry needs more lines */
+    char *syntax;              /* that answer's message (shown if the input ends there) */
+    char history[PATH_MAX];    /* the history file; "" when there is none (no HOME) */
+};
+
+/* ---- the answers ---- */
+
+/*
+ * Whether a syntax error only says that the input ended too soon, so that
+ * more lines may complete it. The target's parser words it; these are all
+ * the patterns, by parser:
+ *   parse.y (Ruby up to 3.3): "syntax error, unexpected end-of-input, ..."
+ *     (an open def, class, if, block, bracket, operator), "unterminated
+ *     string meets end of file" (also list, regexp), "embedded document
+ *     meets end of file" (=begin), "can't find string "EOS" anywhere before
+ *     EOF" (heredoc);
+ *   prism (Ruby 3.4+): "unexpected end-of-input", "expected an `end` to
+ *     close the `def` statement" (class, module, if, ...), and the same
+ *     "meets end of file" and "anywhere before EOF".
+ * An entry with another error besides may wait for more lines too: ^C
+ * drops it.
+ */
+static int repl_incomplete(const char *text, size_t len)
+{
+    static const char *const patterns[] = {
+        "unexpected end-of-input",
+        "meets end of file",
+        "anywhere before EOF",
+        "expected an `end` to close the",
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(patterns) / sizeof(patterns[0]); i++)
+        if (memmem(text, len, patterns[i], strlen(patterns[i]))) return 1;
+    return 0;
+}
+
+/* text without its trailing newlines, then one newline, on stdout. */
+static void repl_print(const char *prefix, const char *text, size_t len)
+{
+    while (len > 0 && text[len - 1] == '\n') len--;
+    fputs(prefix, stdout);
+    fwrite(text, 1, len, stdout);
+    fputc('\n', stdout);
+}
+
+/* session_eval_sink: prints the answer, or notes that the entry needs
+ * more lines. Write errors show when repl_flush flushes stdout. */
+static void repl_on_result(void *ctx, uint32_t status, const char *text, size_t len)
+{
+    struct repl *r = ctx;
+
+    r->incomplete = 0;
+    switch (status) {
+    case RBTRACE_EVAL_OK:
+        repl_print("=> ", text, len);
+        return;
+    case RBTRACE_EVAL_RAISED:
+        repl_print("", text, len);
+        return;
+    case RBTRACE_EVAL_SYNTAX:
+        if (repl_incomplete(text, len)) {
+            r->incomplete = 1;
+            free(r->syntax);
+            r->syntax = strndup(text, len);   /* NULL (no memory): a shorter note at EOF */
+            return;
+        }
+        repl_print("", text, len);
+        return;
+    case RBTRACE_EVAL_TIMEOUT:
+        fflush(stdout);
+        fprintf(stderr, "rbtrace: the code did not finish within %g s; it was stopped in the "
+                "process\n", r->opts->timeout);
+        return;
+    }
+    fflush(stdout);
+    fprintf(stderr, "rbtrace: unknown eval status %u: %.*s\n", (unsigned)status,
+            len > INT_MAX ? INT_MAX : (int)len, text);
+}
+
+/* A write error on stdout (full disk, closed pipe) ends the REPL. */
+static enum repl_step repl_flush(void)
+{
+    if (fflush(stdout) == 0) return REPL_GO_ON;
+    fprintf(stderr, "rbtrace: could not write the output: %s\n", strerror(errno));
+    return REPL_FAILED;
+}
+
+static void repl_drop_entry(struct repl *r)
+{
+    r->len = 0;
+    if (r->entry) r->entry[0] = '\0';
+    r->incomplete = 0;
+    free(r->syntax);
+    r->syntax = NULL;
+}
+
+/* Sends the entry and shows what came of it. */
+static enum repl_step repl_send(struct repl *r)
+{
+    switch (session_eval_code(r->session, r->entry, (uint32_t)r->len, repl_on_result, r)) {
+    case SESSION_EVAL_ANSWERED:
+        if (!r->incomplete) repl_drop_entry(r);
+        return repl_flush();
+    case SESSION_EVAL_INTERRUPTED:
+        repl_drop_entry(r);
+        fprintf(stderr, "%srbtrace: interrupted; the code goes on in process %d until it ends "
+                "or its timeout (%g s) stops it, and the next entry runs after it\n",
+                r->tty ? "\n" : "", (int)r->opts->pid, r->opts->timeout);
+        return REPL_GO_ON;
+    case SESSION_EVAL_UNANSWERED:
+        repl_drop_entry(r);
+        fprintf(stderr, "rbtrace: no answer from process %d within %g s: its answer, if it "
+                "comes, will not be shown\n", (int)r->opts->pid, r->opts->timeout);
+        return REPL_GO_ON;
+    case SESSION_EVAL_ENDED:
+        break;
+    }
+    return REPL_ENDED;
+}
+
+/* ---- the lines ---- */
+
+/* Appends line (n bytes) to the entry, after a '\n' if it has lines. */
+static enum repl_read repl_append(struct repl *r, const char *line, size_t n)
+{
+    size_t need = r->len + (r->len ? 1 : 0) + n + 1;
+
+    if (r->len == 0 && strspn(line, " \t\r") == n) return REPL_BLANK;
+    if (need > REPL_ENTRY_MAX) {
+        fprintf(stderr, "rbtrace: the entry is longer than %d MiB: dropped\n",
+                REPL_ENTRY_MAX >> 20);
+        repl_drop_entry(r);
+        return REPL_BLANK;
+    }
+    if (need > r->cap) {
+        size_t cap = r->cap ? r->cap : 256;
+        char *entry;
+
+        while (cap < need) cap *= 2;
+        entry = realloc(r->entry, cap);
+        if (!entry) {
+            fprintf(stderr, "rbtrace: out of memory\n");
+            return REPL_ERR;
+        }
+        r->entry = entry;
+        r->cap = cap;
+    }
+    if (r->len) r->entry[r->len++] = '\n';
+    memcpy(r->entry + r->len, line, n);
+    r->len += n;
+    r->entry[r->len] = '\0';
+    return REPL_LINE;
+}
+
+/* After a read that gave no line: ^C, another signal, or the end. */
+static enum repl_read repl_no_line(struct repl *r)
+{
+    int sig = session_take_signal(r->session);
+
+    if (sig == SIGINT) return REPL_INTERRUPT;
+    if (sig) return REPL_STOP;
+    return REPL_EOF;
+}
+
+static enum repl_read repl_plain_line(struct repl *r, const char *prompt)
+{
+    ssize_t n;
+
+    if (r->tty) fputs(prompt, stderr);
+    n = getline(&r->line, &r->line_cap, stdin);
+    if (n >= 0) {
+        if (n > 0 && r->line[n - 1] == '\n') n--;
+        return repl_append(r, r->line, (size_t)n);
+    }
+    if (ferror(stdin)) {
+        int err = errno;
+
+        clearerr(stdin);
+        if (err == EINTR) return repl_no_line(r);
+        fprintf(stderr, "rbtrace: could not read the input: %s\n", strerror(err));
+        return REPL_ERR;
+    }
+    return repl_no_line(r);
+}
+
+#ifdef RBTRACE_HAVE_LIBEDIT
+/* What repl_getc needs: libedit's hook takes no context. */
+static struct session *repl_getc_session;
+static sigset_t repl_getc_mask;   /* the signal mask outside readline() */
+static int repl_getc_gone;        /* repl_getc found the target gone */
+
+/*
+ * libedit's rl_getc_function: one byte of the terminal, or -1 (end of
+ * input, for libedit) on a signal, an end of input or an error. Called
+ * with the session's signals blocked: they come only inside ppoll.
+ */
+static int repl_getc(FILE *in)
+{
+    const struct timespec tick = { 0, REPL_TICK_MS * 1000000L };
+    struct pollfd pfd = { fileno(in), POLLIN, 0 };
+    unsigned char c;
+    ssize_t n;
+
+    for (;;) {
+        if (session_signal_pending(repl_getc_session)) return -1;
+        n = ppoll(&pfd, 1, &tick, &repl_getc_mask);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (n == 0) {
+            if (session_target_alive(repl_getc_session)) continue;
+            repl_getc_gone = 1;
+            return -1;
+        }
+        n = read(pfd.fd, &c, 1);
+        if (n == 1) return c;
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        return -1;   /* end of input, or the terminal went away (EIO) */
+    }
+}
+
+/* readline() with the session's signals blocked but in repl_getc. */
+static char *repl_readline(const char *prompt)
+{
+    sigset_t block;
+    char *line;
+
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGHUP);
+    if (sigprocmask(SIG_BLOCK, &block, &repl_getc_mask) < 0) {
+        fprintf(stderr, "rbtrace: sigprocmask: %s\n", strerror(errno));
+        return NULL;
+    }
+    line = readline(prompt);
+    if (sigprocmask(SIG_SETMASK, &repl_getc_mask, NULL) < 0)
+        fprintf(stderr, "rbtrace: sigprocmask: %s\n", strerror(errno));
+    return line;
+}
+
+static enum repl_read repl_edited_line(struct repl *r, const char *prompt)
+{
+    char *line = repl_readline(prompt);
+    enum repl_read rc;
+
+    if (!line) return repl_getc_gone ? REPL_GONE : repl_no_line(r);
+    rc = repl_append(r, line, strlen(line));
+    if (rc == REPL_LINE && *line)
+        (void)add_history(line);   /* a line the history misses loses nothing else */
+    free(line);
+    return rc;
+}
+#endif
+
+/* Reads one line into the entry. */
+static enum repl_read repl_read_line(struct repl *r)
+{
+    const char *prompt = r->len ? r->more_prompt : r->prompt;
+    int sig = session_take_signal(r->session);
+    enum repl_read rc;
+
+    /* A ^C that came while we printed concerns what was already done. */
+    if (sig && sig != SIGINT) return REPL_STOP;
+#ifdef RBTRACE_HAVE_LIBEDIT
+    rc = r->editing ? repl_edited_line(r, prompt) : repl_plain_line(r, prompt);
+#else
+    rc = repl_plain_line(r, prompt);
+#endif
+    if (rc != REPL_LINE || !session_signal_pending(r->session)) return rc;
+    return repl_no_line(r);   /* a signal after the line's last key */
+}
+
+/* A newline on the terminal, where the prompt is, after ^C or ^D. */
+static void repl_end_line(struct repl *r)
+{
+    if (!r->tty) return;
+    fputc('\n', r->editing ? stdout : stderr);
+    fflush(stdout);
+}
+
+/* The input ended inside an entry that needs more lines. */
+static void repl_unfinished(struct repl *r)
+{
+    if (r->syntax) repl_print("", r->syntax, strlen(r->syntax));
+    fflush(stdout);
+    fprintf(stderr, "rbtrace: the input ended inside an unfinished entry: it was not run\n");
+}
+
+static enum cli_exit repl_loop(struct repl *r)
+{
+    for (;;) {
+        switch (repl_read_line(r)) {
+        case REPL_LINE:
+            break;
+        case REPL_BLANK:
+            continue;
+        case REPL_INTERRUPT:
+            repl_drop_entry(r);
+            repl_end_line(r);
+            continue;
+        case REPL_EOF:
+            repl_end_line(r);
+            if (r->len) repl_unfinished(r);
+            return CLI_EXIT_OK;
+        case REPL_STOP:
+        case REPL_GONE:   /* session_end finds it gone and says so */
+            repl_end_line(r);
+            return CLI_EXIT_OK;
+        case REPL_ERR:
+            return CLI_EXIT_FAIL;
+        }
+        switch (repl_send(r)) {
+        case REPL_GO_ON:
+            continue;
+        case REPL_ENDED:
+            return CLI_EXIT_OK;   /* session_end gives the real exit code */
+        case REPL_FAILED:
+            return CLI_EXIT_FAIL;
+        }
+    }
+}
+
+/* ---- the history (libedit only) ---- */
+
+/* ~/.rbtrace_history, or "" when HOME is unset or empty. */
+static void repl_history_path(struct repl *r)
+{
+    const char *home = getenv("HOME");
+    int n;
+
+    r->history[0] = '\0';
+    if (!home || !*home) return;
+    n = snprintf(r->history, sizeof(r->history), "%s/%s", home, REPL_HISTORY_FILE);
+    if (n < 0 || (size_t)n >= sizeof(r->history)) r->history[0] = '\0';
+}
+
+#ifdef RBTRACE_HAVE_LIBEDIT
+static void repl_history_load(struct repl *r)
+{
+    int err;
+
+    stifle_history(REPL_HISTORY_MAX);
+    if (!r->history[0]) return;
+    err = read_history(r->history);
+    if (err != 0 && err != ENOENT)
+        fprintf(stderr, "rbtrace: could not read the history file %s: %s (it will be "
+                "written anew)\n", r->history, strerror(err));
+}
+
+/* Writes the history to a file readable by its owner only (0600). */
+static void repl_history_save(struct repl *r)
+{
+    int fd, err;
+
+    if (!r->history[0]) return;
+    fd = open(r->history, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        err = errno;
+        goto fail;
+    }
+    if (fchmod(fd, 0600) < 0) {
+        err = errno;
+        close(fd);
+        goto fail;
+    }
+    if (close(fd) < 0) {
+        err = errno;
+        goto fail;
+    }
+    if ((err = write_history(r->history)) == 0) return;
+fail:
+    fprintf(stderr, "rbtrace: could not write the history file %s: %s\n", r->history,
+            strerror(err));
+}
+
+/* Before anything else of libedit's: it reads these once. */
+static void repl_editor_init(struct repl *r)
+{
+    rl_readline_name = "rbtrace";   /* for "rbtrace:" lines in ~/.editrc */
+    rl_catch_signals = 0;           /* see the top of this file */
+    rl_getc_function = repl_getc;
+    repl_getc_session = r->session;
+    repl_history_load(r);
+}
+
+const char *repl_line_editing(void)
+{
+    return "on a terminal, lines are edited with libedit, history in ~/.rbtrace_history";
+}
+#else
+const char *repl_line_editing(void)
+{
+    return "plain lines: this rbtrace was built without libedit (no editing, no history)";
+}
+#endif
+
+/* ---- the REPL ---- */
+
+static void repl_init(struct repl *r, const struct options *opts, struct session *s)
+{
+    memset(r, 0, sizeof(*r));
+    r->opts = opts;
+    r->session = s;
+    r->tty = isatty(STDIN_FILENO);
+    snprintf(r->prompt, sizeof(r->prompt), "rbtrace(%d)> ", (int)opts->pid);
+    snprintf(r->more_prompt, sizeof(r->more_prompt), "rbtrace(%d)* ", (int)opts->pid);
+    repl_history_path(r);
+#ifdef RBTRACE_HAVE_LIBEDIT
+    r->editing = r->tty && isatty(STDOUT_FILENO);
+    if (r->editing) repl_editor_init(r);
+#endif
+}
+
+static void repl_free(struct repl *r)
+{
+#ifdef RBTRACE_HAVE_LIBEDIT
+    if (r->editing) repl_history_save(r);
+#endif
+    free(r->entry);
+    free(r->line);
+    free(r->syntax);
+}
+
+enum cli_exit repl_run(const struct options *opts)
+{
+    struct session *s;
+    struct repl r;
+    enum cli_exit rc = session_start(opts, &s);
+
+    if (rc != CLI_EXIT_OK) return rc;
+    repl_init(&r, opts, s);
+    rc = repl_loop(&r);
+    repl_free(&r);
+    return session_end(s, rc);
+}
