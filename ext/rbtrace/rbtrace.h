@@ -42,6 +42,8 @@ struct rbtrace_tracer {
     VALUE mid;          /* method name Symbol to match, or 0 for any */
     VALUE exprs;        /* Array of expression Strings, or Qnil */
     VALUE selector;     /* the selector's text, as the client sent it */
+    VALUE tp;           /* a TracePoint on this Ruby method alone, or 0 (the
+                           global hook watches it) */
 };
 
 /* A slot of the method id table; klass == 0 means empty. */

@@ -26,14 +26,17 @@
 
 #define TRACER_EVENTS (RUBY_EVENT_CALL | RUBY_EVENT_RETURN | RUBY_EVENT_C_CALL | RUBY_EVENT_C_RETURN)
 
-static ID id_parse_selector, id_trace_exprs, id_Selector, id_NotLoaded, id_at_path;
+static ID id_parse_selector, id_trace_exprs, id_enable_targeted, id_Selector, id_NotLoaded, id_at_path;
 
-static const struct rbtrace_tracer *tracer_match(VALUE klass, VALUE mid)
+/* The tracer of (klass, mid): among those the global hook watches, or
+ * (targeted) those with a TracePoint of their own. */
+static const struct rbtrace_tracer *tracer_match(VALUE klass, VALUE mid, int targeted)
 {
     uint32_t i;
 
     for (i = 0; i < rbtrace.n_tracers; i++) {
         const struct rbtrace_tracer *t = &rbtrace.tracers[i];
+        if ((t->tp != 0) != targeted) continue;
         if ((t->mid == 0 || t->mid == mid) && (t->klass == 0 || t->klass == klass)) return t;
     }
     return NULL;
@@ -76,18 +79,28 @@ static void tracer_call_with_exprs(rb_trace_arg_t *targ, VALUE klass, VALUE mid,
     rbtrace_emit_call_args(klass, mid, now, exprs, values);
 }
 
+static void tracer_event(rb_trace_arg_t *targ, const struct rbtrace_tracer *t, VALUE klass,
+                         VALUE mid);
+
 /* The event hook (RAW_ARG): runs inside every call of the process. */
 static void tracer_hook_i(VALUE data, rb_trace_arg_t *targ)
 {
     const struct rbtrace_tracer *t = NULL;
-    rb_event_flag_t ev;
     VALUE mid, klass;
 
     if (!rbtrace.attached) return;
     mid = rb_tracearg_method_id(targ);
     klass = rb_tracearg_defined_class(targ);
     if (rbtrace.slow) rbtrace_slow_event(rb_tracearg_event_flag(targ), klass, mid);
-    if (!rbtrace.firehose && (t = tracer_match(klass, mid)) == NULL) return;
+    if (!rbtrace.firehose && (t = tracer_match(klass, mid, 0)) == NULL) return;
+    tracer_event(targ, t, klass, mid);
+}
+
+/* A call or return of a traced method: encoded, with its expressions. */
+static void tracer_event(rb_trace_arg_t *targ, const struct rbtrace_tracer *t, VALUE klass, VALUE mid)
+{
+    rb_event_flag_t ev;
+
     if (rbtrace.in_expr) {
         /* Another thread is evaluating trace expressions (and gave up the
          * GVL): this event cannot be encoded now; count it. */
@@ -100,6 +113,46 @@ static void tracer_hook_i(VALUE data, rb_trace_arg_t *targ)
         tracer_call_with_exprs(targ, klass, mid, t->exprs, rbtrace_now_ns());
     else
         rbtrace_emit_call(ev, klass, mid, rbtrace_now_ns());
+}
+
+/* A TracePoint on one Ruby method (RBTrace.enable_targeted): only that
+ * method's bytecode fires it; nothing else in the process pays. */
+static void tracer_targeted_i(VALUE tpval, void *data)
+{
+    rb_trace_arg_t *targ = rb_tracearg_from_tracepoint(tpval);
+    const struct rbtrace_tracer *t;
+    VALUE mid, klass;
+
+    (void)data;
+    /* Under -f the global hook shows every call already. */
+    if (!rbtrace.attached || rbtrace.firehose) return;
+    mid = rb_tracearg_method_id(targ);
+    klass = rb_tracearg_defined_class(targ);
+    if ((t = tracer_match(klass, mid, 1)) != NULL) tracer_event(targ, t, klass, mid);
+}
+
+struct tracer_target_arg {
+    VALUE tp;
+    VALUE method;
+};
+
+static VALUE tracer_enable_targeted_i(VALUE p)
+{
+    const struct tracer_target_arg *a = (const struct tracer_target_arg *)p;
+    return rb_funcall(rbtrace_mRBTrace, id_enable_targeted, 2, a->tp, a->method);
+}
+
+/* A TracePoint for method alone; 0 if the VM refuses (the caller then
+ * uses the global hook). */
+static VALUE tracer_targeted(VALUE method)
+{
+    struct tracer_target_arg a;
+    int state = 0;
+
+    a.tp = rb_tracepoint_new(Qnil, RUBY_EVENT_CALL | RUBY_EVENT_RETURN, tracer_targeted_i, NULL);
+    a.method = method;
+    rbtrace_protect(tracer_enable_targeted_i, (VALUE)&a, &state, NULL);
+    return state ? 0 : a.tp;
 }
 
 static void tracer_install(void)
@@ -192,7 +245,10 @@ static void tracer_remove(VALUE selector)
     uint32_t i, kept = 0;
 
     for (i = 0; i < rbtrace.n_tracers; i++) {
-        if (rb_str_equal(rbtrace.tracers[i].selector, selector) == Qtrue) continue;
+        if (rb_str_equal(rbtrace.tracers[i].selector, selector) == Qtrue) {
+            if (rbtrace.tracers[i].tp) rb_tracepoint_disable(rbtrace.tracers[i].tp);
+            continue;
+        }
         rbtrace.tracers[kept++] = rbtrace.tracers[i];
     }
     rbtrace.n_tracers = kept;
@@ -232,7 +288,11 @@ int rbtrace_tracer_add_one(VALUE sel, VALUE *error)
     t->mid = NIL_P(RARRAY_AREF(parsed, 1)) ? 0 : RARRAY_AREF(parsed, 1);
     t->exprs = RARRAY_AREF(parsed, 2);
     t->selector = sel;
-    tracer_install();
+    /* A Ruby method (with expressions, or one a wrapper may not stand in
+     * for) gets a TracePoint of its own; anything else, the global hook. */
+    t->tp = RARRAY_LEN(parsed) > 4 && !NIL_P(RARRAY_AREF(parsed, 4))
+            ? tracer_targeted(RARRAY_AREF(parsed, 4)) : 0;
+    if (!t->tp) tracer_install();
     return 1;
 }
 
@@ -290,6 +350,10 @@ void rbtrace_tracer_raise(void)
 /* Removes every hook and the wrappers, and forgets every tracer. */
 void rbtrace_tracer_clear(void)
 {
+    uint32_t i;
+
+    for (i = 0; i < rbtrace.n_tracers; i++)
+        if (rbtrace.tracers[i].tp) rb_tracepoint_disable(rbtrace.tracers[i].tp);
     rbtrace_wrapper_clear();
     if (rbtrace.hook_installed) rb_remove_event_hook(TRACER_HOOK);
     rbtrace.hook_installed = 0;
@@ -313,6 +377,7 @@ void rbtrace_tracer_mark(void)
         rb_gc_mark(rbtrace.tracers[i].mid);
         rb_gc_mark(rbtrace.tracers[i].exprs);
         rb_gc_mark(rbtrace.tracers[i].selector);
+        rb_gc_mark(rbtrace.tracers[i].tp);
     }
     rbtrace_slow_mark();
     rbtrace_devmode_mark();
@@ -322,6 +387,7 @@ void Init_rbtrace_tracer(VALUE mod)
 {
     id_parse_selector = rb_intern("parse_selector");
     id_trace_exprs = rb_intern("trace_exprs");
+    id_enable_targeted = rb_intern("enable_targeted");
     id_Selector = rb_intern("Selector");
     id_NotLoaded = rb_intern("NotLoaded");
     id_at_path = rb_intern("@path");

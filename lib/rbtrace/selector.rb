@@ -51,14 +51,27 @@ module RBTrace
     module_function
 
     # Returns [owner or nil, method Symbol or nil, expressions or nil,
-    # visibility Symbol when the method can be traced by a wrapper, else nil].
+    # visibility Symbol when the method can be traced by a wrapper, else nil,
+    # the UnboundMethod when it is defined in Ruby (a TracePoint can target
+    # its bytecode alone), else nil].
     # Raises ArgumentError with a message meant for the user (NotLoaded when
     # the class is not defined).
     def parse(text)
       name, exprs = split_expressions(text.strip)
       owner, meth, via_alias = resolve(name)
       wrappable = !exprs && !via_alias
-      [owner, meth, exprs, wrappable ? wrapper_visibility(owner, meth) : nil]
+      [owner, meth, exprs, wrappable ? wrapper_visibility(owner, meth) : nil,
+       ruby_method(owner, meth)]
+    end
+
+    # The method, if it has bytecode of its own (not C, not attr_reader).
+    def ruby_method(owner, meth)
+      return nil if owner.nil? || meth.nil? || !defined?(RubyVM::InstructionSequence)
+
+      um = owner.instance_method(meth)
+      RubyVM::InstructionSequence.of(um) ? um : nil
+    rescue NameError, TypeError
+      nil
     end
 
     # Trace expressions need the call's binding, which only the hook has.
@@ -154,6 +167,11 @@ module RBTrace
 
   def self.parse_selector(text)
     Selector.parse(text)
+  end
+
+  # ext/rbtrace/tracer.c: a TracePoint on one Ruby method's bytecode only.
+  def self.enable_targeted(tracepoint, method)
+    tracepoint.enable(target: method)
   end
 
   # --devmode (ext/rbtrace/devmode.c): [class path, the class now or nil]

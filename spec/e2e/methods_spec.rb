@@ -141,4 +141,13 @@ RSpec.describe 'tracing methods (-m)' do
     expect(app).to be_alive
     expect(app.drain.size).to be >= n
   end
+
+  it 'traces a Ruby method with expressions by a TracePoint on it alone, removed on detach' do
+    enabled = 'ObjectSpace.each_object(TracePoint).count(&:enabled?)'
+    r = trace(app, '-m', 'String#multiply_vowels(num)', until_output: /multiply_vowels\(num=3\)/)
+    expect(r.stdout).to match(/^String#multiply_vowels\(num=3\) <\d+\.\d{6}>$/)
+    expect(r.stderr).not_to include('global VM hooks')
+    after = rbtrace('-p', app.pid, '-e', enabled)
+    expect(after.stdout).to eq(">> #{enabled}\n=> 0\n")
+  end
 end

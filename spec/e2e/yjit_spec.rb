@@ -78,7 +78,7 @@ RSpec.describe 'under YJIT' do
     expect(r.stdout).not_to include('Pricer#price')
   end
 
-  it 'evaluates trace expressions with the global hook in compiled code' do
+  it 'evaluates trace expressions (a TracePoint on the method) in compiled code' do
     r = trace(app, '-m', 'Pricer#price(x, self.class)', until_output: /x=49/)
     expect(r.stdout).to match(/^Pricer#price\(x=49, self\.class=Pricer\) <\d+\.\d{6}>$/)
     expect_correct(app)
