@@ -25,7 +25,7 @@ MODES = [
   ['-m Worker#step (a wrapped Ruby method)', ['-m', 'Worker#step']],
   ['-m Hash#key? (a wrapped C method)', ['-m', 'Hash#key?']],
   ['-m step (bare name: global hook)', ['-m', 'step']],
-  ['-m Worker#step(x) (expressions: global hook)', ['-m', 'Worker#step(x)']],
+  ['-m Worker#step(x) (expressions: a TracePoint on it)', ['-m', 'Worker#step(x)']],
   ['-f (firehose)', ['-f']],
   ['--slow 1000', ['--slow', '1000']],
   ['--gc', ['--gc']],
