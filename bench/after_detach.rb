@@ -58,6 +58,9 @@ WORKLOAD = <<~RUBY
 RUBY
 
 abort 'bench/after_detach.rb: build first: bundle exec rake compile' unless File.executable?(CLIENT)
+unless system(RbConfig.ruby, '-I', LIB, '-rrbtrace', '-e', '0', err: File::NULL)
+  abort "bench/after_detach.rb: #{RbConfig.ruby} cannot load lib/rbtrace: compile for it (bundle exec rake compile)"
+end
 
 def median(values) = values.sort[values.size / 2]
 
