@@ -1,0 +1,98 @@
+# frozen_string_literal: true
+
+# bench/per_call.rb - what one traced call costs the app under --firehose:
+# (traced time - untraced time) / calls, for a tight loop of Ruby method
+# calls and one of C method calls, measured in one process: the loop runs
+# untraced, then while `rbtrace -p PID -f` is attached (its output to
+# /dev/null), each the median of several runs. The events lost while
+# traced are counted too (they cost the app less than those sent).
+#
+#   bundle exec rake compile && ruby bench/per_call.rb
+#
+# BENCH_RUNS (default 5), BENCH_ITERS (default 1_000_000).
+require 'rbconfig'
+require 'time'
+
+ROOT = File.expand_path('..', __dir__)
+LIB = File.join(ROOT, 'lib')
+CLIENT = File.join(LIB, 'rbtrace', 'rbtrace-client')
+RUNS = Integer(ENV.fetch('BENCH_RUNS', '5'))
+ITERS = Integer(ENV.fetch('BENCH_ITERS', '1000000'))
+
+LOOPS = {
+  'Ruby method' => 'def m(x) = x; while i < n; m(i); i += 1; end',
+  'C method' => 'h = { 1 => 2 }; while i < n; h.key?(i); i += 1; end'
+}.freeze
+
+abort 'bench/per_call.rb: build first: bundle exec rake compile' unless File.executable?(CLIENT)
+
+def workload(body)
+  <<~RUBY
+    $stdout.sync = true
+    def run(n)
+      t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      i = 0
+      #{body}
+      Process.clock_gettime(Process::CLOCK_MONOTONIC) - t
+    end
+    puts "ready"
+    while $stdin.gets
+      puts run(#{ITERS})
+    end
+  RUBY
+end
+
+def median(values) = values.sort[values.size / 2]
+
+def runs(input, output)
+  Array.new(RUNS) do
+    input.puts 'go'
+    Float(output.gets)
+  end
+end
+
+def measure(body)
+  in_r, in_w = IO.pipe
+  out_r, out_w = IO.pipe
+  pid = spawn(RbConfig.ruby, '-I', LIB, '-rrbtrace', '-e', workload(body), in: in_r, out: out_w)
+  in_r.close
+  out_w.close
+  out_r.gets
+  runs(in_w, out_r) # warm up
+  untraced = median(runs(in_w, out_r))
+  err_r, err_w = IO.pipe
+  client = spawn(CLIENT, '-p', pid.to_s, '-f', out: File::NULL, err: err_w)
+  err_w.close
+  nil until err_r.gets.to_s.start_with?('*** attached')
+  sleep 0.5
+  traced = median(runs(in_w, out_r))
+  Process.kill(:INT, client)
+  Process.wait(client)
+  client = nil
+  [untraced, traced]
+ensure
+  Process.kill(:KILL, client) rescue nil if client
+  in_w&.close
+  if pid
+    Process.kill(:KILL, pid) rescue nil
+    Process.wait(pid) rescue nil
+  end
+end
+
+puts "Per-call cost under --firehose: (traced - untraced) / calls, #{ITERS} calls a run, median of #{RUNS}"
+puts
+puts "- date: #{Time.now.utc.iso8601}"
+puts "- ruby: #{RUBY_DESCRIPTION}#{ENV['RUBYOPT'].to_s.empty? ? '' : " (RUBYOPT=#{ENV['RUBYOPT']})"}"
+puts
+puts '| loop | untraced (ns/iteration) | traced (ns/iteration) | added per iteration | added per traced call |'
+puts '| --- | ---: | ---: | ---: | ---: |'
+LOOPS.each do |label, body|
+  untraced, traced = measure(body)
+  # Each iteration also calls Integer#< and Integer#+ (C calls the firehose sees).
+  added = (traced - untraced) * 1e9 / ITERS
+  puts format('| %s | %.1f | %.1f | %.1f ns | %.1f ns |', label, untraced * 1e9 / ITERS,
+              traced * 1e9 / ITERS, added, added / 3)
+end
+puts
+puts 'Each iteration makes 3 calls the firehose reports (the method, Integer#<, Integer#+),'
+puts 'each a CALL and a RETURN event: "added per traced call" is a third of an iteration.'
