@@ -224,6 +224,13 @@ static void test_targets(void)
     CHECK(o.exec_argv == exec + 4 && o.mode == OPTIONS_MODE_METHODS);
     options_free(&o);
 
+    /* --ps adds what the user picks, more than argv held: the list grows. */
+    CHECK(parse(&o, ARGC(ps), ps, NULL) == CLI_OK);
+    for (int k = 1; k <= 300; k++) CHECK(options_add_pid(&o, (pid_t)(1000 + k)) == 1);
+    CHECK(options_add_pid(&o, 1001) == 0);
+    CHECK(o.n_pids == 300 && o.pid == 1001 && o.pids[299] == 1300);
+    options_free(&o);
+
     refused(ARGC(twice), twice, "given twice");
     refused(ARGC(both), both, "cannot be combined");
     refused(ARGC(exec_empty), exec_empty, "--exec needs a command");

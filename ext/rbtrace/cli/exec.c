@@ -153,9 +153,10 @@ int exec_start(struct options *o, pid_t *child)
         return CLI_ERR;
     }
     close(p[0]);
-    o->pid = *child;
-    o->pids[0] = *child;
-    o->n_pids = 1;
+    if (options_add_pid(o, *child) == CLI_ERR) {
+        fprintf(stderr, "rbtrace: out of memory\n");
+        return CLI_ERR;
+    }
     o->resume = 1;
     return CLI_OK;
 }

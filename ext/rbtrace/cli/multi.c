@@ -101,7 +101,7 @@ static void multi_child_main(const struct options *o, pid_t target, int out_fd,
     }
     one.pid = target;
     one.pids = &one.pid;
-    one.n_pids = 1;
+    one.n_pids = one.pids_cap = 1;
     if (o->output_path) {
         if ((size_t)snprintf(path, sizeof(path), "%s.%d", o->output_path, (int)target) >= sizeof(path)) {
             fprintf(stderr, "rbtrace: output file name too long: %s.%d\n", o->output_path,

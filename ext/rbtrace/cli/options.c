@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +43,10 @@ struct options_spec {
     const char *name;          /* long name */
     enum options_kind kind;
     int (*set)(struct options *o, const struct options_spec *spec, const char *value);
+    size_t flag;               /* options_set_flag: offset of its int field */
 };
+
+#define OPTIONS_FLAG_FIELD(field) options_set_flag, offsetof(struct options, field)
 
 static int options_fail(struct options *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -107,17 +111,37 @@ static int options_set_pid(struct options *o, const struct options_spec *spec, c
 {
     char *end;
     long pid;
-    size_t i;
 
     errno = 0;
     pid = strtol(value, &end, 10);
     if (errno || end == value || *end || pid <= 0 || pid > INT_MAX)
         return options_bad_value(o, spec, value, "a process id");
+    switch (options_add_pid(o, (pid_t)pid)) {
+    case 0:
+        return options_fail(o, "process %ld given twice", pid);
+    case CLI_ERR:
+        return options_fail(o, "out of memory");
+    default:
+        return CLI_OK;
+    }
+}
+
+int options_add_pid(struct options *o, pid_t pid)
+{
+    size_t i;
+
     for (i = 0; i < o->n_pids; i++)
-        if (o->pids[i] == (pid_t)pid) return options_fail(o, "process %ld given twice", pid);
-    o->pids[o->n_pids++] = (pid_t)pid;
-    if (!o->pid) o->pid = (pid_t)pid;
-    return CLI_OK;
+        if (o->pids[i] == pid) return 0;
+    if (o->n_pids == o->pids_cap) {
+        size_t cap = o->pids_cap ? o->pids_cap * 2 : 8;
+        pid_t *grown = realloc(o->pids, cap * sizeof(*grown));
+        if (!grown) return CLI_ERR;
+        o->pids = grown;
+        o->pids_cap = cap;
+    }
+    o->pids[o->n_pids++] = pid;
+    if (!o->pid) o->pid = pid;
+    return 1;
 }
 
 static int options_set_ps(struct options *o, const struct options_spec *spec, const char *value)
@@ -231,52 +255,10 @@ static int options_add_slow_selector(struct options *o, const struct options_spe
     return CLI_OK;
 }
 
-static int options_set_gc(struct options *o, const struct options_spec *spec, const char *value)
-{
-    (void)spec; (void)value;
-    o->gc = 1;
-    return CLI_OK;
-}
-
-static int options_set_raise(struct options *o, const struct options_spec *spec, const char *value)
-{
-    (void)spec; (void)value;
-    o->raises = 1;
-    return CLI_OK;
-}
-
-static int options_set_devmode(struct options *o, const struct options_spec *spec, const char *value)
-{
-    (void)spec; (void)value;
-    o->devmode = 1;
-    return CLI_OK;
-}
-
 static int options_set_output(struct options *o, const struct options_spec *spec, const char *value)
 {
     if (*value == '\0') return options_bad_value(o, spec, value, "a file name");
     o->output_path = value;
-    return CLI_OK;
-}
-
-static int options_set_append(struct options *o, const struct options_spec *spec, const char *value)
-{
-    (void)spec; (void)value;
-    o->append = 1;
-    return CLI_OK;
-}
-
-static int options_set_start_time(struct options *o, const struct options_spec *spec, const char *value)
-{
-    (void)spec; (void)value;
-    o->start_time = 1;
-    return CLI_OK;
-}
-
-static int options_set_no_duration(struct options *o, const struct options_spec *spec, const char *value)
-{
-    (void)spec; (void)value;
-    o->no_duration = 1;
     return CLI_OK;
 }
 
@@ -367,50 +349,45 @@ static int options_set_fork(struct options *o, const struct options_spec *spec, 
     return options_set_mode(o, OPTIONS_MODE_FORK);
 }
 
-static int options_set_help(struct options *o, const struct options_spec *spec, const char *value)
+/* A plain on/off option: sets the int field the table names (-h also sets
+ * short_help: see options_parse_short). */
+static int options_set_flag(struct options *o, const struct options_spec *spec, const char *value)
 {
-    (void)spec; (void)value;
-    o->help = 1;   /* -h also sets short_help: see options_parse_short */
-    return CLI_OK;
-}
-
-static int options_set_version(struct options *o, const struct options_spec *spec, const char *value)
-{
-    (void)spec; (void)value;
-    o->version = 1;
+    (void)value;
+    *(int *)((char *)o + spec->flag) = 1;
     return CLI_OK;
 }
 
 static const struct options_spec options_table[] = {
-    { 'p', "pid",         OPTIONS_LIST,  options_set_pid },
-    { 0,   "ps",          OPTIONS_VALUE, options_set_ps },
-    { 0,   "exec",        OPTIONS_REST,  NULL },
-    { 0,   "wait",        OPTIONS_VALUE, options_set_wait },
-    { 'm', "methods",     OPTIONS_LIST,  options_add_selector },
-    { 'c', "config",      OPTIONS_LIST,  options_add_tracer },
-    { 'f', "firehose",    OPTIONS_FLAG,  options_set_firehose },
-    { 'e', "eval",        OPTIONS_VALUE, options_set_eval },
-    { 'i', "interactive", OPTIONS_FLAG,  options_set_interactive },
-    { 's', "slow",        OPTIONS_VALUE, options_set_slow },
-    { 0,   "slowcpu",     OPTIONS_VALUE, options_set_slow },
-    { 0,   "slow-methods", OPTIONS_LIST, options_add_slow_selector },
-    { 0,   "gc",          OPTIONS_FLAG,  options_set_gc },
-    { 0,   "raise",       OPTIONS_FLAG,  options_set_raise },
-    { 0,   "devmode",     OPTIONS_FLAG,  options_set_devmode },
-    { 'o', "output",      OPTIONS_VALUE, options_set_output },
-    { 'a', "append",      OPTIONS_FLAG,  options_set_append },
-    { 't', "start-time",  OPTIONS_FLAG,  options_set_start_time },
-    { 'n', "no-duration", OPTIONS_FLAG,  options_set_no_duration },
-    { 'r', "prefix",      OPTIONS_VALUE, options_set_prefix },
-    { 0,   "timeout",     OPTIONS_VALUE, options_set_timeout },
-    { 'b', "backtraces",  OPTIONS_OPTIONAL, options_set_backtraces },
-    { 0,   "backtrace",   OPTIONS_VALUE, options_set_backtrace },
-    { 0,   "memory",      OPTIONS_FLAG,  options_set_memory },
-    { 0,   "heapdump",    OPTIONS_OPTIONAL, options_set_heapdump },
-    { 0,   "shapesdump",  OPTIONS_OPTIONAL, options_set_shapesdump },
-    { 0,   "fork",        OPTIONS_FLAG,  options_set_fork },
-    { 'h', "help",        OPTIONS_FLAG,  options_set_help },
-    { 0,   "version",     OPTIONS_FLAG,  options_set_version },
+    { 'p', "pid",         OPTIONS_LIST,  options_set_pid, 0 },
+    { 0,   "ps",          OPTIONS_VALUE, options_set_ps, 0 },
+    { 0,   "exec",        OPTIONS_REST,  NULL, 0 },
+    { 0,   "wait",        OPTIONS_VALUE, options_set_wait, 0 },
+    { 'm', "methods",     OPTIONS_LIST,  options_add_selector, 0 },
+    { 'c', "config",      OPTIONS_LIST,  options_add_tracer, 0 },
+    { 'f', "firehose",    OPTIONS_FLAG,  options_set_firehose, 0 },
+    { 'e', "eval",        OPTIONS_VALUE, options_set_eval, 0 },
+    { 'i', "interactive", OPTIONS_FLAG,  options_set_interactive, 0 },
+    { 's', "slow",        OPTIONS_VALUE, options_set_slow, 0 },
+    { 0,   "slowcpu",     OPTIONS_VALUE, options_set_slow, 0 },
+    { 0,   "slow-methods", OPTIONS_LIST, options_add_slow_selector, 0 },
+    { 0,   "gc",          OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(gc) },
+    { 0,   "raise",       OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(raises) },
+    { 0,   "devmode",     OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(devmode) },
+    { 'o', "output",      OPTIONS_VALUE, options_set_output, 0 },
+    { 'a', "append",      OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(append) },
+    { 't', "start-time",  OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(start_time) },
+    { 'n', "no-duration", OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(no_duration) },
+    { 'r', "prefix",      OPTIONS_VALUE, options_set_prefix, 0 },
+    { 0,   "timeout",     OPTIONS_VALUE, options_set_timeout, 0 },
+    { 'b', "backtraces",  OPTIONS_OPTIONAL, options_set_backtraces, 0 },
+    { 0,   "backtrace",   OPTIONS_VALUE, options_set_backtrace, 0 },
+    { 0,   "memory",      OPTIONS_FLAG,  options_set_memory, 0 },
+    { 0,   "heapdump",    OPTIONS_OPTIONAL, options_set_heapdump, 0 },
+    { 0,   "shapesdump",  OPTIONS_OPTIONAL, options_set_shapesdump, 0 },
+    { 0,   "fork",        OPTIONS_FLAG,  options_set_fork, 0 },
+    { 'h', "help",        OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(help) },
+    { 0,   "version",     OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(version) },
 };
 
 #define OPTIONS_COUNT (sizeof(options_table) / sizeof(options_table[0]))
@@ -553,12 +530,11 @@ int options_parse(struct options *o, int argc, char **argv)
     o->timeout = OPTIONS_DEFAULT_TIMEOUT;
     o->slow_ms = -1;
     /* The most a command carries (the adders check); never more tracer
-     * files, slow selectors or pids than arguments. */
+     * files or slow selectors than arguments. */
     o->selectors = calloc(RBTRACE_SELECTORS_MAX, sizeof(*o->selectors));
     o->tracer_texts = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*o->tracer_texts));
     o->slow_selectors = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*o->slow_selectors));
-    o->pids = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*o->pids));
-    if (!o->selectors || !o->tracer_texts || !o->slow_selectors || !o->pids)
+    if (!o->selectors || !o->tracer_texts || !o->slow_selectors)
         return options_fail(o, "out of memory");
 
     for (i = 1; i < argc; i++) {
@@ -590,5 +566,5 @@ void options_free(struct options *o)
     o->n_slow_selectors = 0;
     free(o->pids);
     o->pids = NULL;
-    o->n_pids = 0;
+    o->n_pids = o->pids_cap = 0;
 }

@@ -29,8 +29,8 @@ enum options_mode {
 
 struct options {
     pid_t pid;                 /* the target (the first -p); 0 when none yet */
-    pid_t *pids;               /* -p PID...: every target given */
-    size_t n_pids;
+    pid_t *pids;               /* -p PID...: every target given (options_add_pid) */
+    size_t n_pids, pids_cap;
     const char *ps_pattern;    /* --ps: find the targets by command line */
     char **exec_argv;          /* --exec CMD ARG...: start the target; NULL-ended, in argv */
     double wait_s;             /* --wait: seconds to wait before attaching */
@@ -69,6 +69,10 @@ struct options {
 int options_parse(struct options *o, int argc, char **argv);
 
 void options_free(struct options *o);
+
+/* Adds a target (-p, --ps): 1, 0 if it is there already, CLI_ERR when out
+ * of memory. The first becomes o->pid. */
+int options_add_pid(struct options *o, pid_t pid);
 
 /* Whether --slow/--slowcpu, --gc or --raise was given. */
 int options_watches(const struct options *o);

@@ -84,15 +84,12 @@ static void ps_list(const struct ps_match *m, int n)
         fprintf(stderr, "  %2d) %d  %.100s\n", i + 1, (int)m[i].pid, m[i].cmdline);
 }
 
+/* A chosen process; choosing one twice is harmless. */
 static int ps_add(struct options *o, pid_t pid)
 {
-    size_t i;
-
-    for (i = 0; i < o->n_pids; i++)
-        if (o->pids[i] == pid) return CLI_OK;
-    o->pids[o->n_pids++] = pid;
-    if (!o->pid) o->pid = pid;
-    return CLI_OK;
+    if (options_add_pid(o, pid) != CLI_ERR) return CLI_OK;
+    fprintf(stderr, "rbtrace: out of memory\n");
+    return CLI_ERR;
 }
 
 /* Reads the user's choice: "1 3", "a". CLI_OK with o->pids filled. */
@@ -110,7 +107,8 @@ static int ps_ask(struct options *o, const struct ps_match *m, int n, FILE *in)
         if (isspace((unsigned char)*p) || *p == ',') continue;
         if (*p == 'a' || *p == 'A') {
             int i;
-            for (i = 0; i < n; i++) ps_add(o, m[i].pid);
+            for (i = 0; i < n; i++)
+                if (ps_add(o, m[i].pid) != CLI_OK) return CLI_ERR;
             break;
         }
         long k = strtol(p, &end, 10);
@@ -119,7 +117,7 @@ static int ps_ask(struct options *o, const struct ps_match *m, int n, FILE *in)
                     strtok(p, " \t\n,"), n);
             return CLI_ERR;
         }
-        ps_add(o, m[k - 1].pid);
+        if (ps_add(o, m[k - 1].pid) != CLI_OK) return CLI_ERR;
         p = end - 1;
     }
     if (!o->n_pids) {

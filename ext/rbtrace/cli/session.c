@@ -705,15 +705,20 @@ static enum cli_exit session_send_mode(struct session *s, struct rbtrace_command
     return CLI_EXIT_FAIL;
 }
 
-/* --exec: the program waits for this once its tracing is set up. */
-static enum cli_exit session_send_resume(struct session *s)
+/* A command with no fields of its own (GC, RAISE, DEVMODE, RESUME). */
+static enum cli_exit session_send_bare(struct session *s, enum rbtrace_command_type type)
 {
     struct rbtrace_command cmd;
 
-    if (!s->opts->resume) return CLI_EXIT_OK;
     memset(&cmd, 0, sizeof(cmd));
-    cmd.type = RBTRACE_CMD_RESUME;
+    cmd.type = type;
     return session_send_mode(s, &cmd);
+}
+
+/* --exec: the program waits for this once its tracing is set up. */
+static enum cli_exit session_send_resume(struct session *s)
+{
+    return s->opts->resume ? session_send_bare(s, RBTRACE_CMD_RESUME) : CLI_EXIT_OK;
 }
 
 static void session_set_selectors(struct rbtrace_command *cmd, const char **selectors, size_t n)
@@ -733,16 +738,8 @@ static enum cli_exit session_send_trace(struct session *s, struct rbtrace_comman
 {
     const struct options *o = s->opts;
 
-    if (o->raises) {
-        memset(cmd, 0, sizeof(*cmd));
-        cmd->type = RBTRACE_CMD_RAISE;
-        if (session_send_mode(s, cmd) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
-    }
-    if (o->gc) {
-        memset(cmd, 0, sizeof(*cmd));
-        cmd->type = RBTRACE_CMD_GC;
-        if (session_send_mode(s, cmd) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
-    }
+    if (o->raises && session_send_bare(s, RBTRACE_CMD_RAISE) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
+    if (o->gc && session_send_bare(s, RBTRACE_CMD_GC) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     if (o->slow_ms >= 0) {
         memset(cmd, 0, sizeof(*cmd));
         cmd->type = RBTRACE_CMD_SLOW;
@@ -752,11 +749,9 @@ static enum cli_exit session_send_trace(struct session *s, struct rbtrace_comman
         if (session_send_mode(s, cmd) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     }
     /* --exec: the program defines its classes after we attach. */
-    if (o->devmode || (o->resume && o->mode == OPTIONS_MODE_METHODS)) {
-        memset(cmd, 0, sizeof(*cmd));
-        cmd->type = RBTRACE_CMD_DEVMODE;
-        if (session_send_mode(s, cmd) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
-    }
+    if ((o->devmode || (o->resume && o->mode == OPTIONS_MODE_METHODS)) &&
+        session_send_bare(s, RBTRACE_CMD_DEVMODE) != CLI_EXIT_OK)
+        return CLI_EXIT_FAIL;
     if (o->mode == OPTIONS_MODE_FIREHOSE || o->mode == OPTIONS_MODE_METHODS) {
         memset(cmd, 0, sizeof(*cmd));
         cmd->type = o->mode == OPTIONS_MODE_FIREHOSE ? RBTRACE_CMD_FIREHOSE : RBTRACE_CMD_METHODS;
