@@ -14,7 +14,6 @@
  * Classes built without a class body (Class.new, const_set) are not seen.
  */
 #include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
-#include <string.h>
 
 #define DEVMODE_HOOK ((rb_event_hook_func_t)(void (*)(void))devmode_hook_i)
 
@@ -24,7 +23,7 @@ static struct {
     VALUE entries;
 } dev = { 0, Qnil };
 
-static ID id_devmode_target;
+static ID id_devmode_target, id_NotDefined;
 
 static VALUE devmode_target_i(VALUE sel)
 {
@@ -109,15 +108,15 @@ void rbtrace_devmode_traced(VALUE sel)
  * waits for it (a notice); any other error is reported. */
 void rbtrace_devmode_failed(VALUE sel, VALUE error)
 {
-    VALUE msg = Qnil;
+    VALUE msg;
     int state = 0;
 
-    msg = rbtrace_protect(rb_obj_as_string, error, &state, NULL);
-    if (state || !RB_TYPE_P(msg, T_STRING) || RSTRING_LEN(msg) < 8 ||
-        strncmp(RSTRING_PTR(msg), "no such ", 8) != 0) {
+    if (!RTEST(rb_obj_is_kind_of(error, rbtrace_selector_error(id_NotDefined)))) {
         rbtrace_report_selector_error(sel, error);
         return;
     }
+    msg = rbtrace_protect(rb_obj_as_string, error, &state, NULL);
+    if (state || !RB_TYPE_P(msg, T_STRING)) msg = rb_str_new_cstr("not defined");
     rbtrace_emit_message(RBTRACE_EV_NOTICE, "%.*s: %.*s yet; traced once it is defined",
                          (int)RSTRING_LEN(sel), RSTRING_PTR(sel),
                          (int)RSTRING_LEN(msg), RSTRING_PTR(msg));
@@ -140,4 +139,5 @@ void Init_rbtrace_devmode(VALUE mod)
 {
     (void)mod;
     id_devmode_target = rb_intern("devmode_target");
+    id_NotDefined = rb_intern("NotDefined");
 }

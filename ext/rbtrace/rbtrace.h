@@ -149,6 +149,7 @@ void rbtrace_tracer_slow(uint64_t threshold_ns, int cpu, VALUE selectors);
 void rbtrace_tracer_gc(void);
 void rbtrace_tracer_raise(void);
 void rbtrace_report_selector_error(VALUE selector, VALUE error);
+VALUE rbtrace_selector_error(ID name);
 void rbtrace_tracer_clear(void);
 void rbtrace_tracer_mark(void);
 void Init_rbtrace_tracer(VALUE mod);

@@ -188,17 +188,11 @@ void rbtrace_report_selector_error(VALUE selector, VALUE e)
                          (int)RSTRING_LEN(msg), RSTRING_PTR(msg));
 }
 
-/* RBTrace::Selector::NotLoaded, the error of a selector whose class is not
- * defined; Qnil if lib/rbtrace/selector.rb does not define it. */
-static VALUE tracer_not_loaded_class(void)
+/* RBTrace::Selector's error class name (NotLoaded, NotDefined), for
+ * telling a selector's errors apart. */
+VALUE rbtrace_selector_error(ID name)
 {
-    VALUE sel, klass;
-
-    if (!rb_const_defined_at(rbtrace_mRBTrace, id_Selector)) return Qnil;
-    sel = rb_const_get_at(rbtrace_mRBTrace, id_Selector);
-    if (!RB_TYPE_P(sel, T_MODULE) || !rb_const_defined_at(sel, id_NotLoaded)) return Qnil;
-    klass = rb_const_get_at(sel, id_NotLoaded);
-    return RB_TYPE_P(klass, T_CLASS) ? klass : Qnil;
+    return rb_const_get_at(rb_const_get_at(rbtrace_mRBTrace, id_Selector), name);
 }
 
 /*
@@ -300,7 +294,7 @@ int rbtrace_tracer_add_one(VALUE sel, VALUE *error)
  * (with --devmode, one whose class or method is not defined yet waits). */
 void rbtrace_tracer_add(VALUE selectors)
 {
-    VALUE not_loaded = tracer_not_loaded_class(), missing = rb_hash_new();
+    VALUE not_loaded = rbtrace_selector_error(id_NotLoaded), missing = rb_hash_new();
     long i;
 
     for (i = 0; i < RARRAY_LEN(selectors); i++) {
@@ -310,7 +304,7 @@ void rbtrace_tracer_add(VALUE selectors)
             if (rbtrace_tracer_add_one(sel, &err)) rbtrace_devmode_traced(sel);
             else rbtrace_devmode_failed(sel, err);
         } else if (!rbtrace_tracer_add_one(sel, &err)) {
-            if (!NIL_P(not_loaded) && RTEST(rb_obj_is_kind_of(err, not_loaded)))
+            if (RTEST(rb_obj_is_kind_of(err, not_loaded)))
                 tracer_note_missing(missing, sel, err);
             else
                 rbtrace_report_selector_error(sel, err);

@@ -34,9 +34,13 @@ module RBTrace
       klass.ancestors.include?(wrapper)
     end
 
+    # A selector names a class or method the process does not define (yet:
+    # --devmode waits for it).
+    class NotDefined < ArgumentError; end
+
     # A selector's class or module is not defined in the process (its
     # library is not loaded, or the name is wrong).
-    class NotLoaded < ArgumentError
+    class NotLoaded < NotDefined
       attr_reader :path
 
       def initialize(path)
@@ -157,7 +161,7 @@ module RBTrace
     # see the calls made through the alias (PG::Connection#exec), a hook does.
     def owned_method(mod, meth, prefix)
       unless mod.method_defined?(meth) || mod.private_method_defined?(meth)
-        raise ArgumentError, "no such method #{prefix}#{meth}"
+        raise NotDefined, "no such method #{prefix}#{meth}"
       end
 
       um = mod.instance_method(meth)
