@@ -46,6 +46,13 @@ struct rbtrace_tracer {
                            global hook watches it) */
 };
 
+/* Whether a call of (klass, mid) is one a selector's pair names; 0 in the
+ * pair means any class or any method. On the hot path: no call. */
+static inline int rbtrace_selects(VALUE want_klass, VALUE want_mid, VALUE klass, VALUE mid)
+{
+    return (want_mid == 0 || want_mid == mid) && (want_klass == 0 || want_klass == klass);
+}
+
 /* A slot of the method id table; klass == 0 means empty. */
 struct rbtrace_method_slot {
     VALUE klass;

@@ -74,10 +74,8 @@ static int slow_watched(VALUE klass, VALUE mid)
     uint32_t i;
 
     if (slow.n_filters == 0) return 1;
-    for (i = 0; i < slow.n_filters; i++) {
-        const struct slow_filter *f = &slow.filters[i];
-        if ((f->mid == 0 || f->mid == mid) && (f->klass == 0 || f->klass == klass)) return 1;
-    }
+    for (i = 0; i < slow.n_filters; i++)
+        if (rbtrace_selects(slow.filters[i].klass, slow.filters[i].mid, klass, mid)) return 1;
     return 0;
 }
 
@@ -133,7 +131,7 @@ static void slow_push(struct slow_stack *s, VALUE klass, VALUE mid)
 
 static void slow_pop(struct slow_stack *s, VALUE klass, VALUE mid)
 {
-    uint64_t now, took;
+    uint64_t now, start;
     uint32_t i;
     struct slow_frame *f;
 
@@ -149,14 +147,14 @@ static void slow_pop(struct slow_stack *s, VALUE klass, VALUE mid)
     f = &s->frames[i - 1];
     s->depth = i - 1;
     now = slow.cpu ? slow_cpu_ns() : rbtrace_now_ns();
-    took = now - (slow.cpu ? f->start_cpu : f->start_ns);
-    if (now < (slow.cpu ? f->start_cpu : f->start_ns) || took < slow.threshold_ns) return;
+    start = slow.cpu ? f->start_cpu : f->start_ns;
+    if (now < start || now - start < slow.threshold_ns) return;
     if (rbtrace.in_expr) {
         /* Another thread evaluates trace expressions: count it (tracer.c). */
         rbtrace.lost++;
         return;
     }
-    rbtrace_emit_slow(klass, mid, f->start_ns, took, s->depth);
+    rbtrace_emit_slow(klass, mid, f->start_ns, now - start, s->depth);
 }
 
 void rbtrace_slow_event(rb_event_flag_t ev, VALUE klass, VALUE mid)

@@ -37,7 +37,7 @@ static const struct rbtrace_tracer *tracer_match(VALUE klass, VALUE mid, int tar
     for (i = 0; i < rbtrace.n_tracers; i++) {
         const struct rbtrace_tracer *t = &rbtrace.tracers[i];
         if ((t->tp != 0) != targeted) continue;
-        if ((t->mid == 0 || t->mid == mid) && (t->klass == 0 || t->klass == klass)) return t;
+        if (rbtrace_selects(t->klass, t->mid, klass, mid)) return t;
     }
     return NULL;
 }
