@@ -15,9 +15,8 @@
 require 'rbconfig'
 require 'time'
 
-ROOT = File.expand_path('..', __dir__)
-LIB = File.join(ROOT, 'lib')
-CLIENT = File.join(LIB, 'rbtrace', 'rbtrace-client')
+require_relative 'support'
+include BenchSupport # rubocop:disable Style/MixinUsage
 RUNS = Integer(ENV.fetch('BENCH_RUNS', '5'))
 ITERS = Integer(ENV.fetch('BENCH_ITERS', '2000000'))
 
@@ -57,12 +56,7 @@ WORKLOAD = <<~RUBY
   end
 RUBY
 
-abort 'bench/after_detach.rb: build first: bundle exec rake compile' unless File.executable?(CLIENT)
-unless system(RbConfig.ruby, '-I', LIB, '-rrbtrace', '-e', '0', err: File::NULL)
-  abort "bench/after_detach.rb: #{RbConfig.ruby} cannot load lib/rbtrace: compile for it (bundle exec rake compile)"
-end
-
-def median(values) = values.sort[values.size / 2]
+require_build!
 
 def runs(io_in, io_out, n)
   Array.new(n) do

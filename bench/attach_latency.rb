@@ -14,9 +14,8 @@ require 'open3'
 require 'rbconfig'
 require 'time'
 
-ROOT = File.expand_path('..', __dir__)
-LIB = File.join(ROOT, 'lib')
-CLIENT = File.join(LIB, 'rbtrace', 'rbtrace-client')
+require_relative 'support'
+include BenchSupport # rubocop:disable Style/MixinUsage
 RUNS = Integer(ENV.fetch('BENCH_RUNS', '20'))
 
 STATES = {
@@ -31,10 +30,7 @@ STATES = {
   'busy in C (String#sum)' => 'loop { ("x" * 20_000_000).sum }'
 }.freeze
 
-abort 'bench/attach_latency.rb: build first: bundle exec rake compile' unless File.executable?(CLIENT)
-unless system(RbConfig.ruby, '-I', LIB, '-rrbtrace', '-e', '0', err: File::NULL)
-  abort "bench/attach_latency.rb: #{RbConfig.ruby} cannot load lib/rbtrace: compile for it (bundle exec rake compile)"
-end
+require_build!
 
 def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 

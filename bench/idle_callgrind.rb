@@ -16,8 +16,8 @@ require 'rbconfig'
 require 'tempfile'
 require 'time'
 
-ROOT = File.expand_path('..', __dir__)
-LIB = File.join(ROOT, 'lib')
+require_relative 'support'
+include BenchSupport # rubocop:disable Style/MixinUsage
 ITERS = Integer(ENV.fetch('BENCH_ITERS', '300000'))
 
 WORKLOAD = <<~RUBY
@@ -32,29 +32,21 @@ WORKLOAD = <<~RUBY
   end
 RUBY
 
-abort 'bench/idle_callgrind.rb: needs valgrind (apt-get install valgrind)' unless system('valgrind --version', out: File::NULL)
-unless system(RbConfig.ruby, '-I', LIB, '-rrbtrace', '-e', '0', err: File::NULL)
-  abort "bench/idle_callgrind.rb: #{RbConfig.ruby} cannot load lib/rbtrace: compile for it (bundle exec rake compile)"
-end
+require_valgrind!
+require_build!
 
 script = Tempfile.new(['idle_callgrind', '.rb'])
 script.write(WORKLOAD)
 script.close
 
-def instructions(script, rbtrace, iters)
-  out = Tempfile.new('callgrind.out')
+def workload_instructions(script, rbtrace, iters)
   ruby = [RbConfig.ruby]
   ruby += ['-I', LIB, '-rrbtrace'] if rbtrace
-  cmd = ['valgrind', '--tool=callgrind', "--callgrind-out-file=#{out.path}", *ruby, script, iters.to_s]
-  log = IO.popen(cmd, err: %i[child out], &:read)
-  Integer(log[/Collected : (\d+)/, 1])
-ensure
-  out&.close!
+  instructions([*ruby, script, iters.to_s])
 end
 
-plain = instructions(script.path, false, ITERS) - instructions(script.path, false, 0)
-traced_n = instructions(script.path, true, ITERS)
-traced = traced_n - instructions(script.path, true, 0)
+plain = workload_instructions(script.path, false, ITERS) - workload_instructions(script.path, false, 0)
+traced = workload_instructions(script.path, true, ITERS) - workload_instructions(script.path, true, 0)
 script.unlink
 
 puts "Idle cost in instructions: #{ITERS} iterations of `work(h, keys)` (`h.key?(keys.sample)`)"

@@ -13,9 +13,8 @@
 require 'rbconfig'
 require 'time'
 
-ROOT = File.expand_path('..', __dir__)
-LIB = File.join(ROOT, 'lib')
-CLIENT = File.join(LIB, 'rbtrace', 'rbtrace-client')
+require_relative 'support'
+include BenchSupport # rubocop:disable Style/MixinUsage
 RUNS = Integer(ENV.fetch('BENCH_RUNS', '5'))
 ITERS = Integer(ENV.fetch('BENCH_ITERS', '1000000'))
 
@@ -24,7 +23,7 @@ LOOPS = {
   'C method' => 'h = { 1 => 2 }; while i < n; h.key?(i); i += 1; end'
 }.freeze
 
-abort 'bench/per_call.rb: build first: bundle exec rake compile' unless File.executable?(CLIENT)
+require_build!
 
 def workload(body)
   <<~RUBY
@@ -41,8 +40,6 @@ def workload(body)
     end
   RUBY
 end
-
-def median(values) = values.sort[values.size / 2]
 
 def runs(input, output)
   Array.new(RUNS) do

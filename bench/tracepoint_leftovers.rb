@@ -15,6 +15,8 @@
 require 'rbconfig'
 require 'tempfile'
 require 'time'
+require_relative 'support'
+include BenchSupport # rubocop:disable Style/MixinUsage
 
 ITERS = Integer(ENV.fetch('BENCH_ITERS', '200000'))
 
@@ -54,21 +56,13 @@ VARIANTS = {
   'c_call' => 'TracePoint(:c_call, :c_return).enable (global), disabled'
 }.freeze
 
-abort 'bench/tracepoint_leftovers.rb: needs valgrind (apt-get install valgrind)' unless system('valgrind --version', out: File::NULL)
+require_valgrind!
 
 script = Tempfile.new(['tracepoint_leftovers', '.rb'])
 script.write(WORKLOAD)
 script.close
 
-def instructions(script, variant)
-  out = Tempfile.new('callgrind.out')
-  log = `valgrind --tool=callgrind --callgrind-out-file=#{out.path} #{RbConfig.ruby} #{script} #{variant} 2>&1`
-  Integer(log[/Collected : (\d+)/, 1])
-ensure
-  out&.close!
-end
-
-counts = VARIANTS.keys.to_h { |v| [v, instructions(script.path, v)] }
+counts = VARIANTS.keys.to_h { |v| [v, instructions([RbConfig.ruby, script.path, v])] }
 base = counts['none']
 puts "TracePoint leftovers: instructions of the whole process, #{ITERS} iterations before and after"
 puts

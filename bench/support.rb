@@ -1,0 +1,42 @@
+# frozen_string_literal: true
+
+# bench/support.rb - what the bench/*.rb scripts share: where the build is,
+# the checks that it runs with this Ruby, a median, and callgrind's count.
+require 'rbconfig'
+require 'tempfile'
+
+module BenchSupport
+  ROOT = File.expand_path('..', __dir__)
+  LIB = File.join(ROOT, 'lib')
+  CLIENT = File.join(LIB, 'rbtrace', 'rbtrace-client')
+
+  module_function
+
+  # Aborts with what to do unless the client is built and this Ruby can load
+  # the extension (it is compiled per Ruby: compile again after switching).
+  def require_build!
+    name = "bench/#{File.basename($PROGRAM_NAME)}"
+    abort "#{name}: build first: bundle exec rake compile" unless File.executable?(CLIENT)
+    return if system(RbConfig.ruby, '-I', LIB, '-rrbtrace', '-e', '0', err: File::NULL)
+
+    abort "#{name}: #{RbConfig.ruby} cannot load lib/rbtrace: compile for it (bundle exec rake compile)"
+  end
+
+  def require_valgrind!
+    return if system('valgrind --version', out: File::NULL)
+
+    abort "bench/#{File.basename($PROGRAM_NAME)}: needs valgrind (apt-get install valgrind)"
+  end
+
+  def median(values) = values.sort[values.size / 2]
+
+  # Instructions callgrind counts for the whole of command (an Array).
+  def instructions(command)
+    out = Tempfile.new('callgrind.out')
+    log = IO.popen(['valgrind', '--tool=callgrind', "--callgrind-out-file=#{out.path}", *command],
+                   err: %i[child out], &:read)
+    Integer(log[/Collected : (\d+)/, 1])
+  ensure
+    out&.close!
+  end
+end
