@@ -44,24 +44,6 @@ RSpec.describe 'interactive (-i)' do
       nil # the client is gone: the next wait says what it showed
     end
 
-    # Types keys, again every 2 s, until the terminal shows pattern: for a
-    # key that may be typed twice without harm.
-    def type_until(keys, pattern, tries: 5)
-      (tries - 1).times do
-        type(keys)
-        return if shows_within?(pattern, 2)
-      end
-      type(keys)
-      wait_for(pattern)
-    end
-
-    def shows_within?(pattern, secs)
-      wait_for(pattern, timeout: secs)
-      true
-    rescue RuntimeError
-      false
-    end
-
     # Reads what the terminal shows until it matches pattern.
     def wait_for(pattern, timeout: 15)
       Timeout.timeout(timeout) do
@@ -230,16 +212,28 @@ RSpec.describe 'interactive (-i)' do
       pty.wait_for(/=> :g\r\n#{prompt}\z/)
       pty.type("g\r")
       pty.wait_for(/=> 7\r\n#{prompt}\z/)
-      # A ^D that reaches the terminal between two reads of the editor (in
-      # the tty's canonical mode, before libedit holds it again) is taken
-      # by the tty itself and never read: typed again until it is (a ^D on
-      # an empty line can only end the session).
-      pty.type_until("\x04", /\*\*\* detached from process #{app.pid}/)
+      pty.type("\x04")
+      pty.wait_for(/\*\*\* detached from process #{app.pid}/)
       expect(pty.wait.exitstatus).to eq(0)
       expect(pty.output).not_to match(/NameError/)
       history = File.join(home, '.rbtrace_history')
       expect(File.stat(history).mode & 0o777).to eq(0o600)
       expect(File.read(history)).to include('$n\\040+\\0401')
+    ensure
+      FileUtils.rm_rf(home) if home
+    end
+
+    it 'takes a ^D typed while an entry still runs as the end, once the entry is done' do
+      home = Dir.mktmpdir('rbtrace-home')
+      pty = PtyClient.new(['-p', app.pid, '-i'], 'HOME' => home, 'TERM' => 'xterm')
+      @spec_processes << pty
+      prompt = Regexp.escape("rbtrace(#{app.pid})> ")
+      pty.wait_for(/#{prompt}\z/)
+      pty.type("sleep 1; :slept\r")
+      pty.wait_for(/sleep 1; :slept\r\n/)
+      pty.type("\x04") # the tty's canonical mode takes it: no editor reads now
+      pty.wait_for(/=> :slept\r\n.*\*\*\* detached from process #{app.pid}/m)
+      expect(pty.wait.exitstatus).to eq(0)
     ensure
       FileUtils.rm_rf(home) if home
     end

@@ -275,6 +275,14 @@ static sigset_t repl_getc_mask;   /* the signal mask outside readline() */
 static int repl_getc_gone;        /* repl_getc found the target gone */
 
 /*
+ * A ^D typed while an entry ran, when libedit did not hold the terminal,
+ * was taken by the tty's canonical mode as an end of file; once libedit
+ * switches the terminal to raw mode, Linux hands it over as a NUL byte.
+ * Read back as the ^D it was (^@, set-mark, is all a NUL would do).
+ */
+#define REPL_CTRL_D 0x04
+
+/*
  * libedit's rl_getc_function: one byte of the terminal, or -1 (end of
  * input, for libedit) on a signal, an end of input or an error. Called
  * with the session's signals blocked: they come only inside ppoll.
@@ -299,7 +307,7 @@ static int repl_getc(FILE *in)
             return -1;
         }
         n = read(pfd.fd, &c, 1);
-        if (n == 1) return c;
+        if (n == 1) return c == '\0' ? REPL_CTRL_D : c;
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
         return -1;   /* end of input, or the terminal went away (EIO) */
     }
