@@ -42,6 +42,10 @@ static void channel_sigurg(int sig, siginfo_t *info, void *ctx)
 {
     int saved = errno;
 
+    if (rbtrace_handoff_signal(sig, info, ctx)) {
+        errno = saved;
+        return;
+    }
     rbtrace.pending = 1;
     sem_post(&rbtrace.wake);
 #ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
@@ -225,10 +229,37 @@ static void channel_job_i(void *unused)
 
 /* ---- the helper thread ---- */
 
+/* Whether the helper has anything to do with the GVL; read without it,
+ * after the semaphore that published what it reads. */
+static int channel_work_waiting(void)
+{
+    struct msqid_ds ds;
+
+    if (rbtrace.deferred != NULL || (rbtrace.attached && rbtrace.peer_gone)) return 1;
+    if (!rbtrace.pending) return 0;
+    if (rbtrace.queue_id < 0) return 1;   /* the first signal: the queue is made */
+    if (msgctl(rbtrace.queue_id, IPC_STAT, &ds) != 0) return 1;   /* service says why */
+    return ds.msg_qnum > 0;
+}
+
+/*
+ * Parks the helper until there is work. Signals without a command (a
+ * storm of SIGURG, a job that already drained the queue) cost the app
+ * nothing: the helper goes back to sleep without asking for the GVL.
+ */
 static void *channel_wait_nogvl(void *unused)
 {
-    while (sem_wait(&rbtrace.wake) != 0 && errno == EINTR && !channel_unblocked)
-        ;
+    for (;;) {
+        if (sem_wait(&rbtrace.wake) != 0) {
+            if (errno == EINTR && !channel_unblocked) continue;
+            return NULL;
+        }
+        if (channel_unblocked) return NULL;
+        while (sem_trywait(&rbtrace.wake) == 0)
+            ;   /* one look serves every signal so far */
+        if (channel_work_waiting()) break;
+    }
+    rbtrace_handoff_request();
     return NULL;
 }
 
@@ -249,6 +280,7 @@ static VALUE channel_helper_loop_m(VALUE self)
     for (;;) {
         channel_unblocked = 0;
         rb_thread_call_without_gvl(channel_wait_nogvl, NULL, channel_unblock, NULL);
+        rbtrace_handoff_done();
         rb_thread_check_ints();
         do channel_service();
         while ((rbtrace.pending || rbtrace.deferred) && !rbtrace.servicing);
@@ -311,6 +343,7 @@ void rbtrace_channel_init(void)
         rb_raise(rb_eRuntimeError, "rbtrace: atexit failed");
     rb_set_end_proc(channel_end_proc, Qnil);
 
+    rbtrace_handoff_install();
     memset(&sa, 0, sizeof(sa));
     sa.sa_sigaction = channel_sigurg;
     /* SA_RESTART: other C extensions do not expect EINTR from our signal. */

@@ -33,6 +33,10 @@ have_func('rb_postponed_job_preregister', 'ruby/debug.h')
 have_func('rb_postponed_job_register_one', 'ruby/debug.h')
 have_func('rb_class_attached_object', 'ruby.h')
 
+# A timer that asks a busy main thread for the GVL (handoff.c); in libc
+# since glibc 2.34, in librt before.
+have_func('timer_create', 'time.h') || (have_library('rt', 'timer_create', 'time.h') && have_func('timer_create', 'time.h'))
+
 warnings = %w[-Wall -Wextra -Wno-unused-parameter]
 warnings << '-Werror' if ENV['RBTRACE_WERROR'] == '1' || ENV['CI']
 $CFLAGS << ' ' << (warnings + %w[-std=gnu99 -fvisibility=hidden]).join(' ')

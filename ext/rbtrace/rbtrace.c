@@ -7,7 +7,8 @@
  * Queue, socket, writer thread, buffers and hooks exist only from the
  * first signal or attach on.
  *
- * Files: channel.c (signal, helper thread, message queue), session.c
+ * Files: channel.c (signal, helper thread, message queue), handoff.c (the
+ * GVL for our threads while the app is busy), session.c
  * (commands), tracer.c (selectors, event hook), wrapper.c (tracing one
  * method by prepending a wrapper), emit.c (event encoding),
  * ring.c (the buffer between app threads and the writer), writer.c (the
@@ -68,11 +69,22 @@ struct rbtrace_nogvl_call {
     void *ubf_arg;
 };
 
+/* func, then a word that this thread now waits for the GVL (handoff.c). */
+static void *rbtrace_nogvl_body(void *p)
+{
+    struct rbtrace_nogvl_call *c = p;
+
+    c->func(c->arg);
+    rbtrace_handoff_request();
+    return NULL;
+}
+
 static VALUE rbtrace_nogvl_i(VALUE p)
 {
     struct rbtrace_nogvl_call *c = (struct rbtrace_nogvl_call *)p;
 
-    rb_thread_call_without_gvl(c->func, c->arg, c->ubf, c->ubf_arg);
+    rb_thread_call_without_gvl(rbtrace_nogvl_body, c, c->ubf, c->ubf_arg);
+    rbtrace_handoff_done();
     return Qnil;
 }
 
@@ -136,6 +148,7 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     rb_define_singleton_method(rbtrace_mRBTrace, "attached?", rbtrace_attached_p_m, 0);
     rb_define_singleton_method(rbtrace_mRBTrace, "resumed?", rbtrace_resumed_p_m, 0);
     Init_rbtrace_channel(rbtrace_mRBTrace);
+    Init_rbtrace_handoff(rbtrace_mRBTrace);
     Init_rbtrace_session(rbtrace_mRBTrace);
     Init_rbtrace_tracer(rbtrace_mRBTrace);
     Init_rbtrace_wrapper(rbtrace_mRBTrace);

@@ -119,6 +119,13 @@ void rbtrace_channel_after_fork(void);
 void rbtrace_channel_wake(void);
 void Init_rbtrace_channel(VALUE mod);
 
+/* handoff.c: the GVL for our threads while the main thread is busy */
+void rbtrace_handoff_request(void);
+void rbtrace_handoff_done(void);
+int rbtrace_handoff_signal(int sig, siginfo_t *info, void *ctx);
+void rbtrace_handoff_install(void);
+void Init_rbtrace_handoff(VALUE mod);
+
 /* session.c: carrying out commands */
 void rbtrace_session_execute(const char *buf, size_t len);
 void rbtrace_session_run_deferred(void);

@@ -22,19 +22,27 @@ module RBTrace
       rescue SyntaxError => e
         return [SYNTAX, e.message]
       end
+      # Each side says when it is about to wait for the GVL, so that a busy
+      # main thread passes it on at once (ext/rbtrace/handoff.c).
+      RBTrace.handoff_request
       worker = Thread.new { evaluate(code, format) }
-      return worker.value if worker.join(timeout)
+      finished = worker.join(timeout)
+      RBTrace.handoff_done
+      return worker.value if finished
 
       worker.kill
       [TIMEOUT, "the code did not finish within #{timeout} s and was stopped"]
     end
 
     def evaluate(code, format)
+      RBTrace.handoff_done
       Thread.current.name = 'rbtrace eval'
       Thread.current.report_on_exception = false
       [OK, render(TOPLEVEL_BINDING.eval(code, EVAL_PATH), format)]
     rescue Exception => e # rubocop:disable Lint/RescueException
       [RAISED, describe(e)]
+    ensure
+      RBTrace.handoff_request # for the thread that joins this one
     end
 
     # TEXT sends a String as it is (a report's lines); anything else, and

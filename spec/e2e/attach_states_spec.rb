@@ -24,6 +24,49 @@ RSpec.describe 'attaching whatever the target is doing' do
     end
   end
 
+  # While another thread keeps the GVL, rbtrace asks a busy main thread to
+  # pass it on (ext/rbtrace/handoff.c); a main thread that sleeps must never
+  # be woken for that, or its ConditionVariable#wait returns early.
+  it 'never wakes a main thread waiting on a ConditionVariable, even while another thread is busy' do
+    app = start_target(<<~'RUBY').ready
+      Thread.new { x = 0; loop { x += 1 } }
+      m = Mutex.new
+      c = ConditionVariable.new
+      puts "ready"
+      m.synchronize { c.wait(m) }
+      puts "woken"
+    RUBY
+    3.times do
+      r = rbtrace('-p', app.pid, '-e', 'Process.pid')
+      expect(r.stdout).to eq(">> Process.pid\n=> #{app.pid}\n"), "stderr: #{r.stderr}"
+    end
+    expect(app).to be_alive
+    expect(app.drain).not_to include('woken')
+  end
+
+  # The GVL hand-off runs as a trap on a busy main thread: the app's own
+  # Thread#raise (here Timeout's) must still reach that thread as usual.
+  it "keeps a busy main thread's Timeout working while it attaches again and again" do
+    app = start_target(<<~'RUBY').ready
+      require 'timeout'
+      puts "ready"
+      loop do
+        begin
+          Timeout.timeout(0.05) { x = 0; loop { x += 1 } }
+        rescue Timeout::Error
+          puts "timeout"
+        end
+      end
+    RUBY
+    5.times do
+      r = rbtrace('-p', app.pid, '-e', '1 + 1')
+      expect(r.stdout).to eq(">> 1 + 1\n=> 2\n"), "stderr: #{r.stderr}"
+    end
+    seen = app.drain.count('timeout')
+    app.wait_for(->(_) { app.lines.count('timeout') >= seen + 5 }, timeout: 10)
+    expect(app).to be_alive
+  end
+
   it 'traces while the main thread is blocked in a read and another thread works' do
     app = start_target(<<~'RUBY').ready
       r, _w = IO.pipe

@@ -38,7 +38,7 @@ RSpec.describe 'garbage collections (--gc)' do
   end
 
   it 'prints collections inline with traced calls, inside the call that ran them' do
-    out = trace(app, '--gc', '-m', 'Object#churn', until_output: /^  GC minor/).stdout
+    out = trace(app, '--gc', '-m', 'Object#churn', until_output: /^  GC minor .*\n(  GC .*\n)*Object#churn </).stdout
     expect(out).to match(/^Object#churn\n(  GC minor .*\n)+Object#churn <\d+\.\d{6}>$/)
   end
 
