@@ -4,8 +4,11 @@
 # (traced time - untraced time) / calls, for a tight loop of Ruby method
 # calls and one of C method calls, measured in one process: the loop runs
 # untraced, then while `rbtrace -p PID -f` is attached (its output to
-# /dev/null), each the median of several runs. The events lost while
-# traced are counted too (they cost the app less than those sent).
+# /dev/null), each the median of several runs. Times are the looping
+# thread's CPU time (CLOCK_THREAD_CPUTIME_ID): what the traced calls cost
+# the app's thread, unmoved by other processes taking turns on the CPU
+# (wall time moves by 10-40 % on this shared machine); the writer thread's
+# and the client's work, on the other CPU, is not in it.
 #
 #   bundle exec rake compile && ruby bench/per_call.rb
 #
@@ -29,10 +32,10 @@ def workload(body)
   <<~RUBY
     $stdout.sync = true
     def run(n)
-      t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      t = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
       i = 0
       #{body}
-      Process.clock_gettime(Process::CLOCK_MONOTONIC) - t
+      Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - t
     end
     puts "ready"
     while $stdin.gets
@@ -81,7 +84,7 @@ puts
 puts "- date: #{Time.now.utc.iso8601}"
 puts "- ruby: #{RUBY_DESCRIPTION}#{ENV['RUBYOPT'].to_s.empty? ? '' : " (RUBYOPT=#{ENV['RUBYOPT']})"}"
 puts
-puts '| loop | untraced (ns/iteration) | traced (ns/iteration) | added per iteration | added per traced call |'
+puts '| loop | untraced (CPU ns/iteration) | traced (CPU ns/iteration) | added per iteration | added per traced call |'
 puts '| --- | ---: | ---: | ---: | ---: |'
 LOOPS.each do |label, body|
   untraced, traced = measure(body)

@@ -191,10 +191,6 @@ static uint32_t emit_method_id(VALUE klass, VALUE mid)
 
 /* ---- events ---- */
 
-static uint64_t emit_thread_id(void)
-{
-    return (uint64_t)rb_thread_current();
-}
 
 /* Both event functions may be reached after a detach freed the tables:
  * trace expressions and wrapped methods can give up the GVL mid-call. */
@@ -212,7 +208,7 @@ void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t n
         rbtrace.lost++;
         return;
     }
-    len = rbtrace_event_encode_call(bytes, type, emit_thread_id(), now - rbtrace.clock_origin_ns, id);
+    len = rbtrace_event_encode_call(bytes, type, rbtrace_thread_id(), now - rbtrace.clock_origin_ns, id);
     emit_push(bytes, len);
 }
 
@@ -228,7 +224,7 @@ void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, V
     }
     if (n > RBTRACE_EXPRS_MAX) n = RBTRACE_EXPRS_MAX;
     emit_begin();
-    rbtrace_event_pack_call_args(&scratch_pk, emit_thread_id(), now - rbtrace.clock_origin_ns,
+    rbtrace_event_pack_call_args(&scratch_pk, rbtrace_thread_id(), now - rbtrace.clock_origin_ns,
                                  id, (uint32_t)n);
     for (i = 0; i < n; i++) {
         VALUE e = RARRAY_AREF(exprs, i), v = RARRAY_AREF(values, i);
@@ -238,7 +234,7 @@ void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, V
     if (scratch.overflow) {
         /* Too long even after truncation: send the call without values. */
         emit_begin();
-        rbtrace_event_pack_call(&scratch_pk, RBTRACE_EV_CALL, emit_thread_id(),
+        rbtrace_event_pack_call(&scratch_pk, RBTRACE_EV_CALL, rbtrace_thread_id(),
                                 now - rbtrace.clock_origin_ns, id);
     }
     emit_commit();
@@ -255,7 +251,7 @@ void rbtrace_emit_slow(VALUE klass, VALUE mid, uint64_t start_ns, uint64_t durat
         return;
     }
     emit_begin();
-    rbtrace_event_pack_slow(&scratch_pk, emit_thread_id(), start_ns - rbtrace.clock_origin_ns,
+    rbtrace_event_pack_slow(&scratch_pk, rbtrace_thread_id(), start_ns - rbtrace.clock_origin_ns,
                             id, duration_ns, depth);
     emit_commit();
 }
@@ -278,7 +274,7 @@ void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location
     if (!RB_TYPE_P(klass, T_STRING) || !RB_TYPE_P(message, T_STRING) ||
         !RB_TYPE_P(location, T_STRING)) return;
     emit_begin();
-    rbtrace_event_pack_raise(&scratch_pk, emit_thread_id(), now - rbtrace.clock_origin_ns,
+    rbtrace_event_pack_raise(&scratch_pk, rbtrace_thread_id(), now - rbtrace.clock_origin_ns,
                              RSTRING_PTR(klass), RSTRING_LEN(klass),
                              RSTRING_PTR(message), RSTRING_LEN(message),
                              RSTRING_PTR(location), RSTRING_LEN(location));

@@ -99,7 +99,7 @@ static void gc_finish(uint64_t now)
 
 static void gc_hook(rb_event_flag_t flag, VALUE data, VALUE self, ID mid, VALUE klass)
 {
-    uint64_t now = rbtrace_now_ns();
+    uint64_t now = rbtrace_clock_ns();
 
     (void)data; (void)self; (void)mid; (void)klass;
     if (!gcw.active) return;
@@ -110,7 +110,7 @@ static void gc_hook(rb_event_flag_t flag, VALUE data, VALUE self, ID mid, VALUE 
     case RUBY_INTERNAL_EVENT_GC_START:
         gcw.phase = GC_MARKING;
         gcw.step_start = now;
-        gcw.current.thread = (uint64_t)rb_thread_current();
+        gcw.current.thread = rbtrace_thread_id();
         gcw.current.start_ns = now;
         gcw.current.mark_ns = gcw.current.sweep_ns = 0;
         gcw.current.major_by = rb_gc_latest_gc_info(sym_major_by);

@@ -37,7 +37,7 @@ static void raise_hook_i(VALUE data, rb_trace_arg_t *targ)
 
     (void)data;
     if (!raise_active || raise_busy || !rbtrace.attached) return;
-    now = rbtrace_now_ns();
+    now = rbtrace_clock_ns();
     arg.exc = rb_tracearg_raised_exception(targ);
     arg.path = rb_tracearg_path(targ);
     arg.line = rb_tracearg_lineno(targ);

@@ -8,7 +8,8 @@
  * first signal or attach on.
  *
  * Files: channel.c (signal, helper thread, message queue), handoff.c (the
- * GVL for our threads while the app is busy), session.c
+ * GVL for our threads while the app is busy), clock.c (events' time
+ * stamps), session.c
  * (commands), tracer.c (selectors, event hook), wrapper.c (tracing one
  * method by prepending a wrapper), emit.c (event encoding),
  * ring.c (the buffer between app threads and the writer), writer.c (the
@@ -149,6 +150,7 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     rb_define_singleton_method(rbtrace_mRBTrace, "resumed?", rbtrace_resumed_p_m, 0);
     Init_rbtrace_channel(rbtrace_mRBTrace);
     Init_rbtrace_handoff(rbtrace_mRBTrace);
+    Init_rbtrace_clock(rbtrace_mRBTrace);
     Init_rbtrace_session(rbtrace_mRBTrace);
     Init_rbtrace_tracer(rbtrace_mRBTrace);
     Init_rbtrace_wrapper(rbtrace_mRBTrace);
@@ -156,5 +158,6 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     Init_rbtrace_gcwatch(rbtrace_mRBTrace);
     Init_rbtrace_raisewatch(rbtrace_mRBTrace);
     Init_rbtrace_devmode(rbtrace_mRBTrace);
+    rbtrace_clock_init();
     rbtrace_channel_init();
 }

@@ -23,6 +23,12 @@
 #include "codec.h"
 #include "ring.h"
 
+/* The TSC, where the compiler can read it (clock.c decides if it may). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <x86intrin.h>
+#define RBTRACE_HAVE_TSC 1
+#endif
+
 /* Bytes of the event ring between the app's threads and the writer. */
 #define RBTRACE_RING_SIZE (1u << 20)
 
@@ -109,7 +115,50 @@ extern struct rbtrace_state rbtrace;
 extern VALUE rbtrace_mRBTrace;
 
 /* rbtrace.c */
-uint64_t rbtrace_now_ns(void);
+uint64_t rbtrace_now_ns(void);   /* clock_gettime(CLOCK_MONOTONIC), any thread */
+
+/*
+ * Which thread an event is of: its native thread, which is one Ruby thread
+ * as long as Ruby runs each on its own (every Ruby up to 3.4, unless
+ * RUBY_MN_THREADS=1 on 3.3+). pthread_self reads a register; asking Ruby
+ * (rb_thread_current, through its thread-local storage) cost ~10 ns an event.
+ */
+static inline uint64_t rbtrace_thread_id(void)
+{
+    return (uint64_t)pthread_self();
+}
+
+/* clock.c: the events' time stamps (GVL held), in CLOCK_MONOTONIC ns */
+struct rbtrace_clock {
+    uint64_t mult;          /* ns per TSC tick, 32.32 fixed point; 0: not measured */
+    uint64_t period_ticks;  /* ticks after the anchor that it is renewed */
+    uint64_t anchor_tsc;    /* the conversion's origin in both clocks */
+    uint64_t anchor_ns;
+    uint64_t last_ns;       /* the latest stamp of the slow path */
+};
+extern struct rbtrace_clock rbtrace_clock;
+uint64_t rbtrace_clock_renew(void);
+void rbtrace_clock_init(void);
+void Init_rbtrace_clock(VALUE mod);
+
+#ifdef RBTRACE_HAVE_TSC
+static inline uint64_t rbtrace_clock_ns_at(uint64_t tsc)
+{
+    return rbtrace_clock.anchor_ns +
+        (uint64_t)(((unsigned __int128)(tsc - rbtrace_clock.anchor_tsc) * rbtrace_clock.mult) >> 32);
+}
+#endif
+
+static inline uint64_t rbtrace_clock_ns(void)
+{
+#ifdef RBTRACE_HAVE_TSC
+    uint64_t tsc = __rdtsc();
+
+    if (rbtrace_clock.mult && tsc - rbtrace_clock.anchor_tsc < rbtrace_clock.period_ticks)
+        return rbtrace_clock_ns_at(tsc);
+#endif
+    return rbtrace_clock_renew();
+}
 VALUE rbtrace_protect(VALUE (*func)(VALUE), VALUE arg, int *state, VALUE *error);
 int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg);
 

@@ -109,7 +109,7 @@ static void session_attach(const struct rbtrace_command *cmd)
     }
     rbtrace.sock = fd;
     rbtrace.client_pid = (pid_t)cmd->client_pid;
-    rbtrace.clock_origin_ns = rbtrace_now_ns();
+    rbtrace.clock_origin_ns = rbtrace_clock_ns();
     rbtrace.attached = 1;
     if ((err = rbtrace_writer_start()) != 0) {
         fprintf(stderr, "rbtrace: cannot start the writer thread: %s\n", strerror(err));

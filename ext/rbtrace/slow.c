@@ -125,7 +125,7 @@ static void slow_push(struct slow_stack *s, VALUE klass, VALUE mid)
     f = &s->frames[s->depth++];
     f->klass = klass;
     f->mid = mid;
-    f->start_ns = rbtrace_now_ns();
+    f->start_ns = rbtrace_clock_ns();
     f->start_cpu = slow.cpu ? slow_cpu_ns() : 0;
 }
 
@@ -146,7 +146,7 @@ static void slow_pop(struct slow_stack *s, VALUE klass, VALUE mid)
     if (i == 0) return;   /* a call that began before the attach */
     f = &s->frames[i - 1];
     s->depth = i - 1;
-    now = slow.cpu ? slow_cpu_ns() : rbtrace_now_ns();
+    now = slow.cpu ? slow_cpu_ns() : rbtrace_clock_ns();
     start = slow.cpu ? f->start_cpu : f->start_ns;
     if (now < start || now - start < slow.threshold_ns) return;
     if (rbtrace.in_expr) {

@@ -110,9 +110,9 @@ static void tracer_event(rb_trace_arg_t *targ, const struct rbtrace_tracer *t, V
 
     ev = rb_tracearg_event_flag(targ);
     if (t && t->exprs != Qnil && (ev & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)))
-        tracer_call_with_exprs(targ, klass, mid, t->exprs, rbtrace_now_ns());
+        tracer_call_with_exprs(targ, klass, mid, t->exprs, rbtrace_clock_ns());
     else
-        rbtrace_emit_call(ev, klass, mid, rbtrace_now_ns());
+        rbtrace_emit_call(ev, klass, mid, rbtrace_clock_ns());
 }
 
 /* A TracePoint on one Ruby method (RBTrace.enable_targeted): only that

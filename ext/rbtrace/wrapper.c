@@ -59,7 +59,7 @@ static VALUE wrapper_return_i(VALUE p)
     struct wrapper_call *c = (struct wrapper_call *)p;
 
     if (rbtrace.attached)
-        rbtrace_emit_call(RUBY_EVENT_C_RETURN, c->w->owner, c->w->mid, rbtrace_now_ns());
+        rbtrace_emit_call(RUBY_EVENT_C_RETURN, c->w->owner, c->w->mid, rbtrace_clock_ns());
     return Qnil;
 }
 
@@ -73,7 +73,7 @@ static VALUE wrapper_call_m(int argc, VALUE *argv, VALUE self)
     if (rbtrace.attached && rb_frame_method_id_and_class(&mid, &module))
         c.w = wrapper_find(module, ID2SYM(mid));
     if (c.w == NULL) return rb_call_super_kw(argc, argv, c.kw_splat);
-    rbtrace_emit_call(RUBY_EVENT_C_CALL, c.w->owner, c.w->mid, rbtrace_now_ns());
+    rbtrace_emit_call(RUBY_EVENT_C_CALL, c.w->owner, c.w->mid, rbtrace_clock_ns());
     return rb_ensure(wrapper_super_i, (VALUE)&c, wrapper_return_i, (VALUE)&c);
 }
 
