@@ -1,0 +1,3 @@
+require 'mkmf'
+$CFLAGS << ' -Wall -Wextra -Wno-unused-parameter -std=gnu99'
+create_makefile('hook_floor')

@@ -1,0 +1,77 @@
+/*
+ * hook_floor.c - the least a global call/return hook can cost: hooks that
+ * do nothing, or only what every tracer must (the method and class, a
+ * clock), for bench/hook_floor.rb to compare with rbtrace's own hook.
+ * Not part of rbtrace.
+ */
+#include <ruby.h>
+#include <ruby/debug.h>
+#include <time.h>
+
+#define EVENTS (RUBY_EVENT_CALL | RUBY_EVENT_RETURN | RUBY_EVENT_C_CALL | RUBY_EVENT_C_RETURN)
+#define RAW (RUBY_EVENT_HOOK_FLAG_RAW_ARG | RUBY_EVENT_HOOK_FLAG_SAFE)
+
+static volatile uintptr_t sink;   /* keeps the hooks' work from being optimised out */
+
+static void hook_empty(VALUE data, rb_trace_arg_t *targ)
+{
+    sink++;
+}
+
+static void hook_names(VALUE data, rb_trace_arg_t *targ)
+{
+    sink += rb_tracearg_method_id(targ) + rb_tracearg_defined_class(targ);
+}
+
+static void hook_names_clock(VALUE data, rb_trace_arg_t *targ)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    sink += (uintptr_t)ts.tv_nsec + rb_tracearg_method_id(targ) + rb_tracearg_defined_class(targ);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <x86intrin.h>
+static void hook_names_tsc(VALUE data, rb_trace_arg_t *targ)
+{
+    sink += (uintptr_t)__rdtsc() + rb_tracearg_method_id(targ) + rb_tracearg_defined_class(targ);
+}
+#else
+#define hook_names_tsc hook_names_clock
+#endif
+
+/* A RAW_ARG hook goes in as the generic hook type (through void (*)(void)). */
+#define HOOK(f) ((rb_event_hook_func_t)(void (*)(void))(f))
+
+static rb_event_hook_func_t hook_of(VALUE kind)
+{
+    const char *k = rb_id2name(SYM2ID(kind));
+
+    if (strcmp(k, "empty") == 0) return HOOK(hook_empty);
+    if (strcmp(k, "names") == 0) return HOOK(hook_names);
+    if (strcmp(k, "names_clock") == 0) return HOOK(hook_names_clock);
+    if (strcmp(k, "names_tsc") == 0) return HOOK(hook_names_tsc);
+    rb_raise(rb_eArgError, "no such hook: %s", k);
+}
+
+/* HookFloor.on(:empty | :names | :names_clock | :names_tsc); HookFloor.off(kind) */
+static VALUE floor_on(VALUE self, VALUE kind)
+{
+    rb_add_event_hook2(hook_of(kind), EVENTS, Qnil, RAW);
+    return Qnil;
+}
+
+static VALUE floor_off(VALUE self, VALUE kind)
+{
+    rb_remove_event_hook(hook_of(kind));
+    return Qnil;
+}
+
+void Init_hook_floor(void)
+{
+    VALUE mod = rb_define_module("HookFloor");
+
+    rb_define_singleton_method(mod, "on", floor_on, 1);
+    rb_define_singleton_method(mod, "off", floor_off, 1);
+}
