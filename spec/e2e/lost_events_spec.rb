@@ -24,3 +24,49 @@ RSpec.describe 'a client that falls behind' do
     expect(client.stop).to be_success
   end
 end
+
+RSpec.describe 'counting events (--stats)' do
+  # Once Hash#key? is traced (wrapped: its owner is then rbtrace's module)
+  # and the spec says go (a file appears), the app makes exactly 300,000
+  # traced calls, two events each; what the client could not take must be
+  # counted.
+  def counted_app(go)
+    start_target(<<~RUBY).ready
+      h = { 1 => 2 }
+      puts "ready"
+      sleep 0.01 while Hash.instance_method(:key?).owner == Hash
+      puts "tracing"
+      sleep 0.01 until File.exist?(#{go.inspect})
+      i = 0
+      while i < 300_000
+        h.key?(1)
+        i += 1
+      end
+      puts "done"
+      sleep
+    RUBY
+  end
+
+  # (Whether a client that keeps reading loses nothing depends on the
+  # machine's load: bench/throughput.rb measures it, no spec asserts it.)
+  def counted_run_with_client_stopped
+    go = File.join(Dir.mktmpdir('rbtrace-stats'), 'go')
+    app = counted_app(go)
+    client = start_client('-p', app.pid, '-m', 'Hash#key?', '--stats')
+    app.wait_for('tracing')
+    Process.kill(:STOP, client.pid)
+    FileUtils.touch(go)
+    app.wait_for('done', timeout: 60)
+    Process.kill(:CONT, client.pid)
+    expect(client.stop(timeout: 30)).to be_success
+    client.stderr.match(/^\*\*\* (\d+) events received, (\d+) lost$/)&.captures&.map(&:to_i)
+  ensure
+    FileUtils.rm_rf(File.dirname(go)) if go
+  end
+
+  it 'accounts for every event: received + lost = generated, with the client stopped meanwhile' do
+    received, lost = counted_run_with_client_stopped
+    expect(lost).to be > 0
+    expect(received + lost).to eq(600_000)
+  end
+end

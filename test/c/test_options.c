@@ -71,18 +71,18 @@ static void test_spellings(void)
     char *argv[] = { "rbtrace", "-p123", "-tn", "-r4", "--timeout=2.5", "--output", "out.txt",
                      "-a", "-e", "-1" };
     char *argv2[] = { "rbtrace", "--pid=9", "--start-time", "--no-duration", "--prefix", "0",
-                      "--timeout", "0.25", "-o", "x", "--append", "--eval=p 1" };
+                      "--timeout", "0.25", "-o", "x", "--append", "--stats", "--eval=p 1" };
     struct options o;
 
     CHECK(parse(&o, ARGC(argv), argv, NULL) == CLI_OK);
-    CHECK(o.pid == 123 && o.start_time && o.no_duration && o.prefix == 4);
+    CHECK(o.pid == 123 && o.start_time && o.no_duration && o.prefix == 4 && !o.stats);
     CHECK(o.timeout == 2.5);
     CHECK(o.output_path && !strcmp(o.output_path, "out.txt") && o.append);
     CHECK(o.mode == OPTIONS_MODE_EVAL && !strcmp(o.eval_code, "-1"));
     options_free(&o);
 
     CHECK(parse(&o, ARGC(argv2), argv2, NULL) == CLI_OK);
-    CHECK(o.pid == 9 && o.start_time && o.no_duration && o.prefix == 0);
+    CHECK(o.pid == 9 && o.start_time && o.no_duration && o.prefix == 0 && o.stats);
     CHECK(o.timeout == 0.25 && o.append && !strcmp(o.output_path, "x"));
     CHECK(!strcmp(o.eval_code, "p 1"));
     options_free(&o);

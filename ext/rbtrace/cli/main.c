@@ -65,6 +65,8 @@ static void usage(FILE *f)
           "  -a, --append           append to the -o FILE\n"
           "  -t, --start-time       show each call's start time\n"
           "  -n, --no-duration      do not show call durations\n"
+          "      --stats            at the end, say how many events came and how many\n"
+          "                         the process dropped (a client that reads too slowly)\n"
           "  -r, --prefix N         indent nested calls by N spaces (default 2)\n"
           "      --timeout SECS     to attach, detach and eval (default 5; the dumps\n"
           "                         wait 300 s unless it is given)\n"

@@ -378,6 +378,7 @@ static const struct options_spec options_table[] = {
     { 'a', "append",      OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(append) },
     { 't', "start-time",  OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(start_time) },
     { 'n', "no-duration", OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(no_duration) },
+    { 0,   "stats",       OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(stats) },
     { 'r', "prefix",      OPTIONS_VALUE, options_set_prefix, 0 },
     { 0,   "timeout",     OPTIONS_VALUE, options_set_timeout, 0 },
     { 'b', "backtraces",  OPTIONS_OPTIONAL, options_set_backtraces, 0 },

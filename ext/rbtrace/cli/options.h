@@ -53,6 +53,7 @@ struct options {
     int append;                /* -a: append to the -o file */
     int start_time;            /* -t: show each call's start time */
     int no_duration;           /* -n: do not show durations */
+    int stats;                 /* --stats: say at the end how many events came, how many were lost */
     unsigned prefix;           /* -r: spaces per nesting level */
     double timeout;            /* --timeout: seconds to attach, detach, eval */
     int timeout_given;         /* --timeout was given (the dumps wait longer if not) */

@@ -513,8 +513,29 @@ static int render_raise(struct render *r, const struct rbtrace_event *ev)
     return render_check_io(r);
 }
 
+/* The events a trace is made of, which the target counts when it drops one. */
+static void render_count(struct render *r, const struct rbtrace_event *ev)
+{
+    switch (ev->type) {
+    case RBTRACE_EV_CALL:
+    case RBTRACE_EV_CALL_ARGS:
+    case RBTRACE_EV_RETURN:
+    case RBTRACE_EV_SLOW:
+    case RBTRACE_EV_GC:
+    case RBTRACE_EV_RAISE:
+        r->received++;
+        break;
+    case RBTRACE_EV_LOST:
+        r->lost += ev->number;
+        break;
+    default:
+        break;
+    }
+}
+
 int render_event(struct render *r, const struct rbtrace_event *ev)
 {
+    render_count(r, ev);
     switch (ev->type) {
     case RBTRACE_EV_METHOD:
         return render_method(r, ev);

@@ -75,6 +75,8 @@ struct render {
     size_t open_thread;        /* which thread's call it shows (index) ... */
     size_t open_depth;         /* ... and that call's depth (1-based) */
     size_t max_nesting;        /* deepest stack seen on any thread; never reset */
+    uint64_t received;         /* events of the trace received (--stats) ... */
+    uint64_t lost;             /* ... and the target's count of those it dropped */
     char errstr[128];          /* why a call failed */
 };
 

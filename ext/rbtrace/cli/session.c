@@ -177,6 +177,12 @@ static void session_final_status(struct session *s, const char *fmt, ...)
 {
     va_list ap;
 
+    if (s->opts->stats && s->attached) {
+        render_end_line(&s->render);
+        fflush(s->out);
+        fprintf(stderr, "*** %llu events received, %llu lost\n",
+                (unsigned long long)s->render.received, (unsigned long long)s->render.lost);
+    }
     va_start(ap, fmt);
     session_vstatus(s, 1, fmt, ap);
     va_end(ap);
