@@ -444,6 +444,13 @@ void rbtrace_event_pack_lost(msgpack_packer *pk, uint64_t count)
     msgpack_pack_uint64(pk, count);
 }
 
+void rbtrace_event_pack_forget(msgpack_packer *pk, uint64_t first_id)
+{
+    msgpack_pack_array(pk, 2);
+    msgpack_pack_uint32(pk, RBTRACE_EV_FORGET);
+    msgpack_pack_uint64(pk, first_id);
+}
+
 void rbtrace_event_pack_eval_result(msgpack_packer *pk, uint32_t eval_id,
                                     enum rbtrace_eval_status status,
                                     const char *text, size_t text_len)
@@ -559,6 +566,7 @@ static int event_decode_fields(const msgpack_object_array *a, struct rbtrace_eve
     case RBTRACE_EV_CALL_ARGS:
         return event_decode_call(a, ev, err);
     case RBTRACE_EV_LOST:
+    case RBTRACE_EV_FORGET:
         return codec_uint(a, 1, &ev->number, err);
     case RBTRACE_EV_EVAL_RESULT:
         if (codec_uint(a, 1, &ev->number, err) != RBTRACE_OK) return RBTRACE_ERR;

@@ -113,6 +113,7 @@ void rbtrace_event_pack_call_args(msgpack_packer *pk, uint64_t thread_id,
 void rbtrace_event_pack_expr(msgpack_packer *pk, const char *expr, size_t expr_len,
                              const char *value, size_t value_len);
 void rbtrace_event_pack_lost(msgpack_packer *pk, uint64_t count);
+void rbtrace_event_pack_forget(msgpack_packer *pk, uint64_t first_id);
 void rbtrace_event_pack_eval_result(msgpack_packer *pk, uint32_t eval_id,
                                     enum rbtrace_eval_status status,
                                     const char *text, size_t text_len);

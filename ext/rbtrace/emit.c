@@ -8,8 +8,11 @@
  * the caller holds. Rarer events of the hot path (names, expressions) are
  * packed by msgpack-c into a static scratch buffer, used only while the
  * GVL is held throughout; events that may wait for room (eval results,
- * messages, DETACHED) are packed into a buffer of their own. A method is named once per (class, method) pair with a METHOD
- * event; later events carry its small id only. When the ring is full the
+ * messages, DETACHED) are packed into a buffer of their own. A method is
+ * named once per (class, method) pair with a METHOD event; later events
+ * carry its small id only. The table of pairs grows (a rare mmap on the
+ * hot path) up to RBTRACE_METHOD_SLOTS_MAX, then starts afresh after a
+ * FORGET event. When the ring is full the
  * event is dropped and counted; the count goes out as a LOST event before
  * the next event that fits.
  */
@@ -17,6 +20,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Largest event built in the scratch buffer (calls with expressions). */
 #define EMIT_SCRATCH 16384
@@ -141,10 +145,70 @@ static size_t emit_format_name(char *out, VALUE klass, VALUE msym)
     return emit_append(out, at, "(unknown)", 9);
 }
 
-static size_t emit_slot_of(VALUE klass, VALUE mid)
+static size_t emit_slot_of(VALUE klass, VALUE mid, size_t slots)
 {
     uint64_t h = ((uint64_t)klass >> 3) * 0x9E3779B97F4A7C15ull ^ (uint64_t)mid * 0xC2B2AE3D27D4EB4Full;
-    return (size_t)(h >> 32) & (RBTRACE_METHOD_SLOTS - 1);
+    return (size_t)(h >> 32) & (slots - 1);
+}
+
+/* The table is mmap'd, not malloc'd, so that the end of a session gives
+ * its pages back to the system (malloc would keep them in its heap). */
+static struct rbtrace_method_slot *emit_table_alloc(size_t slots)
+{
+    void *p = mmap(NULL, slots * sizeof(struct rbtrace_method_slot), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void emit_table_free(struct rbtrace_method_slot *table, size_t slots)
+{
+    /* munmap fails only for a bad range, which ours never is. */
+    if (table) (void)munmap(table, slots * sizeof(*table));
+}
+
+/* Doubles the table (anonymous pages come zeroed: empty slots); -1 if
+ * it is as large as it may be or no memory is left. */
+static int emit_table_grow(void)
+{
+    size_t slots = (size_t)rbtrace.method_slots * 2, i;
+    struct rbtrace_method_slot *table;
+
+    if (slots > RBTRACE_METHOD_SLOTS_MAX || (table = emit_table_alloc(slots)) == NULL) return -1;
+    for (i = 0; i < rbtrace.method_slots; i++) {
+        const struct rbtrace_method_slot *old = &rbtrace.methods[i];
+        size_t j;
+
+        if (old->id == 0) continue;
+        for (j = emit_slot_of(old->klass, old->mid, slots); table[j].id; j = (j + 1) & (slots - 1))
+            ;
+        table[j] = *old;
+    }
+    emit_table_free(rbtrace.methods, rbtrace.method_slots);
+    rbtrace.methods = table;
+    rbtrace.method_slots = (uint32_t)slots;
+    return 0;
+}
+
+/* Full and as large as it may be: forget every pair. Ids keep growing, so
+ * an old one never means a new method; the client is told to drop the
+ * names of the old ones (emit_forget_due) before the next is named. */
+static void emit_table_clear(void)
+{
+    memset(rbtrace.methods, 0, sizeof(*rbtrace.methods) * rbtrace.method_slots);
+    rbtrace.methods_used = 0;
+    rbtrace.forget_from = rbtrace.next_method_id;
+}
+
+/* Sends a due FORGET; -1 if it is still due (no room). */
+static int emit_forget_due(void)
+{
+    if (rbtrace.forget_from == 0) return 0;
+    emit_begin();
+    rbtrace_event_pack_forget(&scratch_pk, rbtrace.forget_from);
+    if (emit_commit() != 0) return -1;
+    rbtrace.forget_from = 0;
+    return 0;
 }
 
 /* The pair asked for last: a method traced in a loop skips the table. */
@@ -161,7 +225,7 @@ static uint32_t emit_method_id(VALUE klass, VALUE mid)
 
     if (last_method.id && last_method.klass == klass && last_method.mid == mid)
         return last_method.id;
-    i = emit_slot_of(klass, mid);
+    i = emit_slot_of(klass, mid, rbtrace.method_slots);
     for (;;) {
         slot = &rbtrace.methods[i];
         if (slot->id == 0) break;
@@ -169,14 +233,20 @@ static uint32_t emit_method_id(VALUE klass, VALUE mid)
             last_method = *slot;
             return slot->id;
         }
-        i = (i + 1) & (RBTRACE_METHOD_SLOTS - 1);
+        i = (i + 1) & (rbtrace.method_slots - 1);
     }
-    if (rbtrace.methods_used >= RBTRACE_METHOD_SLOTS / 4 * 3) {
-        /* Full: forget every pair; ids keep growing, names are sent again. */
-        memset(rbtrace.methods, 0, sizeof(*rbtrace.methods) * RBTRACE_METHOD_SLOTS);
-        rbtrace.methods_used = 0;
-        slot = &rbtrace.methods[emit_slot_of(klass, mid)];
+    /* A new pair: the table may first have to grow, or start afresh. */
+    if (rbtrace.methods_used >= rbtrace.method_slots / 4 * 3) {
+        if (emit_table_grow() != 0) {
+            emit_table_clear();
+            memset(&last_method, 0, sizeof(last_method));
+        }
+        for (i = emit_slot_of(klass, mid, rbtrace.method_slots); rbtrace.methods[i].id;
+             i = (i + 1) & (rbtrace.method_slots - 1))
+            ;
+        slot = &rbtrace.methods[i];
     }
+    if (emit_forget_due() != 0) return 0;
     len = emit_format_name(name, klass, mid);
     emit_begin();
     rbtrace_event_pack_method(&scratch_pk, rbtrace.next_method_id, name, len);
@@ -435,15 +505,17 @@ int rbtrace_emit_detached(void)
 /* Allocates the ring and the method table for a new session. */
 int rbtrace_emit_open(void)
 {
-    rbtrace.methods = calloc(RBTRACE_METHOD_SLOTS, sizeof(*rbtrace.methods));
+    rbtrace.methods = emit_table_alloc(RBTRACE_METHOD_SLOTS);
     if (rbtrace.methods == NULL) return -1;
+    rbtrace.method_slots = RBTRACE_METHOD_SLOTS;
     if (rbtrace_ring_init(&rbtrace.ring, RBTRACE_RING_SIZE) != 0) {
-        free(rbtrace.methods);
+        emit_table_free(rbtrace.methods, rbtrace.method_slots);
         rbtrace.methods = NULL;
         return -1;
     }
     rbtrace.methods_used = 0;
     rbtrace.next_method_id = 1;
+    rbtrace.forget_from = 0;
     memset(&last_method, 0, sizeof(last_method));
     rbtrace.lost = 0;
     rbtrace.big_event = 0;
@@ -457,6 +529,6 @@ int rbtrace_emit_open(void)
 void rbtrace_emit_close(void)
 {
     rbtrace_ring_free(&rbtrace.ring);
-    free(rbtrace.methods);
+    emit_table_free(rbtrace.methods, rbtrace.method_slots);
     rbtrace.methods = NULL;
 }

@@ -22,7 +22,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define RBTRACE_PROTOCOL_VERSION 1
+#define RBTRACE_PROTOCOL_VERSION 2
 
 /* ---- the command queue ------------------------------------------------ */
 
@@ -139,7 +139,12 @@ enum rbtrace_event_type {
     RBTRACE_EV_GC = 13,
     /* [14, thread_id(uint), time_ns(uint), class(str), message(str),
      *  location(str)]: an exception raised; location is "path:line". */
-    RBTRACE_EV_RAISE = 14
+    RBTRACE_EV_RAISE = 14,
+    /* [15, first_id(uint)]: the names of method ids below first_id are
+     * forgotten (the target's table of them was full and started afresh):
+     * they are not used again, and methods are named anew. Calls open
+     * before it are not matched by later RETURNs. */
+    RBTRACE_EV_FORGET = 15
 };
 
 enum rbtrace_refusal {

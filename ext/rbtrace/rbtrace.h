@@ -32,8 +32,11 @@
 /* Bytes of the event ring between the app's threads and the writer. */
 #define RBTRACE_RING_SIZE (1u << 20)
 
-/* Slots of the (class, method) -> method id table; a power of two. */
+/* Slots of the (class, method) -> method id table, powers of two: it
+ * starts with the first and doubles up to the second (768 KiB), then starts
+ * afresh (a FORGET event tells the client). */
 #define RBTRACE_METHOD_SLOTS 8192
+#define RBTRACE_METHOD_SLOTS_MAX 32768
 
 /* A command a postponed job left for the helper thread (session.c). */
 struct rbtrace_deferred {
@@ -99,8 +102,10 @@ struct rbtrace_state {
     uint64_t lost;                   /* events dropped, not yet reported */
     int big_event;                   /* a large event is being pushed */
     struct rbtrace_method_slot *methods;
+    uint32_t method_slots;           /* the table's size, a power of two */
     uint32_t methods_used;
     uint32_t next_method_id;
+    uint32_t forget_from;            /* a FORGET of ids below this is due (0: none) */
 
     /* tracing (tracer.c) */
     int hook_installed;

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "ring.h"
 
 int rbtrace_ring_init(struct rbtrace_ring *ring, size_t size)
@@ -13,8 +14,14 @@ int rbtrace_ring_init(struct rbtrace_ring *ring, size_t size)
         errno = EINVAL;
         return -1;
     }
-    ring->buf = malloc(size);
-    if (ring->buf == NULL) return -1;
+    /* Pages of its own, not malloc's: malloc would keep a freed megabyte in
+     * its heap (its mmap threshold rises once a large block is freed), and
+     * an app must get back what a session took when it ends. */
+    ring->buf = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ring->buf == MAP_FAILED) {
+        ring->buf = NULL;
+        return -1;
+    }
     ring->size = size;
     ring->head = ring->tail = ring->tail_seen = 0;
     return 0;
@@ -22,7 +29,8 @@ int rbtrace_ring_init(struct rbtrace_ring *ring, size_t size)
 
 void rbtrace_ring_free(struct rbtrace_ring *ring)
 {
-    free(ring->buf);
+    /* munmap fails only for a bad range, which ours never is. */
+    if (ring->buf) (void)munmap(ring->buf, ring->size);
     ring->buf = NULL;
     ring->size = 0;
     ring->head = ring->tail = ring->tail_seen = 0;

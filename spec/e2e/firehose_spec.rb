@@ -15,3 +15,39 @@ RSpec.describe 'firehose (-f)' do
     expect(out).to match(/^Kernel#sleep <0\.0/)
   end
 end
+
+RSpec.describe 'firehose over more methods than the method table holds' do
+  # The target names each (class, method) once and keeps up to 24,576 pairs
+  # (RBTRACE_METHOD_SLOTS_MAX x 3/4); past that it starts afresh and tells
+  # the client to drop the old names. 30,000 methods called in order must
+  # still each show under its own name, once, in order.
+  it 'names every method right after the table starts afresh' do
+    go = File.join(Dir.mktmpdir('rbtrace-forget'), 'go')
+    app = start_target(<<~RUBY).ready
+      class Big; end
+      names = Array.new(30_000) { |i| :"m\#{i}" }
+      names.each { |n| Big.class_eval("def \#{n} = nil") }
+      b = Big.new
+      puts "ready"
+      sleep 0.01 until File.exist?(#{go.inspect})
+      i = 0
+      while i < 30_000
+        b.__send__(names[i])
+        i += 1
+        sleep 0.002 if i % 500 == 0   # the client keeps up: nothing lost
+      end
+      puts "done"
+      sleep
+    RUBY
+    client = start_client('-p', app.pid, '-f', '-n')
+    client.attached
+    FileUtils.touch(go)
+    app.wait_for('done', timeout: 60)
+    client.wait_for(/Big#m29999\b/, timeout: 30)
+    client.stop(:INT)
+    out = client.stdout
+    expect(out).not_to match(/events lost/)
+    expect(out).not_to match(/\(unknown\)/)
+    expect(out.scan(/Big#m(\d+)\b/).flatten.map(&:to_i)).to eq((0...30_000).to_a)
+  end
+end

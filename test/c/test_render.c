@@ -400,6 +400,38 @@ static void test_lost(void)
              "B#b <0.000001>\n");
 }
 
+/* FORGET drops the old names (their ids are not used again) and starts the
+ * stacks afresh, silently: the open call's RETURN carries a new id. */
+static void test_forget(void)
+{
+    struct fixture fx;
+    struct rbtrace_event ev;
+    char name[32];
+    uint64_t i;
+
+    fx_open(&fx, 0, 0, 2);
+    for (i = 1; i <= 100; i++) {
+        snprintf(name, sizeof(name), "M%llu#m", (unsigned long long)i);
+        fx_method(&fx, i, name);
+    }
+    fx_call(&fx, 1, 0, 1);
+    memset(&ev, 0, sizeof(ev));
+    ev.type = RBTRACE_EV_FORGET;
+    ev.number = 101;
+    fx_send(&fx, &ev);
+    CHECK(fx.r.names_count == 0);
+    fx_method(&fx, 101, "M1#m");
+    fx_return(&fx, 1, 5 * US, 101);     /* opened before: nothing */
+    fx_call(&fx, 1, 6 * US, 2);         /* forgotten */
+    fx_return(&fx, 1, 7 * US, 2);
+    fx_call(&fx, 1, 8 * US, 101);
+    fx_return(&fx, 1, 10 * US, 101);
+    FX_CHECK(&fx,
+             "M1#m\n"
+             "(unknown) <0.000001>\n"
+             "M1#m <0.000002>\n");
+}
+
 /* Sparse, huge and renamed ids; enough of them to grow the table. */
 static void test_many_methods(void)
 {
@@ -687,6 +719,7 @@ int main(void)
     test_unknown_method();
     test_lost();
     test_many_methods();
+    test_forget();
     test_deep();
     test_write_error();
     test_format_seconds();

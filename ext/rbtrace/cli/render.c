@@ -81,9 +81,9 @@ static size_t render_names_slot(const struct render_name *names, size_t cap, uin
     return i;
 }
 
-static int render_names_grow(struct render *r)
+/* Places every name again in a table of cap slots. */
+static int render_names_rehash(struct render *r, size_t cap)
 {
-    size_t cap = r->names_cap ? r->names_cap * 2 : RENDER_NAMES_MIN;
     struct render_name *names = calloc(cap, sizeof(*names));
     size_t i;
 
@@ -96,6 +96,11 @@ static int render_names_grow(struct render *r)
     r->names = names;
     r->names_cap = cap;
     return CLI_OK;
+}
+
+static int render_names_grow(struct render *r)
+{
+    return render_names_rehash(r, r->names_cap ? r->names_cap * 2 : RENDER_NAMES_MIN);
 }
 
 static int render_method(struct render *r, const struct rbtrace_event *ev)
@@ -423,6 +428,30 @@ static int render_lost(struct render *r, const struct rbtrace_event *ev)
     return render_check_io(r);
 }
 
+/*
+ * FORGET: the target started its method table afresh; the names below the
+ * given id will not be used again, so they go (a long firehose over many
+ * methods would otherwise pile them up). Open calls carry the old ids,
+ * which later RETURNs no longer match: the stacks start afresh, as after
+ * a loss, without a message.
+ */
+static int render_forget(struct render *r, const struct rbtrace_event *ev)
+{
+    size_t i;
+
+    for (i = 0; i < r->names_cap; i++) {
+        if (r->names[i].name && r->names[i].id < ev->number) {
+            free(r->names[i].name);
+            r->names[i].name = NULL;
+            r->names_count--;
+        }
+    }
+    /* Open addressing: what stayed is placed again, in a table as large. */
+    if (r->names_count && render_names_rehash(r, r->names_cap) != CLI_OK) return CLI_ERR;
+    for (i = 0; i < r->n_threads; i++) r->threads[i].depth = 0;
+    return render_end_line(r);
+}
+
 /* SLOW: "name <seconds>", indented by its depth among the watched calls. */
 static int render_slow(struct render *r, const struct rbtrace_event *ev)
 {
@@ -546,6 +575,8 @@ int render_event(struct render *r, const struct rbtrace_event *ev)
         return render_return(r, ev);
     case RBTRACE_EV_LOST:
         return render_lost(r, ev);
+    case RBTRACE_EV_FORGET:
+        return render_forget(r, ev);
     case RBTRACE_EV_SLOW:
         return render_slow(r, ev);
     case RBTRACE_EV_GC:
