@@ -21,7 +21,8 @@
  *
  * The queue is created on the first signal, mode 0600 with IPC_EXCL, and
  * is read only while its owner and creator are our euid and it grants
- * nothing to others.
+ * nothing to others. If another user's queue already sits under our key,
+ * we never read it: a private queue serves instead (channel_queue_private).
  */
 #include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
 #include <errno.h>
@@ -71,6 +72,30 @@ static int channel_queue_trusted(int qid)
     return ds.msg_perm.uid == me && ds.msg_perm.cuid == me && (ds.msg_perm.mode & 077) == 0;
 }
 
+/*
+ * Someone else's queue sits under our key: a private queue (IPC_PRIVATE)
+ * instead, marked as ours by taking one message from it, which makes the
+ * kernel name us as its last reader (lrpid): the client looks for a queue
+ * that our euid created and we read last, which nobody else can forge.
+ */
+static int channel_queue_private(void)
+{
+    struct rbtrace_msg marker;
+    int qid = msgget(IPC_PRIVATE, IPC_CREAT | 0600);
+
+    if (qid < 0) return -1;
+    marker.mtype = RBTRACE_MSG_TYPE;
+    marker.mtext[0] = 0;
+    if (msgsnd(qid, &marker, 1, IPC_NOWAIT) != 0 ||
+        msgrcv(qid, &marker, sizeof(marker.mtext), 0, IPC_NOWAIT | MSG_NOERROR) < 0) {
+        int err = errno;
+        msgctl(qid, IPC_RMID, NULL);
+        errno = err;
+        return -1;
+    }
+    return qid;
+}
+
 /* Creates (or adopts a stale one of our own) the queue keyed by our pid. */
 static int channel_queue_open(void)
 {
@@ -80,15 +105,15 @@ static int channel_queue_open(void)
     if (qid < 0 && errno == EEXIST) {
         /* Left by an earlier process with our pid, or planted by someone. */
         qid = msgget(key, 0);
-        if (qid >= 0 && !channel_queue_trusted(qid)) {
+        if (qid < 0 || !channel_queue_trusted(qid)) {
             if (!rbtrace.queue_refused) {
-                fprintf(stderr, "rbtrace: refusing message queue 0x%08x of process %d: it was "
-                        "created by another user or is open to others; remove it "
-                        "(ipcrm -Q 0x%08x) to make this process traceable\n",
+                fprintf(stderr, "rbtrace: ignoring message queue 0x%08x under the key of process "
+                        "%d: it was created by another user or is open to others; commands "
+                        "come through a private queue instead (remove it: ipcrm -Q 0x%08x)\n",
                         (unsigned)key, (int)getpid(), (unsigned)key);
                 rbtrace.queue_refused = 1;
             }
-            return -1;
+            qid = channel_queue_private();
         }
     }
     if (qid < 0) {

@@ -241,23 +241,81 @@ int attach_listen(struct attach *a)
 
 /* ---- the message queue ---- */
 
-/* The queue must be ours alone (unless we are root): never send into one
- * that someone else created or could read. */
-static int attach_check_queue(struct attach *a)
+/* The target's effective uid (the owner its queue must have); -1 if its
+ * /proc entry cannot be read. */
+static int attach_target_euid(pid_t pid, uid_t *uid)
 {
-    struct msqid_ds ds;
-    uid_t me = geteuid();
+    char path[64], line[256];
+    unsigned long real, effective;
+    int found = 0;
+    FILE *f;
 
-    if (msgctl(a->qid, IPC_STAT, &ds) < 0)
-        return attach_fail_errno(a, "could not inspect the message queue of the process");
-    if (me != 0 && (ds.msg_perm.uid != me || ds.msg_perm.cuid != me))
-        return attach_fail(a, "the message queue of process %d (key 0x%x) belongs to uid %u, "
-                           "not to you: refusing to send commands into it", (int)a->pid,
-                           (unsigned)RBTRACE_QUEUE_KEY(a->pid), (unsigned)ds.msg_perm.uid);
-    if (ds.msg_perm.mode & 077)
-        return attach_fail(a, "the message queue of process %d (key 0x%x) is open to other "
-                           "users (mode %03o): refusing to send commands into it", (int)a->pid,
-                           (unsigned)RBTRACE_QUEUE_KEY(a->pid), ds.msg_perm.mode & 0777);
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    if ((f = fopen(path, "re")) == NULL) return -1;
+    while (!found && fgets(line, sizeof(line), f))
+        found = sscanf(line, "Uid: %lu %lu", &real, &effective) == 2;
+    fclose(f);
+    if (!found) return -1;
+    *uid = (uid_t)effective;
+    return 0;
+}
+
+/* Whether queue qid is the target's alone: created and owned by its euid
+ * (and so by ours, unless we are root), granting nothing to others. We
+ * never send into one that someone else could read. */
+static int attach_queue_trusted(const struct attach *a, const struct msqid_ds *ds)
+{
+    return ds->msg_perm.uid == a->target_uid && ds->msg_perm.cuid == a->target_uid &&
+           (ds->msg_perm.mode & 077) == 0;
+}
+
+/*
+ * A target that found someone else's queue under its key makes a private
+ * one (IPC_PRIVATE) and takes a marker message from it, so that the kernel
+ * names it as the queue's last reader (lrpid). Only its own euid can have
+ * created such a queue, so one that is ours and was last read by the
+ * target is the target's. Linux's MSG_INFO/MSG_STAT walk; -1 if none.
+ */
+static int attach_find_private_queue(const struct attach *a)
+{
+    struct msginfo info;
+    struct msqid_ds ds;
+    int max, i;
+
+    max = msgctl(0, MSG_INFO, (struct msqid_ds *)(void *)&info);
+    for (i = 0; i <= max; i++) {
+        int qid = msgctl(i, MSG_STAT, &ds);
+        if (qid >= 0 && ds.msg_perm.__key == IPC_PRIVATE && ds.msg_lrpid == a->pid &&
+            attach_queue_trusted(a, &ds))
+            return qid;
+    }
+    return -1;
+}
+
+/* Sets *qid to the queue under the target's key if it is the target's,
+ * else to -1, with *foreign set if someone else's sits there. Returns
+ * CLI_OK, or CLI_ERR when the queues cannot be looked at. */
+static int attach_keyed_queue(struct attach *a, int *qid, struct msqid_ds *ds, int *foreign)
+{
+    *qid = msgget(RBTRACE_QUEUE_KEY(a->pid), 0);
+    if (*qid < 0) {
+        if (errno == EACCES) *foreign = 1;
+        else if (errno != ENOENT) return attach_fail_errno(a, "could not open the message queue");
+        return CLI_OK;
+    }
+    if (msgctl(*qid, IPC_STAT, ds) < 0) {
+        int err = errno;
+        *qid = -1;
+        if (err == EIDRM || err == EINVAL) return CLI_OK;   /* just removed */
+        if (err != EACCES)
+            return attach_fail_errno(a, "could not inspect the message queue of the process");
+        *foreign = 1;
+        return CLI_OK;
+    }
+    if (!attach_queue_trusted(a, ds)) {
+        *qid = -1;
+        *foreign = 1;
+    }
     return CLI_OK;
 }
 
@@ -265,7 +323,12 @@ int attach_find_queue(struct attach *a)
 {
     int64_t now = cli_now_ms(), deadline = now + a->timeout_ms;
     int64_t signalled = now - ATTACH_RESIGNAL_MS;
+    struct msqid_ds ds;
+    int foreign = 0;
 
+    if (attach_target_euid(a->pid, &a->target_uid) != 0)
+        return attach_fail_errno(a, "could not read the owner of the process");
+    memset(&ds, 0, sizeof(ds));
     for (;;) {
         if (*a->stop) return CLI_INTERRUPTED;
         now = cli_now_ms();
@@ -273,12 +336,16 @@ int attach_find_queue(struct attach *a)
             if (attach_signal(a) != CLI_OK) return CLI_ERR;
             signalled = now;
         }
-        a->qid = msgget(RBTRACE_QUEUE_KEY(a->pid), 0);
-        if (a->qid >= 0) return attach_check_queue(a);
-        if (errno == EACCES)
-            return attach_fail(a, "the message queue of process %d belongs to another user: "
-                               "refusing to use it", (int)a->pid);
-        if (errno != ENOENT) return attach_fail_errno(a, "could not open the message queue");
+        if (attach_keyed_queue(a, &a->qid, &ds, &foreign) != CLI_OK) return CLI_ERR;
+        if (a->qid >= 0) return CLI_OK;
+        if (foreign && (a->qid = attach_find_private_queue(a)) >= 0) return CLI_OK;
+        if (now >= deadline && foreign)
+            return attach_fail(a, "the message queue under the key of process %d (0x%x) is not "
+                               "its own (owner uid %u, mode %03o), and the process made no other: "
+                               "refusing to send commands into it; remove it (ipcrm -Q 0x%x) and "
+                               "try again", (int)a->pid, (unsigned)RBTRACE_QUEUE_KEY(a->pid),
+                               (unsigned)ds.msg_perm.uid, ds.msg_perm.mode & 0777,
+                               (unsigned)RBTRACE_QUEUE_KEY(a->pid));
         if (now >= deadline)
             return attach_fail(a, "process %d did not answer within %g s: it may not have rbtrace "
                                "loaded, be stopped, or have replaced rbtrace's SIGURG handler "

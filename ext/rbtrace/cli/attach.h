@@ -32,6 +32,7 @@ struct attach {
     int listen_fd;                  /* listening socket, or -1 */
     int conn_fd;                    /* the target's connection, or -1 */
     int qid;                        /* the target's message queue, or -1 */
+    uid_t target_uid;               /* the target's euid: its queue's owner */
     char errstr[CLI_ERRLEN];        /* why the last call failed */
 };
 
