@@ -65,10 +65,10 @@ RSpec.describe 'the installed gem', :gem_install do
     FileUtils.rm_rf(@tmp) if @tmp
   end
 
-  let(:rbtrace) { File.join(@gem_home, 'bin', 'rbtrace') }
+  let(:rbtrace_command) { File.join(@gem_home, 'bin', 'rbtrace') }
 
   it 'installs the rbtrace command, which prints the version' do
-    output, status = run(gem_env, rbtrace, '--version')
+    output, status = run(gem_env, rbtrace_command, '--version')
     expect(status).to be_success, output
     expect(output).to eq("rbtrace #{version}\n")
   end
@@ -91,17 +91,17 @@ RSpec.describe 'the installed gem', :gem_install do
     pid_line = Timeout.timeout(20) { app_r.gets }
     expect(pid_line&.chomp).to eq(app.to_s)
 
-    output, status = run(gem_env, rbtrace, '-p', app.to_s, '-e', '1+1')
+    output, status = run(gem_env, rbtrace_command, '-p', app.to_s, '-e', '1+1')
     expect(status).to be_success, output
     expect(output).to include("=> 2\n")
 
     # The shipped tracers, found from the installed client's own path.
     env = gem_env.merge('RBTRACE_TRACERS_DIR' => nil)
-    output, status = run(env, rbtrace, '-p', app.to_s, '-c', 'nosuch')
+    output, status = run(env, rbtrace_command, '-p', app.to_s, '-c', 'nosuch')
     expect(status.exitstatus).to eq(2), output
     expect(output).to include('the shipped tracers are activerecord, io, mysql2, net_http, pg, ' \
                               'puma, rack, redis, sidekiq;')
-    output, status = run(env, rbtrace, '-p', app.to_s, '-c', 'io') do |pid|
+    output, status = run(env, rbtrace_command, '-p', app.to_s, '-c', 'io') do |pid|
       sleep 1
       Process.kill('INT', pid)
     end
