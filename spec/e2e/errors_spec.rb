@@ -103,4 +103,43 @@ RSpec.describe 'errors' do
     expect(app).to be_alive
     expect(rbtrace('-p', app.pid, '-e', '40 + 2').stdout).to eq(">> 40 + 2\n=> 42\n")
   end
+
+  it 'a malformed command while a client is attached: an error event for it, and the trace goes on' do
+    require 'fiddle'
+    libc = Fiddle.dlopen(nil)
+    msgget = Fiddle::Function.new(libc['msgget'], [Fiddle::TYPE_INT, Fiddle::TYPE_INT], Fiddle::TYPE_INT)
+    msgsnd = Fiddle::Function.new(libc['msgsnd'], [Fiddle::TYPE_INT, Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T, Fiddle::TYPE_INT], Fiddle::TYPE_INT)
+    client = start_client('-p', app.pid, '-m', 'Process.pid')
+    client.attached
+    client.wait_for(/^Process\.pid </)
+    qid = msgget.call(0x52000000 | app.pid, 0)
+    expect(qid).to be >= 0
+    # Sends one chunk (flags byte, then bytes), nudging the app while its queue is full.
+    send_chunk = lambda do |chunk|
+      msg = [1].pack('q') + chunk.b
+      until msgsnd.call(qid, msg, chunk.bytesize, 0o4000).zero? # IPC_NOWAIT
+        Process.kill(:URG, app.pid)
+        sleep 0.001
+      end
+    end
+    cpid = client.pid
+    # truncated; not an array; selectors of the wrong type; an unknown command
+    [[0x93, 0x03], [0xc3], [0x93, 0x03, 0xce, *[cpid].pack('N').bytes, 0x2a], [0x92, 0x63, 0x01]].each do |bytes|
+      send_chunk.call("\x02" + bytes.pack('C*'))
+    end
+    # a command longer than the 4 MiB the app takes: 2,100 chunks of 2 KiB
+    send_chunk.call("\x03" + ("\x00" * 2047))
+    2099.times { send_chunk.call("\x01" + ("\x00" * 2047)) }
+    send_chunk.call("\x00")
+    Process.kill(:URG, app.pid)
+    client.wait_for(/longer than \d+ bytes/, stream: :stderr)
+    errors = client.stderr.scan(/^\*\*\* error: .*/)
+    expect(errors.grep(/malformed command/).size).to eq(4), client.stderr
+    expect(errors.grep(/command longer than 4194304 bytes ignored/).size).to eq(1), client.stderr
+    # the trace goes on
+    mark = client.stdout.scan(/^Process\.pid </).size
+    client.wait_for(/(?:^Process\.pid <.*\n){#{mark + 2}}/)
+    expect(client.stop).to be_success
+    expect(app).to be_alive
+  end
 end
