@@ -6,6 +6,10 @@
 # first), measures, prints "RESULT ips=... sd=...", then waits for stdin to
 # close so that the tracer detaches from a live process.
 #
+# With BENCH_BUSY_WAIT=1 it waits for that line busily: the original rbtrace
+# gem attaches only to a process that runs Ruby code (its postponed job runs
+# nobody's way while the main thread is blocked in a read).
+#
 # Run alone: echo | ruby -rbundler/setup bench/hash_key_bench.rb
 require 'benchmark/ips'
 
@@ -19,7 +23,11 @@ keys.sample(n >> 1).each { |k| h[k] = true }
 
 $stdout.sync = true
 puts "ready #{Process.pid}"
-$stdin.gets
+if ENV['BENCH_BUSY_WAIT']
+  nil while $stdin.read_nonblock(1, exception: false) == :wait_readable
+else
+  $stdin.gets
+end
 
 report = Benchmark.ips do |x|
   x.config(warmup: warmup, time: time)
