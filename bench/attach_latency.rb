@@ -10,11 +10,16 @@
 #
 # Prints a Markdown table: per state, how many of the runs answered, the
 # median and the slowest. BENCH_RUNS sets the runs per state (default 20).
+# Then the same for the original rbtrace gem (its `rbtrace -p PID -e
+# Process.pid`, in a few of the states; bench/original_gem.rb installs it, or
+# the report says why not), and the start-up of the bin/rbtrace stub (Ruby)
+# that execs the compiled client, against the client alone (--version).
 require 'open3'
 require 'rbconfig'
 require 'time'
 
 require_relative 'support'
+require_relative 'original_gem'
 include BenchSupport # rubocop:disable Style/MixinUsage
 RUNS = Integer(ENV.fetch('BENCH_RUNS', '20'))
 
@@ -34,17 +39,32 @@ require_build!
 
 def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 
-def measure(code)
+# A target in the state code puts it in, loading rbtrace (ours, or the
+# original gem's with original): its pid once it is there.
+def start_target(code, original)
   r, w = IO.pipe
-  pid = spawn(RbConfig.ruby, '-I', LIB, '-rrbtrace', '-e', "$stdout.sync = true; puts 'ready'; #{code}",
-              out: w, err: File::NULL)
+  env, load = original ? [OriginalGem.env, []] : [{}, ['-I', LIB]]
+  pid = OriginalGem.unbundled do
+    spawn(env, RbConfig.ruby, *load, '-rrbtrace', '-e', "$stdout.sync = true; puts 'ready'; #{code}",
+          out: w, err: File::NULL)
+  end
   w.close
   r.gets
+  r.close
   sleep 0.2
+  pid
+end
+
+# Milliseconds of each run that answered, sorted.
+def measure(code, runs: RUNS, original: false)
+  pid = start_target(code, original)
+  client = original ? OriginalGem.client_command : [CLIENT, '--timeout', '5']
   times = []
-  RUNS.times do
+  runs.times do
     t = now
-    out, _err, st = Open3.capture3(CLIENT, '-p', pid.to_s, '-e', 'Process.pid', '--timeout', '5')
+    out, _err, st = OriginalGem.unbundled do
+      Open3.capture3(*(original ? [OriginalGem.env] : []), *client, '-p', pid.to_s, '-e', 'Process.pid')
+    end
     times << (now - t) * 1000 if st.success? && out.include?("=> #{pid}")
   end
   times.sort
@@ -53,7 +73,21 @@ ensure
     Process.kill(:KILL, pid)
     Process.wait(pid)
   end
-  r&.close
+end
+
+def row(name, times, runs)
+  median = times.empty? ? '-' : format('%.1f ms', times[times.size / 2])
+  slowest = times.empty? ? '-' : format('%.1f ms', times.last)
+  "| #{name} | #{times.size}/#{runs} | #{median} | #{slowest} |"
+end
+
+# Median milliseconds of running command (an Array) RUNS times.
+def startup(command)
+  median(Array.new(RUNS) do
+    t = now
+    system(*command, out: File::NULL, err: File::NULL) or abort "bench: #{command.join(' ')} failed"
+    (now - t) * 1000
+  end)
 end
 
 puts "Attach latency: `rbtrace-client -p PID -e Process.pid`, #{RUNS} runs per state"
@@ -63,9 +97,27 @@ puts "- ruby: #{RUBY_DESCRIPTION}"
 puts
 puts '| target state | answered | median | slowest |'
 puts '| --- | ---: | ---: | ---: |'
-STATES.each do |name, code|
-  times = measure(code)
-  median = times.empty? ? '-' : format('%.1f ms', times[times.size / 2])
-  slowest = times.empty? ? '-' : format('%.1f ms', times.last)
-  puts "| #{name} | #{times.size}/#{RUNS} | #{median} | #{slowest} |"
+STATES.each { |name, code| puts row(name, measure(code), RUNS) }
+
+ORIGINAL_STATES = ['busy in Ruby', 'sleep', 'pipe read'].freeze
+ORIGINAL_RUNS = [RUNS / 2, 3].max
+puts
+if OriginalGem.find
+  puts "The original rbtrace gem #{OriginalGem::VERSION}, `rbtrace -p PID -e Process.pid`, " \
+       "#{ORIGINAL_RUNS} runs per state:"
+  puts
+  puts '| target state | answered | median | slowest |'
+  puts '| --- | ---: | ---: | ---: |'
+  ORIGINAL_STATES.each do |name|
+    puts row(name, measure(STATES.fetch(name), runs: ORIGINAL_RUNS, original: true), ORIGINAL_RUNS)
+  end
+else
+  puts "The original rbtrace gem: not measured: #{OriginalGem.why_not}"
 end
+
+stub = startup([File.join(ROOT, 'bin', 'rbtrace'), '--version'])
+bare = startup([CLIENT, '--version'])
+puts
+puts "Start-up, median of #{RUNS}: `bin/rbtrace --version` (the Ruby stub, then the client) " \
+     "#{format('%.1f', stub)} ms; the compiled client alone #{format('%.1f', bare)} ms: " \
+     "the stub adds #{format('%.1f', stub - bare)} ms."
