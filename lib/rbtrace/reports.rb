@@ -178,20 +178,21 @@ module RBTrace
       reader, writer = IO.pipe
       started = clock
       cpu = thread_cpu
-      child = Process.fork { dump_child(io, reader, writer) { |f| yield f } }
+      child = Process.fork { dump_child(io, path, reader, writer) { |f| yield f } }
       pause = thread_cpu - cpu
       [io, writer].each(&:close)
-      outcome = reader.read   # "ok" or the child's error; EOF once it exited
+      outcome = reader.read   # "ok LINES" or the child's error; EOF once it exited
       status = wait_child(child)
       pid = child
       child = nil
-      unless outcome == DUMP_OK
+      ok, lines = outcome.split(' ', 2)
+      unless ok == DUMP_OK && lines&.match?(/\A\d+\z/)
         why = outcome.empty? ? (status&.inspect || 'it died') : outcome
         raise Error, "the #{what} failed in child #{pid}: #{why}"
       end
 
       done = true
-      dump_report(what, path, pause, clock - started, pid)
+      dump_report(what, path, lines, pause, clock - started, pid)
     ensure
       [io, reader, writer].each { |f| f.close if f && !f.closed? }
       reap(child)
@@ -204,23 +205,25 @@ module RBTrace
       nil
     end
 
-    def dump_child(io, reader, writer)
+    # The child also counts the file's lines: the app would pause while it
+    # read the whole file with the GVL held.
+    def dump_child(io, path, reader, writer)
       reader.close
       yield io
       io.close
-      writer.write(DUMP_OK)
+      writer.write("#{DUMP_OK} #{count_lines(path)}")
       exit!(0)
     rescue Exception => e # rubocop:disable Lint/RescueException
       writer.write("#{e.class}: #{e.message}") rescue nil # rubocop:disable Style/RescueModifier
       exit!(1)
     end
 
-    def dump_report(what, path, pause, total, child)
+    def dump_report(what, path, lines, pause, total, child)
       size = File.size(path)
       [
         "#{what}: #{path}",
         "size:      #{bytes(size)}",
-        "objects:   #{count_lines(path)} (lines, one JSON object each)",
+        "objects:   #{lines} (lines, one JSON object each)",
         format('pause:     %.6f s (the fork; child %d wrote the file in %.3f s)', pause, child, total)
       ].map { |l| "#{l}\n" }.join
     end
