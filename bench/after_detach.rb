@@ -1,12 +1,15 @@
 # frozen_string_literal: true
 
-# bench/after_detach.rb - is an app as fast after rbtrace detached as before
-# it was traced? For each way of tracing, one fresh process runs a fixed
-# workload (a tight loop of Ruby method calls, C method calls and attribute
-# reads) several times before anyone attaches, then is traced that way for a
-# second, detached, and runs the workload again. The ratio is the median
-# time before over the median time after, in the same process (1.00x: as
-# fast as before; 0.80x: 20 % slower for the rest of its life).
+# bench/after_detach.rb - is an app as fast while rbtrace traces a method it
+# does not call, and after rbtrace detached, as before it was traced? For
+# each way of tracing, one fresh process runs a fixed workload (a tight loop
+# of Ruby method calls, C method calls and attribute reads; it never calls
+# Worker#step, the traced Ruby method) several times before anyone
+# attaches, again while traced that way, and again after the detach. The
+# ratios are the median time before over the median time while traced and
+# after, in the same process (1.00x: as fast as before; 0.80x: 20 % slower,
+# after a detach for the rest of its life). Times are the looping thread's
+# CPU time, which other processes on the machine do not move much.
 #
 #   bundle exec rake compile && ruby bench/after_detach.rb
 #
@@ -44,7 +47,7 @@ WORKLOAD = <<~RUBY
   puts "ready"
   while $stdin.gets
     w = Worker.new
-    t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    t = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
     i = 0
     while i < #{ITERS}
       w.other(i)
@@ -52,7 +55,7 @@ WORKLOAD = <<~RUBY
       w.count
       i += 1
     end
-    puts Process.clock_gettime(Process::CLOCK_MONOTONIC) - t
+    puts Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - t
   end
 RUBY
 
@@ -65,17 +68,19 @@ def runs(io_in, io_out, n)
   end
 end
 
-def trace_for_a_second(pid, args)
-  if args.first == '-e'
-    system(CLIENT, '-p', pid.to_s, *args, out: File::NULL, err: File::NULL)
-    return
-  end
-  client = spawn(CLIENT, '-p', pid.to_s, *args, out: File::NULL, err: File::NULL)
-  sleep 1
-  Process.kill(:INT, client)
-  Process.wait(client)
+# Starts a client tracing pid with args; returns its pid once attached
+# and tracing.
+def start_client(pid, args)
+  err_r, err_w = IO.pipe
+  client = spawn(CLIENT, '-p', pid.to_s, *args, out: File::NULL, err: err_w)
+  err_w.close
+  nil until err_r.gets.to_s.start_with?('*** attached')
+  err_r.close
+  sleep 0.5 # the tracers are set up after "attached"
+  client
 end
 
+# [before, while traced (nil for -e), after]: median seconds.
 def measure(args)
   in_r, in_w = IO.pipe
   out_r, out_w = IO.pipe
@@ -85,31 +90,41 @@ def measure(args)
   out_r.gets # ready
   runs(in_w, out_r, 1) # warm up
   before = median(runs(in_w, out_r, RUNS))
-  trace_for_a_second(pid, args) if args
+  during = nil
+  if args&.first == '-e'
+    system(CLIENT, '-p', pid.to_s, *args, out: File::NULL, err: File::NULL)
+  elsif args
+    client = start_client(pid, args)
+    during = median(runs(in_w, out_r, RUNS))
+    Process.kill(:INT, client)
+    Process.wait(client)
+    client = nil
+  end
   after = median(runs(in_w, out_r, RUNS))
-  [before, after]
+  [before, during, after]
 ensure
   in_w&.close
-  if pid
-    Process.kill(:KILL, pid) rescue nil
-    Process.wait(pid) rescue nil
+  [client, pid].compact.each do |p|
+    Process.kill(:KILL, p) rescue nil
+    Process.wait(p) rescue nil
   end
 end
 
 wanted = ENV['BENCH_MODES']&.split(',')
 modes = wanted ? MODES.select { |_, a| wanted.include?(a.join(' ')) || wanted.include?(a.first) } : MODES
 
-puts "After detach: the workload's speed after tracing, over its speed before, in one process"
+puts "While traced and after detach: the workload's speed, over its speed before, in one process"
 puts
 puts "- date: #{Time.now.utc.iso8601}"
 puts "- ruby: #{RUBY_DESCRIPTION}#{ENV['RUBYOPT'].to_s.empty? ? '' : " (RUBYOPT=#{ENV['RUBYOPT']})"}"
-puts "- workload: #{ITERS} iterations of `w.other(i); H.key?(i); w.count`; median of #{RUNS} runs each side"
+puts "- workload: #{ITERS} iterations of `w.other(i); H.key?(i); w.count` (never Worker#step); " \
+     "median of #{RUNS} runs each, thread CPU time"
 puts
-puts '| traced with | before (s) | after (s) | after vs before |'
-puts '| --- | ---: | ---: | ---: |'
-before, after = measure(nil)
-puts format('| (never traced: two series) | %.3f | %.3f | %.2fx |', before, after, before / after)
-modes.each do |label, args|
-  before, after = measure(args)
-  puts format('| %s | %.3f | %.3f | %.2fx |', label, before, after, before / after)
+puts '| traced with | before (s) | while traced (s) | after (s) | while traced vs before | after vs before |'
+puts '| --- | ---: | ---: | ---: | ---: | ---: |'
+def row(label, (before, during, after))
+  d = during ? [format('%.3f', during), format('%.2fx', before / during)] : %w[- -]
+  format('| %s | %.3f | %s | %.3f | %s | %.2fx |', label, before, d[0], after, d[1], before / after)
 end
+puts row('(never traced: two series)', measure(nil))
+modes.each { |label, args| puts row(label, measure(args)) }
