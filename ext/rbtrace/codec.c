@@ -363,60 +363,6 @@ void rbtrace_event_pack_call(msgpack_packer *pk, enum rbtrace_event_type type,
     msgpack_pack_uint64(pk, method_id);
 }
 
-/* A msgpack unsigned integer in its shortest form, as msgpack-c packs it. */
-static size_t codec_put_uint(char *out, uint64_t v)
-{
-    uint16_t v16;
-    uint32_t v32;
-    uint64_t v64;
-
-    if (v < 128) {
-        out[0] = (char)v;
-        return 1;
-    }
-    if (v <= UINT8_MAX) {
-        out[0] = (char)0xcc;
-        out[1] = (char)v;
-        return 2;
-    }
-    if (v <= UINT16_MAX) {
-        out[0] = (char)0xcd;
-        v16 = htobe16((uint16_t)v);
-        memcpy(out + 1, &v16, 2);
-        return 3;
-    }
-    if (v <= UINT32_MAX) {
-        out[0] = (char)0xce;
-        v32 = htobe32((uint32_t)v);
-        memcpy(out + 1, &v32, 4);
-        return 5;
-    }
-    out[0] = (char)0xcf;
-    v64 = htobe64(v);
-    memcpy(out + 1, &v64, 8);
-    return 9;
-}
-
-size_t rbtrace_event_encode_call(char *out, enum rbtrace_event_type type,
-                                 uint64_t thread_id, uint64_t time_ns, uint64_t method_id)
-{
-    size_t n = 0;
-
-    out[n++] = (char)0x94;               /* fixarray of 4 */
-    n += codec_put_uint(out + n, type);
-    n += codec_put_uint(out + n, thread_id);
-    n += codec_put_uint(out + n, time_ns);
-    n += codec_put_uint(out + n, method_id);
-    return n;
-}
-
-size_t rbtrace_event_encode_lost(char *out, uint64_t count)
-{
-    out[0] = (char)0x92;                 /* fixarray of 2 */
-    out[1] = RBTRACE_EV_LOST;
-    return 2 + codec_put_uint(out + 2, count);
-}
-
 void rbtrace_event_pack_call_args(msgpack_packer *pk, uint64_t thread_id,
                                   uint64_t time_ns, uint64_t method_id,
                                   uint32_t n_exprs)

@@ -10,6 +10,8 @@
 #ifndef RBTRACE_CODEC_H
 #define RBTRACE_CODEC_H
 
+#include <endian.h>
+#include <string.h>
 #include <msgpack.h>
 #include "protocol.h"
 
@@ -94,16 +96,65 @@ void rbtrace_event_pack_method(msgpack_packer *pk, uint64_t method_id,
                                const char *name, size_t name_len);
 void rbtrace_event_pack_call(msgpack_packer *pk, enum rbtrace_event_type type,
                              uint64_t thread_id, uint64_t time_ns, uint64_t method_id);
+/* A msgpack unsigned integer in its shortest form, as msgpack-c packs it.
+ * Inline, with the two encoders below: they run inside every traced call. */
+static inline size_t rbtrace_put_uint(char *out, uint64_t v)
+{
+    if (v < 128) {
+        out[0] = (char)v;
+        return 1;
+    }
+    if (v <= UINT8_MAX) {
+        out[0] = (char)0xcc;
+        out[1] = (char)v;
+        return 2;
+    }
+    if (v <= UINT16_MAX) {
+        uint16_t v16 = htobe16((uint16_t)v);
+        out[0] = (char)0xcd;
+        memcpy(out + 1, &v16, 2);
+        return 3;
+    }
+    if (v <= UINT32_MAX) {
+        uint32_t v32 = htobe32((uint32_t)v);
+        out[0] = (char)0xce;
+        memcpy(out + 1, &v32, 4);
+        return 5;
+    }
+    {
+        uint64_t v64 = htobe64(v);
+        out[0] = (char)0xcf;
+        memcpy(out + 1, &v64, 8);
+        return 9;
+    }
+}
+
 /* The hot path's form of rbtrace_event_pack_call: the same bytes, written
  * straight into out (at least RBTRACE_CALL_EVENT_MAX bytes) without the
  * packer's callbacks. Returns the length. */
 #define RBTRACE_CALL_EVENT_MAX 29
-size_t rbtrace_event_encode_call(char *out, enum rbtrace_event_type type,
-                                 uint64_t thread_id, uint64_t time_ns, uint64_t method_id);
+static inline size_t rbtrace_event_encode_call(char *out, enum rbtrace_event_type type,
+                                               uint64_t thread_id, uint64_t time_ns,
+                                               uint64_t method_id)
+{
+    size_t n = 0;
+
+    out[n++] = (char)0x94;               /* fixarray of 4 */
+    n += rbtrace_put_uint(out + n, type);
+    n += rbtrace_put_uint(out + n, thread_id);
+    n += rbtrace_put_uint(out + n, time_ns);
+    n += rbtrace_put_uint(out + n, method_id);
+    return n;
+}
 
 /* LOST, the same way: the same bytes as rbtrace_event_pack_lost. */
 #define RBTRACE_LOST_EVENT_MAX 11
-size_t rbtrace_event_encode_lost(char *out, uint64_t count);
+static inline size_t rbtrace_event_encode_lost(char *out, uint64_t count)
+{
+    out[0] = (char)0x92;                 /* fixarray of 2 */
+    out[1] = RBTRACE_EV_LOST;
+    return 2 + rbtrace_put_uint(out + 2, count);
+}
 
 /* Starts a CALL_ARGS event; the caller then packs n_exprs pairs with
  * rbtrace_event_pack_expr. */

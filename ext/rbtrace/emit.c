@@ -211,26 +211,32 @@ static int emit_forget_due(void)
     return 0;
 }
 
-/* The pair asked for last: a method traced in a loop skips the table. */
-static struct rbtrace_method_slot last_method;
+/* The pairs asked for lately, direct-mapped by a cheap hash: the few
+ * methods a loop calls skip the table (and a function call). */
+#define EMIT_RECENT 64
+static struct rbtrace_method_slot recent_methods[EMIT_RECENT];
 
-/* The id of (klass, mid), naming it first if it is new; 0 if the name
- * could not be sent (the caller's event is then dropped too). */
-static uint32_t emit_method_id(VALUE klass, VALUE mid)
+static inline struct rbtrace_method_slot *emit_recent_slot(VALUE klass, VALUE mid)
+{
+    return &recent_methods[((klass >> 3) ^ (mid >> 8)) & (EMIT_RECENT - 1)];
+}
+
+/* emit_method_id when the pair is not the last one: the table, or a new
+ * name. Out of line, so that the hot path keeps no name buffer (and no
+ * stack protector) of its own. */
+static __attribute__((noinline)) uint32_t emit_method_id_lookup(VALUE klass, VALUE mid)
 {
     struct rbtrace_method_slot *slot;
     size_t i;
     char name[EMIT_NAME_MAX];
     size_t len;
 
-    if (last_method.id && last_method.klass == klass && last_method.mid == mid)
-        return last_method.id;
     i = emit_slot_of(klass, mid, rbtrace.method_slots);
     for (;;) {
         slot = &rbtrace.methods[i];
         if (slot->id == 0) break;
         if (slot->klass == klass && slot->mid == mid) {
-            last_method = *slot;
+            *emit_recent_slot(klass, mid) = *slot;
             return slot->id;
         }
         i = (i + 1) & (rbtrace.method_slots - 1);
@@ -239,7 +245,7 @@ static uint32_t emit_method_id(VALUE klass, VALUE mid)
     if (rbtrace.methods_used >= rbtrace.method_slots / 4 * 3) {
         if (emit_table_grow() != 0) {
             emit_table_clear();
-            memset(&last_method, 0, sizeof(last_method));
+            memset(recent_methods, 0, sizeof(recent_methods));
         }
         for (i = emit_slot_of(klass, mid, rbtrace.method_slots); rbtrace.methods[i].id;
              i = (i + 1) & (rbtrace.method_slots - 1))
@@ -255,8 +261,18 @@ static uint32_t emit_method_id(VALUE klass, VALUE mid)
     slot->mid = mid;
     slot->id = rbtrace.next_method_id++;
     rbtrace.methods_used++;
-    last_method = *slot;
+    *emit_recent_slot(klass, mid) = *slot;
     return slot->id;
+}
+
+/* The id of (klass, mid), naming it first if it is new; 0 if the name
+ * could not be sent (the caller's event is then dropped too). */
+static inline uint32_t emit_method_id(VALUE klass, VALUE mid)
+{
+    const struct rbtrace_method_slot *r = emit_recent_slot(klass, mid);
+
+    if (r->id && r->klass == klass && r->mid == mid) return r->id;
+    return emit_method_id_lookup(klass, mid);
 }
 
 /* ---- events ---- */
@@ -264,12 +280,22 @@ static uint32_t emit_method_id(VALUE klass, VALUE mid)
 
 /* Both event functions may be reached after a detach freed the tables:
  * trace expressions and wrapped methods can give up the GVL mid-call. */
+/* An event that cannot be encoded in place: after a loss report, or
+ * wrapping around the ring's end. */
+static __attribute__((noinline)) void emit_call_pushed(enum rbtrace_event_type type, uint64_t time,
+                                                      uint32_t id)
+{
+    char bytes[RBTRACE_CALL_EVENT_MAX];
+
+    emit_push(bytes, rbtrace_event_encode_call(bytes, type, rbtrace_thread_id(), time, id));
+}
+
 void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t now)
 {
     enum rbtrace_event_type type =
         (event & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)) ? RBTRACE_EV_CALL : RBTRACE_EV_RETURN;
-    char bytes[RBTRACE_CALL_EVENT_MAX];
-    size_t len, room = sizeof(bytes) + RBTRACE_LOST_EVENT_MAX;
+    const size_t room = RBTRACE_CALL_EVENT_MAX + RBTRACE_LOST_EVENT_MAX;
+    char *out;
     uint32_t id;
 
     /* A full ring (a client that stopped reading) costs no encoding. */
@@ -278,8 +304,14 @@ void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t n
         rbtrace.lost++;
         return;
     }
-    len = rbtrace_event_encode_call(bytes, type, rbtrace_thread_id(), now - rbtrace.clock_origin_ns, id);
-    emit_push(bytes, len);
+    /* Most events are encoded in place, straight into the ring. */
+    if (!rbtrace.lost && !rbtrace.big_event &&
+        (out = rbtrace_ring_reserve(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) != NULL) {
+        rbtrace_ring_commit(&rbtrace.ring, rbtrace_event_encode_call(
+            out, type, rbtrace_thread_id(), now - rbtrace.clock_origin_ns, id));
+        return;
+    }
+    emit_call_pushed(type, now - rbtrace.clock_origin_ns, id);
 }
 
 /* A CALL with the values of its trace expressions (Arrays of Strings). */
@@ -516,7 +548,7 @@ int rbtrace_emit_open(void)
     rbtrace.methods_used = 0;
     rbtrace.next_method_id = 1;
     rbtrace.forget_from = 0;
-    memset(&last_method, 0, sizeof(last_method));
+    memset(recent_methods, 0, sizeof(recent_methods));
     rbtrace.lost = 0;
     rbtrace.big_event = 0;
     msgpack_packer_init(&scratch_pk, &scratch, emit_buffer_write);

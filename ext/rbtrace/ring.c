@@ -36,15 +36,6 @@ void rbtrace_ring_free(struct rbtrace_ring *ring)
     ring->head = ring->tail = ring->tail_seen = 0;
 }
 
-size_t rbtrace_ring_space(struct rbtrace_ring *ring, size_t want)
-{
-    size_t space = ring->size - (size_t)(ring->head - ring->tail_seen);
-
-    if (space >= want) return space;
-    ring->tail_seen = __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
-    return ring->size - (size_t)(ring->head - ring->tail_seen);
-}
-
 int rbtrace_ring_push(struct rbtrace_ring *ring, const void *data, size_t len)
 {
     size_t at, first;

@@ -35,7 +35,32 @@ int rbtrace_ring_init(struct rbtrace_ring *ring, size_t size);
 void rbtrace_ring_free(struct rbtrace_ring *ring);
 
 /* Producer: free bytes (at least; re-reads tail only when needed). */
-size_t rbtrace_ring_space(struct rbtrace_ring *ring, size_t want);
+static inline size_t rbtrace_ring_space(struct rbtrace_ring *ring, size_t want)
+{
+    size_t space = ring->size - (size_t)(ring->head - ring->tail_seen);
+
+    if (space >= want) return space;
+    ring->tail_seen = __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
+    return ring->size - (size_t)(ring->head - ring->tail_seen);
+}
+
+/* Producer, the hot path's way: room for up to len bytes, contiguous at
+ * the head, to encode an event in place; NULL if there is not (full, or
+ * the event would wrap: then push it). rbtrace_ring_commit publishes it. */
+static inline char *rbtrace_ring_reserve(struct rbtrace_ring *ring, size_t len)
+{
+    size_t at = (size_t)(ring->head & (ring->size - 1));
+
+    if (ring->buf == NULL || ring->size - at < len || rbtrace_ring_space(ring, len) < len)
+        return NULL;
+    return ring->buf + at;
+}
+
+/* Publishes len bytes written at rbtrace_ring_reserve's pointer. */
+static inline void rbtrace_ring_commit(struct rbtrace_ring *ring, size_t len)
+{
+    __atomic_store_n(&ring->head, ring->head + len, __ATOMIC_RELEASE);
+}
 
 /* Appends len bytes, or nothing: returns 0, or -1 when they do not fit. */
 int rbtrace_ring_push(struct rbtrace_ring *ring, const void *data, size_t len);

@@ -79,8 +79,8 @@ static void tracer_call_with_exprs(rb_trace_arg_t *targ, VALUE klass, VALUE mid,
     rbtrace_emit_call_args(klass, mid, now, exprs, values);
 }
 
-static void tracer_event(rb_trace_arg_t *targ, const struct rbtrace_tracer *t, VALUE klass,
-                         VALUE mid);
+static inline void tracer_event(rb_trace_arg_t *targ, const struct rbtrace_tracer *t, VALUE klass,
+                                VALUE mid);
 
 /* The event hook (RAW_ARG): runs inside every call of the process. */
 static void tracer_hook_i(VALUE data, rb_trace_arg_t *targ)
@@ -96,8 +96,9 @@ static void tracer_hook_i(VALUE data, rb_trace_arg_t *targ)
     tracer_event(targ, t, klass, mid);
 }
 
-/* A call or return of a traced method: encoded, with its expressions. */
-static void tracer_event(rb_trace_arg_t *targ, const struct rbtrace_tracer *t, VALUE klass, VALUE mid)
+/* A call or return of a traced method: encoded, with its expressions.
+ * Inline: under --firehose it runs for every call and return. */
+static inline void tracer_event(rb_trace_arg_t *targ, const struct rbtrace_tracer *t, VALUE klass, VALUE mid)
 {
     rb_event_flag_t ev;
 
