@@ -1,16 +1,18 @@
 # frozen_string_literal: true
 
-# bench/per_call_callgrind.rb - what one call traced by --firehose costs the
-# app, in instructions (valgrind's callgrind counts them; the same binary
-# and input give the same count whatever else the machine does, unlike
-# bench/per_call.rb's times). The app, under callgrind, runs a loop of
-# Ruby method calls (`m(i)`, with Integer#< and Integer#+ that the firehose
-# reports too) N and 2N times, untraced and while `rbtrace -f` traces it;
-# the difference between the two lengths is the loop's own count, free of
-# start-up, attach and exit:
+# bench/per_call_callgrind.rb - what one traced call costs the app, in
+# instructions (valgrind's callgrind counts them; the same binary and input
+# give the same count whatever else the machine does, unlike
+# bench/per_call.rb's times). The app, under callgrind, runs a loop N and 2N
+# times, untraced and while traced; the difference between the two lengths
+# is the loop's own count, free of start-up, attach and exit:
 #
 #   per iteration = (count(2N) - count(N)) / N
-#   per traced call = (traced - untraced per iteration) / 3
+#   per traced call = (traced - untraced per iteration) / traced calls per iteration
+#
+# Two loops: Ruby method calls (`m(i)`) under `rbtrace -f`, which reports 3
+# calls an iteration (m, Integer#< and Integer#+); and `h.key?(i)` under
+# `rbtrace -m 'Hash#key?'` (a wrapped C method: 1 traced call an iteration).
 #
 # Instructions of every thread of the app are counted: the hook's, and the
 # writer thread's that sends the events (not the client's).
@@ -25,36 +27,45 @@ require_relative 'support'
 include BenchSupport # rubocop:disable Style/MixinUsage
 ITERS = Integer(ENV.fetch('BENCH_ITERS', '100000'))
 
-APP = <<~RUBY
-  $stdout.sync = true
-  def m(x) = x
-  n = Integer(ARGV[0])
-  puts "ready"
-  $stdin.gets
-  i = 0
-  while i < n
-    m(i)
-    i += 1
-  end
-  puts "done"
-  $stdin.gets
-RUBY
+Loop = Struct.new(:label, :body, :tracer_args, :traced_calls)
+LOOPS = [
+  Loop.new('`m(i); i += 1` under `-f`', 'm(i)', ['-f'], 3),
+  Loop.new("`h.key?(i); i += 1` under `-m 'Hash#key?'`", 'h.key?(i)', ['-m', 'Hash#key?'], 1)
+].freeze
+
+def app(body)
+  <<~RUBY
+    $stdout.sync = true
+    def m(x) = x
+    h = { 1 => 2 }
+    n = Integer(ARGV[0])
+    puts "ready"
+    $stdin.gets
+    i = 0
+    while i < n
+      #{body}
+      i += 1
+    end
+    puts "done"
+    $stdin.gets
+  RUBY
+end
 
 require_build!
 require_valgrind!
 
-# Instructions of the app running iters iterations, traced by -f or not.
-def count(iters, traced)
+# Instructions of the app running iters iterations of loop, traced or not.
+def count(loop, iters, traced)
   out = Tempfile.new('callgrind.out')
   app_in_r, app_in = IO.pipe
   app_out, app_out_w = IO.pipe
   log = Tempfile.new('callgrind.log')
   app = spawn('valgrind', '--tool=callgrind', "--callgrind-out-file=#{out.path}", RbConfig.ruby,
-              '-I', LIB, '-rrbtrace', '-e', APP, iters.to_s,
+              '-I', LIB, '-rrbtrace', '-e', app(loop.body), iters.to_s,
               in: app_in_r, out: app_out_w, err: log.path)
   [app_in_r, app_out_w].each(&:close)
   app_out.gets # ready
-  client = traced && start_client(app)
+  client = traced && start_client(app, loop.tracer_args)
   app_in.puts 'go'
   app_out.gets # done
   stop_client(client) if client
@@ -71,13 +82,13 @@ ensure
   log&.close!
 end
 
-def start_client(pid)
+def start_client(pid, args)
   err_r, err_w = IO.pipe
-  client = spawn(CLIENT, '-p', pid.to_s, '-f', '--timeout', '60', out: File::NULL, err: err_w)
+  client = spawn(CLIENT, '-p', pid.to_s, *args, '--timeout', '60', out: File::NULL, err: err_w)
   err_w.close
   nil until err_r.gets.to_s.start_with?('*** attached')
   err_r.close
-  sleep 2 # the hook is installed after "attached" (slowly, under valgrind)
+  sleep 2 # the tracers are set up after "attached" (slowly, under valgrind)
   client
 end
 
@@ -86,18 +97,18 @@ def stop_client(pid)
   Process.wait(pid)
 end
 
-def per_iteration(traced) = (count(2 * ITERS, traced) - count(ITERS, traced)).fdiv(ITERS)
+def per_iteration(loop, traced) = (count(loop, 2 * ITERS, traced) - count(loop, ITERS, traced)).fdiv(ITERS)
 
-untraced = per_iteration(false)
-traced = per_iteration(true)
-puts "Per traced call under --firehose, in instructions (callgrind; bench/per_call_callgrind.rb)"
+puts 'Per traced call, in instructions (callgrind; bench/per_call_callgrind.rb)'
 puts
 puts "- date: #{Time.now.utc.iso8601}"
 puts "- ruby: #{RUBY_DESCRIPTION}"
-puts "- loop: `m(i); i += 1` (3 calls an iteration), #{ITERS} and #{2 * ITERS} iterations"
+puts "- #{ITERS} and #{2 * ITERS} iterations of each loop, every thread of the app counted"
 puts
-puts '| | instructions per iteration |'
-puts '| --- | ---: |'
-puts format('| untraced | %.1f |', untraced)
-puts format('| traced by -f | %.1f |', traced)
-puts format('| added per traced call (a CALL and a RETURN event) | %.1f |', (traced - untraced) / 3)
+puts '| loop | untraced per iteration | traced per iteration | added per traced call (a CALL and a RETURN event) |'
+puts '| --- | ---: | ---: | ---: |'
+LOOPS.each do |loop|
+  untraced = per_iteration(loop, false)
+  traced = per_iteration(loop, true)
+  puts format('| %s | %.1f | %.1f | %.1f |', loop.label, untraced, traced, (traced - untraced) / loop.traced_calls)
+end
