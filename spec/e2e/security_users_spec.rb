@@ -224,15 +224,17 @@ RSpec.describe 'security between users' do
       Timeout.timeout(5) do
         sleep 0.01 until (dir = Dir.glob(File.join(tmp, 'rbtrace-*')).first) && File.stat(dir).uid == second.uid
       end
-      expect(File.stat(File.join(dir, 'sock')).uid).to eq(second.uid)   # so that the app may connect
+      sock_uid = File.stat(File.join(dir, 'sock')).uid
       # The second user moves the directory away and puts a symlink to root's
       # victim directory at its path.
       ruby_as(second, "File.rename(#{dir.inspect}, #{File.join(tmp, 'moved').inspect}); " \
                       "File.symlink(#{victim_dir.inspect}, #{dir.inspect})")
       client.wait(timeout: 10)
       expect(client.stderr).to include("process #{app.pid} did not answer within 3 s")
+      # (The client before this was fixed removed root's victim/sock here.)
       expect(File.read(victim)).to eq('precious')
       expect(File.symlink?(dir)).to be true   # rmdir does not follow it either
+      expect(sock_uid).to eq(second.uid)      # the socket was the app's user's, so that it may connect
       expect(Dir.children(File.join(tmp, 'moved'))).to be_empty   # the socket was removed where it was
     ensure
       FileUtils.rm_rf(victim_dir) if victim_dir
@@ -248,7 +250,7 @@ RSpec.describe 'security between users' do
         'file' => "File.write(path, 'planted')" }.each do |kind, plant|
         # The name has the app's pid and the time to the second: planted for
         # the next seconds, more than the dump can take to start.
-        names = (-1..6).map do |s|
+        names = (-1..15).map do |s|
           File.join(tmp, "rbtrace-heapdump-#{app.pid}-#{(Time.now + s).strftime('%Y%m%d-%H%M%S')}.json")
         end
         ruby_as(second, "#{names.inspect}.each { |path| #{plant} }")
