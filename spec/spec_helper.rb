@@ -18,10 +18,11 @@ module RBTraceSpec
   class Target
     attr_reader :pid, :lines
 
-    def initialize(code, rbtrace: true, env: {}, ruby_args: [])
+    # prefix: a command that runs ruby, e.g. setpriv to run it as another user.
+    def initialize(code, rbtrace: true, env: {}, ruby_args: [], prefix: [])
       @out_r, out_w = IO.pipe
       @err_path = File.join(Dir.tmpdir, "rbtrace-spec-#{Process.pid}-#{object_id}.err")
-      args = ['ruby', '-I', LIB, *ruby_args]
+      args = [*prefix, 'ruby', '-I', LIB, *ruby_args]
       args << '-rrbtrace' if rbtrace
       args += ['-e', "$stdout.sync = true\n#{code}"]
       @pid = Process.spawn(env, *args, out: out_w, err: @err_path, pgroup: true)

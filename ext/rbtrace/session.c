@@ -34,8 +34,16 @@ static int session_connect(const struct rbtrace_str *path)
     memcpy(addr.sun_path, path->ptr, path->len);
 
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) goto close_fd;
+    if (fd < 0) {
+        fprintf(stderr, "rbtrace: cannot create a socket to reach the tracer: %s\n", strerror(errno));
+        return -1;
+    }
+    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+        /* Said here: the tracer only sees that we never connected. */
+        fprintf(stderr, "rbtrace: cannot connect to the tracer's socket %s: %s\n", addr.sun_path,
+                strerror(errno));
+        goto close_fd;
+    }
     /* The listener must be our own user (or root): nobody else may read
      * our events, whatever path the command named. */
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0) goto close_fd;

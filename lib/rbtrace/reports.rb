@@ -55,7 +55,7 @@ module RBTrace
     # rbtrace --heapdump [FILE]
     def heapdump(path = nil)
       require 'objspace'
-      dump_in_child('heap dump', path || default_path('heapdump')) do |io|
+      dump_in_child('heap dump', path, 'heapdump') do |io|
         GC.start   # in the child: only live objects, and no pause for the app
         ObjectSpace.dump_all(output: io)
       end
@@ -69,7 +69,7 @@ module RBTrace
                      'ObjectSpace.dump_shapes (object shapes came with Ruby 3.2)'
       end
 
-      dump_in_child('shapes dump', path || default_path('shapesdump')) do |io|
+      dump_in_child('shapes dump', path, 'shapesdump') do |io|
         ObjectSpace.dump_shapes(output: io)
       end
     end
@@ -150,17 +150,37 @@ module RBTrace
 
     # ---- dumps ----
 
-    def default_path(kind)
+    # Tries for the default file: its name is predictable (pid and time,
+    # in the shared temporary directory), so another user may have put a
+    # file, a socket or a symbolic link there first.
+    DEFAULT_NAME_TRIES = 8
+
+    def default_path(kind, suffix = nil)
       require 'tmpdir'
-      File.join(Dir.tmpdir, "rbtrace-#{kind}-#{Process.pid}-#{Time.now.strftime('%Y%m%d-%H%M%S')}.json")
+      name = "rbtrace-#{kind}-#{Process.pid}-#{Time.now.strftime('%Y%m%d-%H%M%S')}"
+      File.join(Dir.tmpdir, suffix ? "#{name}-#{suffix}.json" : "#{name}.json")
+    end
+
+    # The default file: whatever sits at its name is left alone (never
+    # opened, never followed), and a name with a random part is taken
+    # instead. Returns [io, path].
+    def create_default(kind)
+      path = default_path(kind)
+      DEFAULT_NAME_TRIES.times do
+        return [open_new(path), path]
+      rescue Errno::EEXIST
+        path = default_path(kind, Random.urandom(6).unpack1('H*'))
+      end
+      raise Error, "could not create a new file in #{File.dirname(path)}: #{DEFAULT_NAME_TRIES} names " \
+                   'were taken (give the file name, or set TMPDIR to a directory of your own)'
+    rescue SystemCallError => e
+      raise Error, "cannot create #{path}: #{e.message}"
     end
 
     def create_exclusive(path)
       raise Error, "#{path}: the file name must be absolute" unless path.start_with?('/')
 
-      io = File.open(path, CREATE_FLAGS, 0o600)
-      io.chmod(0o600)   # whatever the umask
-      io
+      open_new(path)
     rescue Errno::EEXIST
       what = File.symlink?(path) ? 'is a symbolic link' : 'exists already'
       raise Error, "#{path} #{what}: rbtrace writes only a new file (choose another name or remove it)"
@@ -168,13 +188,20 @@ module RBTrace
       raise Error, "cannot create #{path}: #{e.message}"
     end
 
-    # Writes the dump (the block, given the file) from a forked child while
-    # this thread waits for it without the GVL. The child says how it went
-    # on a pipe: an app that reaps every child (a Unicorn or Puma master
-    # does) may reap ours before we do. If this thread is killed (the
-    # eval's timeout), the child is killed too and its partial file removed.
-    def dump_in_child(what, path)
-      io = create_exclusive(path)
+    def open_new(path)
+      io = File.open(path, CREATE_FLAGS, 0o600)
+      io.chmod(0o600)   # whatever the umask
+      io
+    end
+
+    # Writes the dump (the block, given the file: path, or the default file
+    # for kind when path is nil) from a forked child while this thread
+    # waits for it without the GVL. The child says how it went on a pipe:
+    # an app that reaps every child (a Unicorn or Puma master does) may
+    # reap ours before we do. If this thread is killed (the eval's
+    # timeout), the child is killed too and its partial file removed.
+    def dump_in_child(what, path, kind)
+      io, path = path ? [create_exclusive(path), path] : create_default(kind)
       reader, writer = IO.pipe
       started = clock
       cpu = thread_cpu

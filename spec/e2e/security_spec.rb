@@ -48,27 +48,63 @@ RSpec.describe 'security' do
     FileUtils.rm_rf(tmp)
   end
 
-  it 'never reads a queue another user created under its key, says so once, and stays attachable by its owner' do
+  # Run as nobody: makes a world-writable queue under key, puts a real
+  # ATTACH command into it that names a socket nobody listens on, and says
+  # CONNECTED if anyone ever connects there (the app would, had it read it:
+  # it connects before it checks who listens).
+  PLANTER = <<~'RUBY'.freeze
+    require 'fiddle'
+    require 'socket'
+    require 'tmpdir'
+    libc = Fiddle.dlopen(nil)
+    msgget = Fiddle::Function.new(libc['msgget'], [Fiddle::TYPE_INT, Fiddle::TYPE_INT], Fiddle::TYPE_INT)
+    msgsnd = Fiddle::Function.new(libc['msgsnd'], [Fiddle::TYPE_INT, Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T,
+                                                    Fiddle::TYPE_INT], Fiddle::TYPE_INT)
+    qid = msgget.call(Integer(ENV.fetch('KEY')), 0o1666)   # IPC_CREAT | 0666
+    abort "msgget: #{Fiddle.last_error}" if qid < 0
+    dir = Dir.mktmpdir('rbtrace-planter')
+    File.chmod(0o755, dir)
+    server = UNIXServer.new(path = File.join(dir, 'sock'))
+    File.chmod(0o777, path)
+    # protocol.h: [ATTACH=1, client pid, protocol version 2, socket path]
+    command = [0x94, 1, 0xce, Process.pid, 2, 0xd9, path.bytesize].pack('C3NCCC') + path
+    msg = [1].pack('q') + [0x02].pack('C') + command   # mtype, chunk flags FIRST
+    abort "msgsnd: #{Fiddle.last_error}" unless msgsnd.call(qid, Fiddle::Pointer[msg], msg.bytesize - 8, 0o4000).zero?
+    puts "dir #{dir}"
+    puts 'ready'
+    loop do
+      next unless server.wait_readable(0.05)
+      c = server.accept
+      puts "CONNECTED #{c.getsockopt(:SOL_SOCKET, :SO_PEERCRED).unpack('i3').inspect}"
+      c.close
+    end
+  RUBY
+
+  it 'never reads a queue another user created under its key: a command planted there is never carried out; it says so once and stays attachable by its owner' do
     skip 'needs root to act as another user' unless Process.uid.zero?
     victim = start_target("puts 'ready'\nsleep").ready
     key = 0x52000000 | victim.pid
-    # "nobody" plants a world-writable queue under the victim's key.
-    plant = "require 'fiddle'; f = Fiddle::Function.new(Fiddle.dlopen(nil)['msgget'], " \
-            "[Fiddle::TYPE_INT, Fiddle::TYPE_INT], Fiddle::TYPE_INT); exit(f.call(#{key}, 0o1666) >= 0 ? 0 : 1)"
-    expect(system('setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', 'ruby', '-e', plant)).to be true
+    planter = start_target(PLANTER, rbtrace: false, env: { 'KEY' => key.to_s },
+                                    prefix: ['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups']).ready
     planted = -> { File.readlines('/proc/sysvipc/msg').drop(1).map(&:split).find { |f| f[0].to_i == key } }
+    # key msqid perms cbytes qnum lspid lrpid uid gid cuid cgid
+    expect(planted.call.values_at(2, 4, 6, 7)).to eq(%w[666 1 0 65534])
     begin
       2.times do
         r = rbtrace('-p', victim.pid, '-e', '6 * 7')
         expect(r.stdout).to include('42')
         expect(r).to be_success
       end
-      expect(planted.call[4].to_i).to eq(0) # qnum: nothing was sent into it
-      expect(victim.stderr.scan(/ignoring message queue/).size).to eq(1)
+      sleep 0.2   # what the app would have done with the planted command has had time to happen
+      # Still the one planted message, and no process ever received from it.
+      expect(planted.call.values_at(4, 6)).to eq(%w[1 0])
+      expect(planter.drain.grep(/CONNECTED/)).to be_empty
+      expect(victim.stderr.scan(/ignoring message queue 0x#{key.to_s(16)} under the key of process #{victim.pid}/).size).to eq(1)
       expect(victim).to be_alive
     ensure
       qid = planted.call&.at(1)
       system('ipcrm', '-q', qid) if qid
+      FileUtils.rm_rf(planter.lines.grep(/\Adir /).first&.split(' ', 2)&.last.to_s)
     end
   end
 end

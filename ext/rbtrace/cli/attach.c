@@ -25,6 +25,8 @@
 #define ATTACH_RESIGNAL_MS 50
 /* How often a wait checks that the target still exists. */
 #define ATTACH_TICK_MS 200
+/* The socket's name in our private directory. */
+#define ATTACH_SOCK_NAME "sock"
 
 static int attach_fail(struct attach *a, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -55,6 +57,7 @@ void attach_init(struct attach *a, pid_t pid, int timeout_ms,
     a->wake_fd = wake_fd;
     a->listen_fd = -1;
     a->conn_fd = -1;
+    a->dir_fd = -1;
     a->qid = -1;
 }
 
@@ -176,8 +179,14 @@ int attach_signal(struct attach *a)
 
 /* ---- the private socket ---- */
 
-/* As root tracing another user's process, the target must enter our
- * directory: give it to the target's owner (still 0700). */
+/*
+ * As root tracing another user's process, the target must enter our
+ * directory and connect to our socket: give both to the target's owner
+ * (the directory stays 0700). Done after bind, through the directory's fd:
+ * once the directory is that user's, they may rename it and put something
+ * else at its path, so we never go through that path again but to rmdir
+ * (which follows no symlink).
+ */
 static int attach_share_dir(struct attach *a)
 {
     char proc[64];
@@ -187,7 +196,9 @@ static int attach_share_dir(struct attach *a)
     snprintf(proc, sizeof(proc), "/proc/%d", (int)a->pid);
     if (stat(proc, &st) < 0) return attach_fail_errno(a, "could not stat the process");
     if (st.st_uid == 0) return CLI_OK;
-    if (chown(a->dir, st.st_uid, st.st_gid) < 0)
+    if (fchownat(a->dir_fd, ATTACH_SOCK_NAME, st.st_uid, st.st_gid, AT_SYMLINK_NOFOLLOW) < 0)
+        return attach_fail_errno(a, "could not give the socket to the process's user");
+    if (fchown(a->dir_fd, st.st_uid, st.st_gid) < 0)
         return attach_fail_errno(a, "could not give the socket directory to the process's user");
     return CLI_OK;
 }
@@ -201,7 +212,7 @@ static int attach_make_dir(struct attach *a)
     if (!tmp || !*tmp) tmp = "/tmp";
     n = snprintf(a->dir, sizeof(a->dir), "%s/rbtrace-XXXXXX", tmp);
     if (n < 0 || (size_t)n >= sizeof(a->dir) ||
-        (size_t)n + sizeof("/sock") > sizeof(sun.sun_path)) {
+        (size_t)n + sizeof("/" ATTACH_SOCK_NAME) > sizeof(sun.sun_path)) {
         a->dir[0] = '\0';
         return attach_fail(a, "TMPDIR (%s) is too long for a socket path: set a shorter one", tmp);
     }
@@ -211,12 +222,14 @@ static int attach_make_dir(struct attach *a)
         errno = e;
         return attach_fail(a, "could not create a directory in %s: %s", tmp, strerror(e));
     }
-    n = snprintf(a->sock_path, sizeof(a->sock_path), "%s/sock", a->dir);
+    a->dir_fd = open(a->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (a->dir_fd < 0) return attach_fail_errno(a, "could not open the socket directory");
+    n = snprintf(a->sock_path, sizeof(a->sock_path), "%s/" ATTACH_SOCK_NAME, a->dir);
     if (n < 0 || (size_t)n >= sizeof(a->sock_path)) {   /* checked above; for the compiler */
         a->sock_path[0] = '\0';
         return attach_fail(a, "the socket path is too long");
     }
-    return attach_share_dir(a);
+    return CLI_OK;
 }
 
 int attach_listen(struct attach *a)
@@ -236,7 +249,7 @@ int attach_listen(struct attach *a)
         return attach_fail_errno(a, "could not bind the socket");
     }
     if (listen(a->listen_fd, 4) < 0) return attach_fail_errno(a, "could not listen on the socket");
-    return CLI_OK;
+    return attach_share_dir(a);
 }
 
 /* ---- the message queue ---- */
@@ -488,8 +501,12 @@ void attach_remove_socket(struct attach *a)
         a->listen_fd = -1;
     }
     if (a->sock_path[0]) {
-        if (unlink(a->sock_path) < 0) attach_warn("the socket", a->sock_path);
+        if (unlinkat(a->dir_fd, ATTACH_SOCK_NAME, 0) < 0) attach_warn("the socket", a->sock_path);
         a->sock_path[0] = '\0';
+    }
+    if (a->dir_fd >= 0) {
+        close(a->dir_fd);
+        a->dir_fd = -1;
     }
     if (a->dir[0]) {
         if (rmdir(a->dir) < 0) attach_warn("the directory", a->dir);

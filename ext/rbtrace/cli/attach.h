@@ -28,6 +28,7 @@ struct attach {
     volatile sig_atomic_t *stop;    /* set by the session's signal handlers */
     int wake_fd;                    /* readable once *stop is set, or -1 */
     char dir[PATH_MAX];             /* our private directory; "" when none */
+    int dir_fd;                     /* that directory, opened; or -1 */
     char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];  /* "" when none */
     int listen_fd;                  /* listening socket, or -1 */
     int conn_fd;                    /* the target's connection, or -1 */

@@ -1,0 +1,136 @@
+require_relative '../spec_helper'
+require 'socket'
+
+# Issue 5, item 10: a forking server. Debian's puma in cluster mode (two
+# workers, the app preloaded in the master) serves a small Rack app under
+# load from Debian's wrk, both on loopback. Each worker in turn is attached
+# to, its app method traced for about a second, and detached: wrk sees no
+# errors, and the master is never traced. Puma's and wrk's whole process
+# groups are killed after the example, pass or fail.
+RSpec.describe 'puma cluster under load' do
+  CONFIG_RU = <<~'RUBY'.freeze
+    class App
+      def meth(env) = "hello from #{Process.pid} #{env['PATH_INFO']}\n"
+      def call(env) = [200, { 'content-type' => 'text/plain' }, [meth(env)]]
+    end
+    run App.new
+  RUBY
+  WRK_SECONDS = 4
+  # [where App is among its ancestors, whether App#meth is App's own]:
+  # [0, true] never traced; [1, true] once traced (the wrapper's empty
+  # module stays prepended); [_, false] traced now.
+  UNWRAPPED = '[App.ancestors.index(App), App.instance_method(:meth).owner == App]'.freeze
+
+  # A process that leads a group of its own; kill ends the whole group.
+  Group = Struct.new(:pid) do
+    def kill
+      Process.kill(:KILL, -pid)
+    rescue Errno::ESRCH
+      nil
+    ensure
+      begin
+        Process.wait(pid)
+      rescue Errno::ECHILD
+        nil
+      end
+    end
+  end
+
+  before do
+    # Debian's puma runs on Debian's Ruby (#!/usr/bin/ruby, and its C
+    # extension is built for it): it cannot load the rbtrace built for
+    # another Ruby (the 3.3 legs of script/test).
+    unless File.realpath(RbConfig.ruby) == File.realpath('/usr/bin/ruby')
+      skip "Debian's puma runs on Debian's Ruby only, not on #{RbConfig.ruby}"
+    end
+    missing = %w[puma wrk].reject { |cmd| system('sh', '-c', "command -v #{cmd}", out: File::NULL) }
+    raise "#{missing.join(' and ')} missing: run script/setup (Debian packages puma, wrk)" unless missing.empty?
+  end
+
+  let(:dir) { Dir.mktmpdir('rbtrace-puma-spec') }
+  after { FileUtils.rm_rf(dir) }
+
+  def free_port
+    server = TCPServer.new('127.0.0.1', 0)
+    server.addr[1]
+  ensure
+    server&.close
+  end
+
+  def spawn_group(*cmd, env: {}, log:)
+    pid = Process.spawn(env, *cmd, chdir: dir, out: log, err: [:child, :out], in: :close, pgroup: true)
+    @spec_processes << Group.new(pid)
+    pid
+  end
+
+  def ppid_of(pid) = File.read("/proc/#{pid}/stat")[/\) \S (\d+)/, 1].to_i
+
+  # Puma's master, once both workers have booted and the port answers;
+  # returns the workers' pids.
+  def boot_puma(port)
+    File.write(File.join(dir, 'config.ru'), CONFIG_RU)
+    log = File.join(dir, 'puma.log')
+    env = { 'RUBYLIB' => RBTraceSpec::LIB, 'RUBYOPT' => '-rrbtrace', 'BUNDLE_GEMFILE' => nil }
+    @master = spawn_group('puma', '-w', '2', '-t', '2:4', '--preload', '-e', 'production',
+                          '-b', "tcp://127.0.0.1:#{port}", 'config.ru', env: env, log: log)
+    workers = []
+    Timeout.timeout(30) do
+      loop do
+        workers = File.read(log).scan(/Worker \d \(PID: (\d+)\) booted/).flatten.map(&:to_i)
+        break if workers.size == 2
+
+        raise "puma exited:\n#{File.read(log)}" if Process.waitpid(@master, Process::WNOHANG)
+
+        sleep 0.05
+      end
+    end
+    expect(workers.map { |w| ppid_of(w) }).to eq([@master, @master])
+    TCPSocket.new('127.0.0.1', port).close
+    workers
+  end
+
+  it 'traces each worker in turn while wrk loads them: calls shown, no errors, the master never traced' do
+    port = free_port
+    workers = boot_puma(port)
+    wrk_out = File.join(dir, 'wrk.out')
+    wrk = spawn_group('wrk', '-t', '2', '-c', '8', '-d', "#{WRK_SECONDS}s", "http://127.0.0.1:#{port}/", log: wrk_out)
+    started = Time.now
+    sleep 0.3
+    counts = workers.map do |worker|
+      client = start_client('-p', worker, '-m', 'App#meth')
+      client.attached
+      client.wait_for(/^(\[t\d+\] )?App#meth <\d+\.\d+>$/)
+      # Meanwhile the master's App#meth is its own, not wrapped.
+      r = rbtrace('-p', @master, '-e', UNWRAPPED)
+      expect(r.stdout).to include('=> [0, true]')
+      sleep 0.5
+      expect(client.stop).to be_success
+      expect(client.stderr).to include("*** detached from process #{worker}")
+      client.stdout.scan(/^(?:\[t\d+\] )?App#meth <\d+\.\d+>$/).size
+    end
+    # The master, traced for as long while the workers serve: no call of its own.
+    master = start_client('-p', @master, '-m', 'App#meth')
+    master.attached
+    sleep 0.8
+    expect(master.stop).to be_success
+    master_calls = master.stdout.scan(/App#meth/).size
+    traced_within = Time.now - started
+    Timeout.timeout(WRK_SECONDS + 15) { Process.wait(wrk) }
+    expect($?).to be_success
+    report = File.read(wrk_out)
+    puts "\n    puma: calls traced per worker #{counts.inspect}, master #{master_calls}, " \
+         "traces done #{traced_within.round(2)} s into the load; wrk: " \
+         "#{report[/\d+ requests in [\d.]+\w+/]}, #{report[/Requests\/sec:\s*[\d.]+/]}"
+    expect(counts).to all(be > 0)
+    expect(master_calls).to eq(0)
+    expect(report).to match(/^\s*(\d+) requests in/)
+    expect(report[/^\s*(\d+) requests in/, 1].to_i).to be > 0
+    expect(report).not_to match(/Socket errors|Non-2xx/)
+    # The workers were wrapped (the empty module stays), so the check above
+    # tells a traced process from one never traced.
+    workers.each do |worker|
+      expect(rbtrace('-p', worker, '-e', UNWRAPPED).stdout).to include('=> [1, true]')
+    end
+  end
+
+end
