@@ -32,6 +32,32 @@ module FaultsSpec
     { tasks: tasks(pid), fds: fds(pid), queues: queues_of(pid) }
   end
 
+  # The footprint once it holds still: a client exits as soon as the target
+  # confirms its detach, a moment before the target has closed the socket.
+  def settled_footprint(pid, timeout: 3)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+    last = footprint(pid)
+    loop do
+      sleep 0.05
+      now = footprint(pid)
+      return now if now == last || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+      last = now
+    end
+  end
+
+  # Waits (a few seconds at most) for pid's footprint to come back to
+  # expected; returns the latest, for the spec to compare.
+  def footprint_back_to(pid, expected, timeout: 3)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+    loop do
+      now = footprint(pid)
+      return now if now == expected || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+      sleep 0.01
+    end
+  end
+
   # A client whose stdout is a pipe the spec reads itself (at its own pace);
   # stderr goes to a file. Killed with the spec's other processes.
   class PipedClient

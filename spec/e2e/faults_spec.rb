@@ -59,7 +59,7 @@ RSpec.describe 'faults' do
         # after a clean attach and detach, with the reporter thread running.
         expect(rbtrace('-p', app.pid, '-e', '1')).to be_success
         clean = wait_state(app, /attached=false owner=Work hooks=0/)
-        before = footprint(app.pid)
+        before = settled_footprint(app.pid)
         expect(before[:queues].size).to eq(1)
 
         client = start_client('-p', app.pid, '-m', *selectors)
@@ -76,8 +76,7 @@ RSpec.describe 'faults' do
         expect(detached_in).to be < 3
 
         # the writer pthread gone, the socket closed, no new queue, no Ruby thread
-        Timeout.timeout(5) { sleep 0.01 until tasks(app.pid) == before[:tasks] }
-        expect(footprint(app.pid)).to eq(before)
+        expect(footprint_back_to(app.pid, before)).to eq(before)
         expect(after[/threads=\d+/]).to eq(clean[/threads=\d+/])
 
         started = monotonic
@@ -130,6 +129,273 @@ RSpec.describe 'faults' do
       expect(took).to be < 3
       expect(left).to eq([])
       expect(queues_of(app.pid)).to eq([])
+    end
+  end
+
+  describe 'a thousand sessions against one process' do
+    # One attach and detach by the real client: -e 1, or (wrapped, with
+    # events) a -m trace stopped like ^C once it has shown a call.
+    def cycle(pid, dir, trace: false)
+      out = File.join(dir, 'out')
+      err = File.join(dir, 'err')
+      args = trace ? ['-m', 'Work#meth', 'Hash#key?'] : ['-e', '1']
+      cpid = Process.spawn(RBTraceSpec::CLIENT, '-p', pid.to_s, *args, out: out, err: err, in: :close)
+      @spec_processes << FaultsSpec::Spawned.new(cpid)
+      if trace
+        Timeout.timeout(10) { sleep 0.001 until File.read(out).include?('Work#meth <') }
+        Process.kill(:INT, cpid)
+      end
+      _, status = Timeout.timeout(10) { Process.wait2(cpid) }
+      @spec_processes.pop
+      expect(status).to be_success, "cycle failed: #{File.read(err)}"
+    end
+
+    # The app makes garbage, as apps do, so that its object heap reaches
+    # its working size within the warm-up: an app that allocates nothing
+    # between sessions grows its heap for the evals' garbage alone, slowly
+    # (GC.stat heap_allocated_pages 53 -> 72 over the first ~600 -e runs,
+    # 1.5-2.5 MB of RSS, 148 pages and ~1,200 runs under bundler), and then
+    # holds still (3,000 sessions: +44 kB after the first 600).
+    it 'leaves no fd, thread or queue behind, and the RSS grows by less than 1 MiB' do
+      app = start_target(<<~'RUBY').ready
+        class Work
+          def meth = :done
+        end
+        h = { 1 => 2 }
+        puts "ready"
+        loop { Work.new.meth; h.key?(1); 100.times { "x" * 10 }; sleep 0.002 }
+      RUBY
+      dir = Dir.mktmpdir('rbtrace-cycles')
+      rss = [rss_kb(app.pid)]
+      50.times { |i| cycle(app.pid, dir, trace: (i % 10).zero?) }
+      before = settled_footprint(app.pid)
+      rss << rss_kb(app.pid)
+      started = monotonic
+      1000.times { |i| cycle(app.pid, dir, trace: (i % 10).zero?) }
+      took = monotonic - started
+      rss << rss_kb(app.pid)
+      say "1000 sessions (900 -e 1, 100 -m traces) in #{took.round(1)} s (#{format("%.1f", took)} ms each, " \
+          "the client's start included); VmRSS #{rss.join(' / ')} kB at the start / after 50 (warm-up) " \
+          "/ after 1000 more: #{rss[2] - rss[1]} kB"
+      expect(footprint_back_to(app.pid, before)).to eq(before)
+      expect(rss[2] - rss[1]).to be <= 1024
+      expect(app).to be_alive
+    ensure
+      FileUtils.rm_rf(dir) if dir
+    end
+  end
+
+  describe 'a client that reads slowly' do
+    # The client's stdout is a pipe the spec reads at ~400 KB/s: the client
+    # blocks writing the trace, stops reading its socket, and the app must
+    # go on regardless. (A client stopped with SIGSTOP: lost_events_spec.rb.)
+    it 'never blocks the app, and every event is either received or counted as lost' do
+      go = File.join(Dir.mktmpdir('rbtrace-slow-reader'), 'go')
+      app = start_target(<<~RUBY).ready
+        h = { 1 => 2 }
+        puts "ready"
+        sleep 0.01 while Hash.instance_method(:key?).owner == Hash
+        puts "tracing"
+        sleep 0.01 until File.exist?(#{go.inspect})
+        t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        i = 0
+        while i < 200_000
+          h.key?(1)
+          i += 1
+        end
+        puts "done in #{'%.3f'}" % (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t)
+        sleep
+      RUBY
+      client = FaultsSpec::PipedClient.new(['-p', app.pid, '-m', 'Hash#key?', '--stats'])
+      @spec_processes << client
+      app.wait_for('tracing')
+      slow = true
+      text = +''
+      reader = Thread.new do
+        loop do
+          text << client.out.readpartial(4096)
+          sleep 0.01 if slow
+        end
+      rescue EOFError
+        nil
+      end
+      FileUtils.touch(go)
+      done = app.wait_for(/^done in/, timeout: 60)
+      read_by_then = text.bytesize
+      say "200,000 traced calls #{done} while the reader took #{read_by_then} bytes of the trace"
+      slow = false
+      Process.kill(:INT, client.pid)
+      status = client.wait(timeout: 30)
+      reader.join(10)
+      expect(status).to be_success, "stderr: #{client.stderr}\nstdout: #{text[-2000..]}"
+      received, lost = client.stderr.match(/^\*\*\* (\d+) events received, (\d+) lost$/)&.captures&.map(&:to_i)
+      say "received #{received}, lost #{lost}"
+      expect(lost).to be > 0
+      expect(received + lost).to eq(400_000)
+      expect(text).to match(/^\*\*\* \d+ events lost$/)
+    ensure
+      FileUtils.rm_rf(File.dirname(go)) if go
+    end
+  end
+
+  describe 'a storm of SIGURG' do
+    # Thousands of signals a second that bring no command, from another
+    # process, until the spec drops the stop file.
+    def storm(pid, stop)
+      start_target(<<~RUBY, rbtrace: false).ready
+        puts "ready"
+        sent = 0
+        t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        until File.exist?(#{stop.inspect}) || Process.clock_gettime(Process::CLOCK_MONOTONIC) - t > 20
+          20.times { Process.kill(:URG, #{pid}) }
+          sent += 20
+          sleep 0.002
+        end
+        puts "sent %d in %.2f s" % [sent, Process.clock_gettime(Process::CLOCK_MONOTONIC) - t]
+        sleep
+      RUBY
+    end
+
+    # Iterations per second between two progress lines (time, count, bad,
+    # process CPU time): of wall time, and of the process's CPU time (which
+    # includes rbtrace's helper thread, woken by every signal).
+    def rate(a, b) = (b[1] - a[1]) / (b[0] - a[0])
+    def cpu_rate(a, b) = (b[1] - a[1]) / (b[3] - a[3])
+
+    it 'leaves the app correct and running, and commands sent meanwhile are carried out' do
+      app = start_target(<<~'RUBY').ready
+        class Work
+          def compute(n) = (1..n).reduce(0) { |a, i| (a * 31 + i) % 1_000_003 }
+        end
+        expected = Work.new.compute(5_000)
+        $iters = 0
+        $bad = 0
+        r, w = IO.pipe
+        Thread.new do
+          loop do
+            sleep 0.05
+            puts "progress #{Process.clock_gettime(Process::CLOCK_MONOTONIC)} #{$iters} #{$bad} " \
+                 "#{Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)}"
+          end
+        end
+        puts "ready"
+        begin
+          loop do
+            $bad += 1 unless Work.new.compute(5_000) == expected
+            w.write('x')
+            r.read(1)
+            sleep 0.0002 if ($iters % 20).zero?
+            $iters += 1
+          end
+        rescue Exception => e
+          puts "exception #{e.class}: #{e.message}"
+          raise
+        end
+      RUBY
+      progress = -> { app.drain.grep(/^progress /).map { |l| l.split.drop(1).map(&:to_f) } }
+      sleep 1
+      quiet = progress.call
+      stop = File.join(Dir.mktmpdir('rbtrace-storm'), 'stop')
+      storming = storm(app.pid, stop)
+      storm_start = progress.call.last
+      r = rbtrace('-p', app.pid, '-e', '6 * 7')
+      expect(r.stdout).to eq(">> 6 * 7\n=> 42\n")
+      traced = trace(app, '-m', 'Work#compute', until_output: /^Work#compute </)
+      expect(traced.status).to be_success
+      sleep 0.1 until progress.call.last[0] - storm_start[0] >= 2
+      storm_end = progress.call.last
+      FileUtils.touch(stop)
+      sent = storming.wait_for(/^sent/)
+      before = rate(quiet[2], quiet.last)
+      during = rate(storm_start, storm_end)
+      cpu_ratio = cpu_rate(storm_start, storm_end) / cpu_rate(quiet[2], quiet.last)
+      say "storm: #{sent}; the app's loop ran at #{during.round}/s during it, #{before.round}/s before " \
+          "(#{(during / before).round(2)}x of wall time, #{cpu_ratio.round(2)}x per CPU second; " \
+          "an eval and a trace ran in it; bench/faults.rb measures it alone)"
+      expect(app).to be_alive
+      lines = app.drain
+      expect(lines.grep(/^exception/)).to eq([])
+      expect(progress.call.last[2]).to eq(0) # every result as before the storm
+      expect(storm_end[1]).to be > storm_start[1]
+      expect(app.stderr).to eq('')
+    ensure
+      FileUtils.rm_rf(File.dirname(stop)) if stop
+    end
+  end
+
+  describe '50 threads calling traced methods at once' do
+    THREADS_APP = <<~'RUBY'.freeze
+      class Pair
+        def outer(n) = inner(n) + inner(n + 1)
+        def inner(n)
+          Thread.pass
+          n * 2
+        end
+      end
+      50.times { |i| Thread.new { loop { Pair.new.outer(i); sleep 0.005 } } }
+      puts "ready"
+      sleep
+    RUBY
+
+    # Checks that each thread's lines nest: every call's return at its
+    # indentation, in order, each outer call holding its two inner calls.
+    # Returns {thread => outer calls seen whole}.
+    def check_nesting(out)
+      stacks = Hash.new { |h, k| h[k] = [] }
+      whole = Hash.new(0)
+      started = {}
+      out.each_line(chomp: true) do |line|
+        next if line.empty?
+
+        expect(line).not_to match(/events lost/)
+        thread, rest = line.match(/\A(?:\[(t\d+)\] )?(.*)\z/).captures
+        thread ||= 't1'
+        indent = rest[/\A */].size
+        name, duration = rest.strip.match(/\A(Pair#(?:outer|inner))( <[\d.]+>)?\z/)&.captures
+        expect(name).not_to be_nil, "unexpected line: #{line.inspect}"
+        stack = stacks[thread]
+        # A thread caught inside outer at the attach shows its inner calls
+        # bare (outer's return then prints nothing): until its first outer.
+        started[thread] ||= name == 'Pair#outer'
+        next if !started[thread] && name == 'Pair#inner' && indent.zero?
+
+        if duration.nil?
+          expect(indent).to eq(2 * stack.size), "#{thread}: #{line.inspect} opens at the wrong depth"
+          stack << [name, 0]
+        elsif indent == 2 * stack.size
+          expect(name).to eq('Pair#inner'), "#{thread}: #{line.inspect}"
+          expect(stack.last&.first).to eq('Pair#outer'), "#{thread}: #{line.inspect} outside an outer call"
+          stack.last[1] += 1
+        else
+          expect(indent).to eq(2 * (stack.size - 1)), "#{thread}: #{line.inspect} returns at the wrong depth"
+          expect(stack.last&.first).to eq(name), "#{thread}: #{line.inspect} returns out of order"
+          opened, inner = stack.pop
+          if opened == 'Pair#outer'
+            # The selectors are put in place one after the other: a thread's
+            # first outer call may have begun before inner was traced.
+            expect(inner).to eq(2), "#{thread}: an outer call with #{inner} inner calls" if whole.key?(thread)
+            whole[thread] += 1
+          else
+            stack.last[1] += 1
+          end
+        end
+      end
+      whole
+    end
+
+    [['wrapped', ['Pair#outer', 'Pair#inner']], ['hooked (global VM hook)', %w[outer inner]]].each do |how, selectors|
+      it "#{how}: no crash, each thread's calls nest, nothing lost" do
+        app = start_target(THREADS_APP).ready
+        r = trace(app, '-m', *selectors, seconds: 2)
+        expect(r.status).to be_success, r.stderr
+        expect(r.stdout).not_to include('events lost')
+        whole = check_nesting(r.stdout)
+        say "#{how}: #{whole.size} threads, #{whole.values.sum} outer calls seen whole " \
+            "(fewest in one thread: #{whole.values.min})"
+        expect(whole.size).to eq(50)
+        expect(whole.values.min).to be > 10
+        expect(app).to be_alive
+      end
     end
   end
 end
