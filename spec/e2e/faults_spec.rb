@@ -28,6 +28,7 @@ RSpec.describe 'faults' do
   def last_state(app) = app.drain.grep(/^state /).last
 
   def wait_state(app, pattern, timeout: 10)
+    line = nil
     Timeout.timeout(timeout) do
       loop do
         line = last_state(app)
@@ -36,6 +37,8 @@ RSpec.describe 'faults' do
         sleep 0.005
       end
     end
+  rescue Timeout::Error
+    raise "the target's state never matched #{pattern.inspect} within #{timeout} s; last: #{line.inspect}"
   end
 
   describe 'a tracer killed with SIGKILL mid-trace' do
