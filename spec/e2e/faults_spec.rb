@@ -89,6 +89,26 @@ RSpec.describe 'faults' do
         expect(r).to be_success
       end
     end
+    it 'in the middle of an eval: the target stops the eval and detaches within a second, not at its end' do
+      app = start_target("#{STATE_REPORTER}\nputs 'ready'\nsleep").ready
+      expect(rbtrace('-p', app.pid, '-e', '1')).to be_success
+      threads = wait_state(app, /attached=false/)[/threads=(\d+)/, 1].to_i
+      before = settled_footprint(app.pid)
+      client = start_client('-p', app.pid, '--timeout', '60', '-e', 'sleep 30')
+      client.attached
+      wait_state(app, /attached=true .* threads=#{threads + 1}$/) # the eval's thread runs
+      killed = monotonic
+      Process.kill(:KILL, client.pid)
+      client.wait
+      wait_state(app, /attached=false/)
+      detached_in = monotonic - killed
+      say "an eval of sleep 30: detached #{(detached_in * 1000).round} ms after the tracer's SIGKILL"
+      expect(detached_in).to be < 3
+      expect(footprint_back_to(app.pid, before)).to eq(before)
+      wait_state(app, /threads=#{threads}$/, timeout: 3) # the eval's thread is gone
+      r = rbtrace('-p', app.pid, '-e', 'Thread.list.map(&:name).compact.sort')
+      expect(r.stdout).to eq(">> Thread.list.map(&:name).compact.sort\n=> [\"rbtrace\", \"rbtrace eval\"]\n")
+    end
   end
 
   describe 'a target that dies while traced' do
