@@ -68,7 +68,7 @@ def ratios(old, new, cpu)
   format('%.2fx wall, %.2fx CPU', old[0] / new[0], old[cpu] / new[cpu])
 end
 
-# A workload process, driven line by line; killed (with its helpers) at exit.
+# A workload process, driven line by line (App#stop kills it).
 class App
   attr_reader :pid
 
@@ -140,7 +140,7 @@ def item5
     killed, clean = after_over_before(args)
     printf("5. after a SIGKILLed tracer vs after a clean detach, %s: %s " \
            "(time after/before: killed %.2f wall, %.2f CPU; clean %.2f wall, %.2f CPU)\n",
-           label, ratios(killed, clean, 1), *killed, *clean)
+           label, ratios(clean, killed, 1), *killed, *clean)
   end
 end
 

@@ -14,7 +14,7 @@ RSpec.describe 'faults' do
   # The target's own view of a session, printed every 10 ms: attached or
   # not, Work#meth's owner (a wrapper module while wrapped), the VM's
   # active global hooks, its Ruby threads.
-  STATE_REPORTER = <<~'RUBY'.freeze
+  def state_reporter = <<~'RUBY'
     class Work
       def meth = :done
     end
@@ -46,7 +46,7 @@ RSpec.describe 'faults' do
     # writer seeing the socket hang up can end the session.
     def quiet_app
       start_target(<<~RUBY).ready
-        #{STATE_REPORTER}
+        #{state_reporter}
         puts "ready"
         sleep 0.005 until Work.instance_method(:meth).owner != Work || TracePoint.stat.values.first&.first.to_i > 0
         100.times { Work.new.meth; sleep 0.005 }
@@ -93,7 +93,7 @@ RSpec.describe 'faults' do
       end
     end
     it 'in the middle of an eval: the target stops the eval and detaches within a second, not at its end' do
-      app = start_target("#{STATE_REPORTER}\nputs 'ready'\nsleep").ready
+      app = start_target("#{state_reporter}\nputs 'ready'\nsleep").ready
       expect(rbtrace('-p', app.pid, '-e', '1')).to be_success
       threads = wait_state(app, /attached=false/)[/threads=(\d+)/, 1].to_i
       before = settled_footprint(app.pid)
@@ -371,7 +371,7 @@ RSpec.describe 'faults' do
   end
 
   describe '50 threads calling traced methods at once' do
-    THREADS_APP = <<~'RUBY'.freeze
+    def threads_app = <<~'RUBY'
       class Pair
         def outer(n) = inner(n) + inner(n + 1)
         def inner(n)
@@ -432,7 +432,7 @@ RSpec.describe 'faults' do
     # inner first: any outer call that is traced began once inner was.
     [['wrapped', ['Pair#inner', 'Pair#outer']], ['hooked (global VM hook)', %w[inner outer]]].each do |how, selectors|
       it "#{how}: no crash, each thread's calls nest, nothing lost" do
-        app = start_target(THREADS_APP).ready
+        app = start_target(threads_app).ready
         r = trace(app, '-m', *selectors, seconds: 2)
         expect(r.status).to be_success, r.stderr
         expect(r.stdout).not_to include('events lost')
