@@ -391,6 +391,7 @@ RSpec.describe 'faults' do
       stacks = Hash.new { |h, k| h[k] = [] }
       whole = Hash.new(0)
       started = {}
+      seen = Hash.new { |h, k| h[k] = [] }
       out.each_line(chomp: true) do |line|
         next if line.empty?
 
@@ -401,6 +402,7 @@ RSpec.describe 'faults' do
         name, duration = rest.strip.match(/\A(Pair#(?:outer|inner))( <[\d.]+>)?\z/)&.captures
         expect(name).not_to be_nil, "unexpected line: #{line.inspect}"
         stack = stacks[thread]
+        seen[thread] << line
         # A thread caught inside outer at the attach shows its inner calls
         # bare (outer's return then prints nothing): until its first outer.
         started[thread] ||= name == 'Pair#outer'
@@ -418,7 +420,8 @@ RSpec.describe 'faults' do
           expect(stack.last&.first).to eq(name), "#{thread}: #{line.inspect} returns out of order"
           opened, inner = stack.pop
           if opened == 'Pair#outer'
-            expect(inner).to eq(2), "#{thread}: an outer call with #{inner} inner calls"
+            expect(inner).to eq(2), "#{thread}: an outer call with #{inner} inner calls, " \
+                                    "#{whole[thread]} whole ones before it; its lines:\n#{seen[thread].last(8).join("\n")}"
             whole[thread] += 1
           else
             stack.last[1] += 1
