@@ -67,7 +67,7 @@ static int emit_push(const char *data, size_t len)
     char lost[RBTRACE_LOST_EVENT_MAX];
     size_t lost_len = 0;
 
-    if (rbtrace.big_event || !rbtrace.attached) goto drop;
+    if (rbtrace.big_event || !rbtrace.attached || rbtrace.sealed) goto drop;
     if (rbtrace.lost) lost_len = rbtrace_event_encode_lost(lost, rbtrace.lost);
     if (rbtrace_ring_space(&rbtrace.ring, lost_len + len) < lost_len + len) goto drop;
     if (lost_len) {
@@ -426,7 +426,7 @@ static int emit_push_big(const char *data, size_t len)
     size_t done = 0;
     int state = 0;
 
-    if (!rbtrace.attached) return 0;
+    if (!rbtrace.attached || rbtrace.sealed) return 0;
     rbtrace.big_event = 1;
     while (done < len) {
         size_t chunk = len - done, space = rbtrace_ring_space(&rbtrace.ring, chunk);
@@ -519,19 +519,28 @@ void rbtrace_emit_attached(void)
     emit_commit();
 }
 
-/* The last events of a session: the final loss count, then DETACHED.
- * Returns the state of an interrupt to re-raise after the detach. */
+/*
+ * The last events of a session: the final loss count, then DETACHED, after
+ * which the ring takes nothing more. The app's threads run again while the
+ * writer drains (its join gives up the GVL), and a call that entered a
+ * wrapper before the detach would otherwise still record its return,
+ * after DETACHED, and without the calls it made once the wrappers were
+ * gone. Returns the state of an interrupt to re-raise after the detach.
+ */
 int rbtrace_emit_detached(void)
 {
     msgpack_sbuffer sb;
     msgpack_packer pk;
+    int state;
 
     /* Not the shared scratch: pushing may give up the GVL, and a thread
      * still returning from a traced call could reuse the scratch. */
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     rbtrace_event_pack_detached(&pk);
-    return emit_sbuffer_push(&sb);
+    state = emit_sbuffer_push(&sb);
+    rbtrace.sealed = 1;
+    return state;
 }
 
 /* Allocates the ring and the method table for a new session. */
@@ -551,6 +560,7 @@ int rbtrace_emit_open(void)
     memset(recent_methods, 0, sizeof(recent_methods));
     rbtrace.lost = 0;
     rbtrace.big_event = 0;
+    rbtrace.sealed = 0;
     msgpack_packer_init(&scratch_pk, &scratch, emit_buffer_write);
 #ifndef HAVE_RB_CLASS_ATTACHED_OBJECT
     id_attached = rb_intern("__attached__");

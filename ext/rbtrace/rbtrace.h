@@ -101,6 +101,7 @@ struct rbtrace_state {
     /* events (emit.c) */
     uint64_t lost;                   /* events dropped, not yet reported */
     int big_event;                   /* a large event is being pushed */
+    int sealed;                      /* DETACHED is in the ring: nothing may follow */
     struct rbtrace_method_slot *methods;
     uint32_t method_slots;           /* the table's size, a power of two */
     uint32_t methods_used;

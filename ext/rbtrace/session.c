@@ -342,7 +342,20 @@ destroy_zone:
     msgpack_zone_destroy(&zone);
 }
 
+/*
+ * call-seq: RBTrace.client_gone? -> true or false
+ *
+ * Whether the attached client went away (the writer saw its socket hang
+ * up) and the detach is still to come: an eval waiting for its code stops
+ * waiting (lib/rbtrace/evaluator.rb), so that the helper detaches at once.
+ */
+static VALUE session_client_gone_p_m(VALUE self)
+{
+    return rbtrace.attached && rbtrace.peer_gone ? Qtrue : Qfalse;
+}
+
 void Init_rbtrace_session(VALUE mod)
 {
     id_eval_for_client = rb_intern("eval_for_client");
+    rb_define_singleton_method(mod, "client_gone?", session_client_gone_p_m, 0);
 }

@@ -26,12 +26,31 @@ module RBTrace
       # main thread passes it on at once (ext/rbtrace/handoff.c).
       RBTrace.handoff_request
       worker = Thread.new { evaluate(code, format) }
-      finished = worker.join(timeout)
+      ended = wait(worker, timeout)
       RBTrace.handoff_done
-      return worker.value if finished
+      return worker.value if ended == :finished
 
       worker.kill
-      [TIMEOUT, "the code did not finish within #{timeout} s and was stopped"]
+      return [TIMEOUT, "the code did not finish within #{timeout} s and was stopped"] if ended == :timeout
+
+      [TIMEOUT, 'the client went away: the code was stopped']
+    end
+
+    # How often a waiting eval looks whether its client is still there.
+    CLIENT_CHECK = 0.1
+
+    # Waits for the worker until the timeout, or until the client is gone
+    # (killed, its terminal closed): nobody is left to read the result, and
+    # the app must not stay attached to a dead client for the rest of the
+    # timeout (300 s for a heap dump). :finished, :timeout or :client_gone.
+    def wait(worker, timeout)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+      loop do
+        left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        return :timeout if left <= 0
+        return :finished if worker.join([left, CLIENT_CHECK].min)
+        return :client_gone if RBTrace.client_gone?
+      end
     end
 
     def evaluate(code, format)

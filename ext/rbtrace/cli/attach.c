@@ -487,6 +487,30 @@ int attach_accept(struct attach *a)
 
 /* ---- cleanup ---- */
 
+/*
+ * A target killed with SIGKILL cannot remove its queue, and nobody would
+ * until the next rbtrace run swept it: remove the one we used, once the
+ * target is gone, if it is still that target's (under its key, or the
+ * private one it read last). The exiting target may beat us to it.
+ */
+static void attach_remove_dead_queue(struct attach *a)
+{
+    struct msqid_ds ds;
+
+    if (a->qid < 0 || attach_target_alive(a)) return;
+    if (msgctl(a->qid, IPC_STAT, &ds) < 0) return;   /* removed already */
+    if (!attach_queue_trusted(a, &ds)) return;
+    if (ds.msg_perm.__key != RBTRACE_QUEUE_KEY(a->pid) &&
+        !(ds.msg_perm.__key == IPC_PRIVATE && ds.msg_lrpid == a->pid))
+        return;
+    if (msgctl(a->qid, IPC_RMID, NULL) < 0 && errno != EIDRM && errno != EINVAL)
+        fprintf(stderr, "rbtrace: could not remove the message queue of process %d (0x%x): %s "
+                "(remove it with ipcrm -q %d)\n", (int)a->pid, (unsigned)ds.msg_perm.__key,
+                strerror(errno), a->qid);
+    a->qid = -1;
+}
+
+
 /* Cleanup cannot fail the run, but a leftover should not go unnoticed. */
 static void attach_warn(const char *what, const char *path)
 {
@@ -517,6 +541,7 @@ void attach_remove_socket(struct attach *a)
 void attach_close(struct attach *a)
 {
     attach_remove_socket(a);
+    attach_remove_dead_queue(a);
     if (a->conn_fd >= 0) {
         close(a->conn_fd);
         a->conn_fd = -1;

@@ -58,7 +58,8 @@ int attach_target_alive(const struct attach *a);
 /* Closes the listening socket and removes it and the directory. */
 void attach_remove_socket(struct attach *a);
 
-/* Closes every fd and removes the socket and directory. */
+/* Closes every fd and removes the socket and directory (and the queue,
+ * if the target died and left it). */
 void attach_close(struct attach *a);
 
 #endif

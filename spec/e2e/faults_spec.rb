@@ -1,0 +1,451 @@
+require_relative '../faults_helper'
+
+# Faults (issue 5): a tracer killed or stopped, a target that dies, a
+# thousand sessions, a storm of signals, many threads. Each example starts
+# real processes and kills them all when it ends. Figures the issue asks
+# for are printed (bounds asserted are generous: the machine is shared).
+RSpec.describe 'faults' do
+  include FaultsSpec
+
+  def say(text) = RSpec.configuration.reporter.message("    #{text}")
+
+  def monotonic = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+  # The target's own view of a session, printed every 10 ms: attached or
+  # not, Work#meth's owner (a wrapper module while wrapped), the VM's
+  # active global hooks, its Ruby threads.
+  def state_reporter = <<~'RUBY'
+    class Work
+      def meth = :done
+    end
+    def state_line
+      "state attached=#{RBTrace.attached?} owner=#{Work.instance_method(:meth).owner} " \
+        "hooks=#{TracePoint.stat.values.first&.first.to_i} threads=#{Thread.list.size}"
+    end
+    Thread.new { loop { puts state_line; sleep 0.01 } }
+  RUBY
+
+  def last_state(app) = app.drain.grep(/^state /).last
+
+  def wait_state(app, pattern, timeout: 10)
+    line = nil
+    Timeout.timeout(timeout) do
+      loop do
+        line = last_state(app)
+        return line if line&.match?(pattern)
+
+        sleep 0.005
+      end
+    end
+  rescue Timeout::Error
+    raise "the target's state never matched #{pattern.inspect} within #{timeout} s; last: #{line.inspect}"
+  end
+
+  describe 'a tracer killed with SIGKILL mid-trace' do
+    # Work#meth is called while it is traced, then never again: only the
+    # writer seeing the socket hang up can end the session.
+    def quiet_app
+      start_target(<<~RUBY).ready
+        #{state_reporter}
+        puts "ready"
+        sleep 0.005 until Work.instance_method(:meth).owner != Work || TracePoint.stat.values.first&.first.to_i > 0
+        100.times { Work.new.meth; sleep 0.005 }
+        puts "quiet"
+        sleep
+      RUBY
+    end
+
+    [['wrapped', ['-m', 'Work#meth']], ['hooked (global VM hook)', ['-m', 'meth']],
+     ['firehose', ['-f']]].each do |how, args|
+      it "#{how}: the target detaches by itself within a second, leaves nothing, and can be attached again at once" do
+        app = quiet_app
+        # The queue exists from the first session on: the baseline is taken
+        # after a clean attach and detach, with the reporter thread running.
+        expect(rbtrace('-p', app.pid, '-e', '1')).to be_success
+        clean = wait_state(app, /attached=false owner=Work hooks=0/)
+        before = settled_footprint(app.pid)
+        expect(before[:queues].size).to eq(1)
+
+        client = start_client('-p', app.pid, *args)
+        client.attached
+        client.wait_for(/^(\[t\d+\] )? *Work#meth <\d/)
+        app.wait_for('quiet')
+        expect(last_state(app)).to match(/attached=true/)
+        killed = monotonic
+        Process.kill(:KILL, client.pid)
+        client.wait
+        after = wait_state(app, /attached=false owner=Work hooks=0/)
+        detached_in = monotonic - killed
+        say "#{how}: detached #{(detached_in * 1000).round} ms after the tracer's SIGKILL"
+        expect(detached_in).to be < 3
+
+        # the writer pthread gone, the socket closed, no new queue, no Ruby thread
+        expect(footprint_back_to(app.pid, before)).to eq(before)
+        expect(after[/threads=\d+/]).to eq(clean[/threads=\d+/])
+
+        started = monotonic
+        r = rbtrace('-p', app.pid, '-e', 'RBTrace.attached?')
+        again = monotonic - started
+        say "#{how}: attached again in #{(again * 1000).round} ms (a whole -e run)"
+        expect(again).to be < 5
+        expect(r.stdout).to eq(">> RBTrace.attached?\n=> true\n")
+        expect(r).to be_success
+      end
+    end
+    it 'in the middle of an eval: the target stops the eval and detaches within a second, not at its end' do
+      app = start_target("#{state_reporter}\nputs 'ready'\nsleep").ready
+      expect(rbtrace('-p', app.pid, '-e', '1')).to be_success
+      threads = wait_state(app, /attached=false/)[/threads=(\d+)/, 1].to_i
+      before = settled_footprint(app.pid)
+      client = start_client('-p', app.pid, '--timeout', '60', '-e', 'sleep 30')
+      client.attached
+      wait_state(app, /attached=true .* threads=#{threads + 1}$/) # the eval's thread runs
+      killed = monotonic
+      Process.kill(:KILL, client.pid)
+      client.wait
+      wait_state(app, /attached=false/)
+      detached_in = monotonic - killed
+      say "an eval of sleep 30: detached #{(detached_in * 1000).round} ms after the tracer's SIGKILL"
+      expect(detached_in).to be < 3
+      expect(footprint_back_to(app.pid, before)).to eq(before)
+      wait_state(app, /threads=#{threads}$/, timeout: 3) # the eval's thread is gone
+      r = rbtrace('-p', app.pid, '-e', 'Thread.list.map(&:name).compact.sort')
+      expect(r.stdout).to eq(">> Thread.list.map(&:name).compact.sort\n=> [\"rbtrace\", \"rbtrace eval\"]\n")
+    end
+  end
+
+  describe 'a target that dies while traced' do
+    # The client's socket directory goes in a TMPDIR of the spec's own, so
+    # that anything it leaves there is seen.
+    def traced_until_gone(app)
+      tmp = Dir.mktmpdir('rbtrace-faults')
+      client = start_client('-p', app.pid, '-m', 'Process.pid', env: { 'TMPDIR' => tmp })
+      client.attached
+      client.wait_for(/^Process\.pid </)
+      yield
+      gone = monotonic
+      status = client.wait(timeout: 10)
+      [client, status, monotonic - gone, Dir.children(tmp)]
+    ensure
+      FileUtils.rm_rf(tmp) if tmp
+    end
+
+    it 'killed (SIGKILL): the client says so, exits 3 within a second, and leaves no socket directory and no queue' do
+      app = start_target("puts 'ready'\nloop { Process.pid; sleep 0.01 }").ready
+      client, status, took, left = traced_until_gone(app) { Process.kill(:KILL, app.pid) }
+      say "the client noticed the SIGKILL and exited in #{(took * 1000).round} ms"
+      expect(client.stderr).to include("*** process #{app.pid} exited")
+      expect(status.exitstatus).to eq(3)
+      expect(took).to be < 3
+      expect(left).to eq([])
+      expect(queues_of(app.pid)).to eq([])
+    end
+
+    it 'exits by itself: the same' do
+      app = start_target(<<~'RUBY').ready
+        puts 'ready'
+        sleep 0.01 until Process.method(:pid).owner != Process.singleton_class
+        20.times { Process.pid; sleep 0.01 }
+        exit 0
+      RUBY
+      client, status, took, left = traced_until_gone(app) { app.wait(timeout: 10) }
+      say "the client had exited #{(took * 1000).round} ms after the spec reaped the app"
+      expect(client.stderr).to include("*** process #{app.pid} exited")
+      expect(status.exitstatus).to eq(3)
+      expect(took).to be < 3
+      expect(left).to eq([])
+      expect(queues_of(app.pid)).to eq([])
+    end
+
+    it 'killed while the client waits for it to attach: the same, with no socket directory and no queue left' do
+      app = start_target("puts 'ready'\nsleep").ready
+      expect(rbtrace('-p', app.pid, '-e', '1')).to be_success # its queue exists from now on
+      Process.kill(:STOP, app.pid) # it takes no command any more
+      tmp = Dir.mktmpdir('rbtrace-faults')
+      client = start_client('-p', app.pid, '-e', '1', env: { 'TMPDIR' => tmp })
+      Timeout.timeout(5) { sleep 0.01 until Dir.children(tmp).any? } # listening
+      sleep 0.2
+      Process.kill(:KILL, app.pid)
+      gone = monotonic
+      status = client.wait(timeout: 10)
+      say "the client gave up #{((monotonic - gone) * 1000).round} ms after the SIGKILL"
+      expect(client.stderr).to include("process #{app.pid} exited")
+      expect(status).not_to be_success
+      expect(monotonic - gone).to be < 3
+      expect(Dir.children(tmp)).to eq([])
+      expect(queues_of(app.pid)).to eq([])
+    ensure
+      FileUtils.rm_rf(tmp) if tmp
+    end
+  end
+
+  describe 'a thousand sessions against one process' do
+    # One attach and detach by the real client: -e 1, or (wrapped, with
+    # events) a -m trace stopped like ^C once it has shown a call.
+    def cycle(pid, dir, trace: false)
+      out = File.join(dir, 'out')
+      err = File.join(dir, 'err')
+      args = trace ? ['-m', 'Work#meth', 'Hash#key?'] : ['-e', '1']
+      cpid = Process.spawn(RBTraceSpec::CLIENT, '-p', pid.to_s, *args, out: out, err: err, in: :close)
+      @spec_processes << FaultsSpec::Spawned.new(cpid)
+      if trace
+        Timeout.timeout(10) { sleep 0.001 until File.read(out).include?('Work#meth <') }
+        Process.kill(:INT, cpid)
+      end
+      _, status = Timeout.timeout(10) { Process.wait2(cpid) }
+      @spec_processes.pop
+      expect(status).to be_success, "cycle failed: #{File.read(err)}"
+    end
+
+    # The app makes garbage, as apps do, so that its object heap reaches
+    # its working size within the warm-up: an app that allocates nothing
+    # between sessions grows its heap for the evals' garbage alone, slowly
+    # (GC.stat heap_allocated_pages 53 -> 72 over the first ~600 -e runs,
+    # 1.5-2.5 MB of RSS, 148 pages and ~1,200 runs under bundler), and then
+    # holds still (3,000 sessions: +44 kB after the first 600).
+    it 'leaves no fd, thread or queue behind, and the RSS grows by less than 1 MiB' do
+      app = start_target(<<~'RUBY').ready
+        class Work
+          def meth = :done
+        end
+        h = { 1 => 2 }
+        puts "ready"
+        loop { Work.new.meth; h.key?(1); 100.times { "x" * 10 }; sleep 0.002 }
+      RUBY
+      dir = Dir.mktmpdir('rbtrace-cycles')
+      rss = [rss_kb(app.pid)]
+      50.times { |i| cycle(app.pid, dir, trace: (i % 10).zero?) }
+      before = settled_footprint(app.pid)
+      rss << rss_kb(app.pid)
+      started = monotonic
+      1000.times { |i| cycle(app.pid, dir, trace: (i % 10).zero?) }
+      took = monotonic - started
+      rss << rss_kb(app.pid)
+      say "1000 sessions (900 -e 1, 100 -m traces) in #{took.round(1)} s (#{format("%.1f", took)} ms each, " \
+          "the client's start included); VmRSS #{rss.join(' / ')} kB at the start / after 50 (warm-up) " \
+          "/ after 1000 more: #{rss[2] - rss[1]} kB"
+      expect(footprint_back_to(app.pid, before)).to eq(before)
+      expect(rss[2] - rss[1]).to be <= 1024
+      expect(app).to be_alive
+    ensure
+      FileUtils.rm_rf(dir) if dir
+    end
+  end
+
+  describe 'a client that reads slowly' do
+    # The client's stdout is a pipe the spec reads at ~400 KB/s: the client
+    # blocks writing the trace, stops reading its socket, and the app must
+    # go on regardless. (A client stopped with SIGSTOP: lost_events_spec.rb.)
+    it 'never blocks the app, and every event is either received or counted as lost' do
+      go = File.join(Dir.mktmpdir('rbtrace-slow-reader'), 'go')
+      app = start_target(<<~RUBY).ready
+        h = { 1 => 2 }
+        puts "ready"
+        sleep 0.01 while Hash.instance_method(:key?).owner == Hash
+        puts "tracing"
+        sleep 0.01 until File.exist?(#{go.inspect})
+        t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        i = 0
+        while i < 200_000
+          h.key?(1)
+          i += 1
+        end
+        puts "done in #{'%.3f'}" % (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t)
+        sleep
+      RUBY
+      client = FaultsSpec::PipedClient.new(['-p', app.pid, '-m', 'Hash#key?', '--stats'])
+      @spec_processes << client
+      app.wait_for('tracing')
+      slow = true
+      text = +''
+      reader = Thread.new do
+        loop do
+          text << client.out.readpartial(4096)
+          sleep 0.01 if slow
+        end
+      rescue EOFError
+        nil
+      end
+      FileUtils.touch(go)
+      done = app.wait_for(/^done in/, timeout: 60)
+      read_by_then = text.bytesize
+      say "200,000 traced calls #{done} while the reader took #{read_by_then} bytes of the trace"
+      slow = false
+      Process.kill(:INT, client.pid)
+      status = client.wait(timeout: 30)
+      reader.join(10)
+      expect(status).to be_success, "stderr: #{client.stderr}\nstdout: #{text[-2000..]}"
+      received, lost = client.stderr.match(/^\*\*\* (\d+) events received, (\d+) lost$/)&.captures&.map(&:to_i)
+      say "received #{received}, lost #{lost}"
+      expect(lost).to be > 0
+      expect(received + lost).to eq(400_000)
+      expect(text).to match(/^\*\*\* \d+ events lost$/)
+    ensure
+      FileUtils.rm_rf(File.dirname(go)) if go
+    end
+  end
+
+  describe 'a storm of SIGURG' do
+    # Thousands of signals a second that bring no command, from another
+    # process, until the spec drops the stop file.
+    def storm(pid, stop)
+      start_target(<<~RUBY, rbtrace: false).ready
+        puts "ready"
+        sent = 0
+        t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        until File.exist?(#{stop.inspect}) || Process.clock_gettime(Process::CLOCK_MONOTONIC) - t > 20
+          20.times { Process.kill(:URG, #{pid}) }
+          sent += 20
+          sleep 0.002
+        end
+        puts "sent %d in %.2f s" % [sent, Process.clock_gettime(Process::CLOCK_MONOTONIC) - t]
+        sleep
+      RUBY
+    end
+
+    # Iterations per second between two progress lines (time, count, bad,
+    # process CPU time): of wall time, and of the process's CPU time (which
+    # includes rbtrace's helper thread, woken by every signal).
+    def rate(a, b) = (b[1] - a[1]) / (b[0] - a[0])
+    def cpu_rate(a, b) = (b[1] - a[1]) / (b[3] - a[3])
+
+    it 'leaves the app correct and running, and commands sent meanwhile are carried out' do
+      app = start_target(<<~'RUBY').ready
+        class Work
+          def compute(n) = (1..n).reduce(0) { |a, i| (a * 31 + i) % 1_000_003 }
+        end
+        expected = Work.new.compute(5_000)
+        $iters = 0
+        $bad = 0
+        r, w = IO.pipe
+        Thread.new do
+          loop do
+            sleep 0.05
+            puts "progress #{Process.clock_gettime(Process::CLOCK_MONOTONIC)} #{$iters} #{$bad} " \
+                 "#{Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)}"
+          end
+        end
+        puts "ready"
+        begin
+          loop do
+            $bad += 1 unless Work.new.compute(5_000) == expected
+            w.write('x')
+            r.read(1)
+            sleep 0.0002 if ($iters % 20).zero?
+            $iters += 1
+          end
+        rescue Exception => e
+          puts "exception #{e.class}: #{e.message}"
+          raise
+        end
+      RUBY
+      progress = -> { app.drain.grep(/^progress /).map { |l| l.split.drop(1).map(&:to_f) } }
+      sleep 1
+      quiet = progress.call
+      stop = File.join(Dir.mktmpdir('rbtrace-storm'), 'stop')
+      storming = storm(app.pid, stop)
+      storm_start = progress.call.last
+      r = rbtrace('-p', app.pid, '-e', '6 * 7')
+      expect(r.stdout).to eq(">> 6 * 7\n=> 42\n")
+      traced = trace(app, '-m', 'Work#compute', until_output: /^Work#compute </)
+      expect(traced.status).to be_success
+      sleep 0.1 until progress.call.last[0] - storm_start[0] >= 2
+      storm_end = progress.call.last
+      FileUtils.touch(stop)
+      sent = storming.wait_for(/^sent/)
+      before = rate(quiet[2], quiet.last)
+      during = rate(storm_start, storm_end)
+      cpu_ratio = cpu_rate(storm_start, storm_end) / cpu_rate(quiet[2], quiet.last)
+      say "storm: #{sent}; the app's loop ran at #{during.round}/s during it, #{before.round}/s before " \
+          "(#{(during / before).round(2)}x of wall time, #{cpu_ratio.round(2)}x per CPU second; " \
+          "an eval and a trace ran in it; bench/faults.rb measures it alone)"
+      expect(app).to be_alive
+      lines = app.drain
+      expect(lines.grep(/^exception/)).to eq([])
+      expect(progress.call.last[2]).to eq(0) # every result as before the storm
+      expect(storm_end[1]).to be > storm_start[1]
+      expect(app.stderr).to eq('')
+    ensure
+      FileUtils.rm_rf(File.dirname(stop)) if stop
+    end
+  end
+
+  describe '50 threads calling traced methods at once' do
+    def threads_app = <<~'RUBY'
+      class Pair
+        def outer(n) = inner(n) + inner(n + 1)
+        def inner(n)
+          Thread.pass
+          n * 2
+        end
+      end
+      50.times { |i| Thread.new { loop { Pair.new.outer(i); sleep 0.005 } } }
+      puts "ready"
+      sleep
+    RUBY
+
+    # Checks that each thread's lines nest: every call's return at its
+    # indentation, in order, each outer call holding its two inner calls.
+    # Returns {thread => outer calls seen whole}.
+    def check_nesting(out)
+      stacks = Hash.new { |h, k| h[k] = [] }
+      whole = Hash.new(0)
+      started = {}
+      seen = Hash.new { |h, k| h[k] = [] }
+      out.each_line(chomp: true) do |line|
+        next if line.empty?
+
+        expect(line).not_to match(/events lost/)
+        thread, rest = line.match(/\A(?:\[(t\d+)\] )?(.*)\z/).captures
+        thread ||= 't1'
+        indent = rest[/\A */].size
+        name, duration = rest.strip.match(/\A(Pair#(?:outer|inner))( <[\d.]+>)?\z/)&.captures
+        expect(name).not_to be_nil, "unexpected line: #{line.inspect}"
+        stack = stacks[thread]
+        seen[thread] << line
+        # A thread caught inside outer at the attach shows its inner calls
+        # bare (outer's return then prints nothing): until its first outer.
+        started[thread] ||= name == 'Pair#outer'
+        next if !started[thread] && name == 'Pair#inner' && indent.zero?
+
+        if duration.nil?
+          expect(indent).to eq(2 * stack.size), "#{thread}: #{line.inspect} opens at the wrong depth"
+          stack << [name, 0]
+        elsif indent == 2 * stack.size
+          expect(name).to eq('Pair#inner'), "#{thread}: #{line.inspect}"
+          expect(stack.last&.first).to eq('Pair#outer'), "#{thread}: #{line.inspect} outside an outer call"
+          stack.last[1] += 1
+        else
+          expect(indent).to eq(2 * (stack.size - 1)), "#{thread}: #{line.inspect} returns at the wrong depth"
+          expect(stack.last&.first).to eq(name), "#{thread}: #{line.inspect} returns out of order"
+          opened, inner = stack.pop
+          if opened == 'Pair#outer'
+            expect(inner).to eq(2), "#{thread}: an outer call with #{inner} inner calls, " \
+                                    "#{whole[thread]} whole ones before it; its lines:\n#{seen[thread].last(8).join("\n")}"
+            whole[thread] += 1
+          else
+            stack.last[1] += 1
+          end
+        end
+      end
+      whole
+    end
+
+    # Selectors are put in place one after the other (README, Known limits),
+    # inner first: any outer call that is traced began once inner was.
+    [['wrapped', ['Pair#inner', 'Pair#outer']], ['hooked (global VM hook)', %w[inner outer]]].each do |how, selectors|
+      it "#{how}: no crash, each thread's calls nest, nothing lost" do
+        app = start_target(threads_app).ready
+        r = trace(app, '-m', *selectors, seconds: 2)
+        expect(r.status).to be_success, r.stderr
+        expect(r.stdout).not_to include('events lost')
+        whole = check_nesting(r.stdout)
+        say "#{how}: #{whole.size} threads, #{whole.values.sum} outer calls seen whole " \
+            "(fewest in one thread: #{whole.values.min})"
+        expect(whole.size).to eq(50)
+        expect(whole.values.min).to be > 10
+        expect(app).to be_alive
+      end
+    end
+  end
+end

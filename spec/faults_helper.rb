@@ -1,0 +1,111 @@
+# What spec/e2e/faults_spec.rb looks at in a target from outside, without
+# attaching to it (an attach would change what is measured): its threads,
+# fds and RSS in /proc, and the SysV message queues that are its own in
+# /proc/sysvipc/msg. Also a client run with its stdout on a pipe, for a
+# reader as slow as the spec wants.
+require_relative 'spec_helper'
+
+module FaultsSpec
+  QUEUE_KEY_BASE = 0x52000000
+
+  module_function
+
+  # The target's threads (the kernel's count: Ruby threads and pthreads).
+  def tasks(pid) = Dir.children("/proc/#{pid}/task").size
+
+  def fds(pid) = Dir.children("/proc/#{pid}/fd").sort
+
+  def rss_kb(pid) = File.read("/proc/#{pid}/status")[/^VmRSS:\s+(\d+) kB/, 1].to_i
+
+  # The message queues that are pid's: keyed by its pid, or private ones it
+  # read last (what the app makes when a foreign queue sits under its key).
+  # Each as [key, msqid].
+  def queues_of(pid)
+    File.readlines('/proc/sysvipc/msg').drop(1).filter_map do |line|
+      key, msqid, _perms, _cbytes, _qnum, _lspid, lrpid = line.split.map(&:to_i)
+      [key, msqid] if key == (QUEUE_KEY_BASE | pid) || (key.zero? && lrpid == pid)
+    end
+  end
+
+  # Everything a session could leave behind in the target, seen from outside.
+  def footprint(pid)
+    { tasks: tasks(pid), fds: fds(pid), queues: queues_of(pid) }
+  end
+
+  # The footprint once it holds still: a client exits as soon as the target
+  # confirms its detach, a moment before the target has closed the socket.
+  def settled_footprint(pid, timeout: 3)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+    last = footprint(pid)
+    loop do
+      sleep 0.05
+      now = footprint(pid)
+      return now if now == last || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+      last = now
+    end
+  end
+
+  # Waits (a few seconds at most) for pid's footprint to come back to
+  # expected; returns the latest, for the spec to compare.
+  def footprint_back_to(pid, expected, timeout: 3)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+    loop do
+      now = footprint(pid)
+      return now if now == expected || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+      sleep 0.01
+    end
+  end
+
+  # A client whose stdout is a pipe the spec reads itself (at its own pace);
+  # stderr goes to a file. Killed with the spec's other processes.
+  class PipedClient
+    attr_reader :pid, :out
+
+    def initialize(args)
+      @err_path = File.join(Dir.tmpdir, "rbtrace-spec-piped-#{Process.pid}-#{object_id}.err")
+      @out, w = IO.pipe
+      @pid = Process.spawn(RBTraceSpec::CLIENT, *args.map(&:to_s), out: w, err: @err_path, in: :close)
+      w.close
+      @status = nil
+    end
+
+    def stderr = File.exist?(@err_path) ? File.read(@err_path) : ''
+
+    def exited?
+      return true if @status
+
+      @status = $? if Process.waitpid(pid, Process::WNOHANG)
+      !@status.nil?
+    end
+
+    def wait(timeout: 10)
+      Timeout.timeout(timeout) { sleep 0.01 until exited? }
+      @status
+    end
+
+    def kill
+      unless exited?
+        Process.kill(:KILL, pid) rescue nil
+        Process.wait(pid) rescue nil
+      end
+      @out.close unless @out.closed?
+      FileUtils.rm_f(@err_path)
+    end
+  end
+
+  # Any spawned process the spec must kill when it ends.
+  class Spawned
+    attr_reader :pid
+
+    def initialize(pid) = @pid = pid
+
+    def kill
+      Process.kill(:KILL, pid)
+      Process.wait(pid)
+    rescue Errno::ESRCH, Errno::ECHILD
+      nil
+    end
+  end
+end
