@@ -278,10 +278,7 @@ static inline uint32_t emit_method_id(VALUE klass, VALUE mid)
 /* ---- events ---- */
 
 
-/* Both event functions may be reached after a detach freed the tables:
- * trace expressions and wrapped methods can give up the GVL mid-call. */
-/* An event that cannot be encoded in place: after a loss report, or
- * wrapping around the ring's end. */
+/* An event that cannot be encoded in place (see rbtrace_emit_call). */
 static __attribute__((noinline)) void emit_call_pushed(enum rbtrace_event_type type, uint64_t time,
                                                       uint32_t id)
 {
@@ -290,6 +287,8 @@ static __attribute__((noinline)) void emit_call_pushed(enum rbtrace_event_type t
     emit_push(bytes, rbtrace_event_encode_call(bytes, type, rbtrace_thread_id(), time, id));
 }
 
+/* Both event functions may be reached after a detach freed the tables:
+ * trace expressions and wrapped methods can give up the GVL mid-call. */
 void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t now)
 {
     enum rbtrace_event_type type =
@@ -304,8 +303,10 @@ void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t n
         rbtrace.lost++;
         return;
     }
-    /* Most events are encoded in place, straight into the ring. */
-    if (!rbtrace.lost && !rbtrace.big_event &&
+    /* Most events are encoded in place, straight into the ring; the rest
+     * (a loss report due, a big event or DETACHED under way, the ring's
+     * end) go through emit_push, which knows when to drop them. */
+    if (!rbtrace.lost && !rbtrace.big_event && !rbtrace.sealed &&
         (out = rbtrace_ring_reserve(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) != NULL) {
         rbtrace_ring_commit(&rbtrace.ring, rbtrace_event_encode_call(
             out, type, rbtrace_thread_id(), now - rbtrace.clock_origin_ns, id));
