@@ -10,7 +10,6 @@
 # the app's loop time. Exact: received + lost must equal 2 x CALLS.
 #
 #   bundle exec rake compile && ruby bench/throughput.rb   # BENCH_RUNS (5), BENCH_CALLS (2_000_000)
-require 'open3'
 require 'rbconfig'
 require 'time'
 
@@ -42,18 +41,23 @@ def run_once
   app = spawn(RbConfig.ruby, '-I', LIB, '-rrbtrace', '-e', APP, out: out_w)
   out_w.close
   out_r.gets
-  _in, _out, err, client = Open3.popen3(CLIENT, '-p', app.to_s, '-m', 'Hash#key?', '--stats', out: File::NULL)
+  # Not Open3.popen3: it would make the client's stdout a pipe nobody reads.
+  err_r, err_w = IO.pipe
+  client = spawn(CLIENT, '-p', app.to_s, '-m', 'Hash#key?', '--stats', out: File::NULL, err: err_w)
+  err_w.close
   secs = Float(out_r.gets)
   sleep 0.5 # the client catches up with what is still in the ring
-  Process.kill(:INT, client.pid)
-  stats = err.read[/(\d+) events received, (\d+) lost/] && [$1, $2].map(&:to_i)
-  client.value
+  Process.kill(:INT, client)
+  stats = err_r.read[/(\d+) events received, (\d+) lost/] && [$1, $2].map(&:to_i)
+  Process.wait(client)
+  client = nil
   [secs, *stats]
 ensure
-  if app
-    Process.kill(:KILL, app) rescue nil
-    Process.wait(app) rescue nil
+  [client, app].compact.each do |pid|
+    Process.kill(:KILL, pid) rescue nil
+    Process.wait(pid) rescue nil
   end
+  [out_r, err_r].each { |io| io&.close }
 end
 
 runs = Array.new(RUNS) { run_once }
