@@ -42,6 +42,16 @@ warnings << '-Werror' if ENV['RBTRACE_WERROR'] == '1' || ENV['CI']
 $CFLAGS << ' ' << (warnings + %w[-std=gnu99 -fvisibility=hidden]).join(' ')
 $LIBS << ' -lpthread'
 
+# RBTRACE_ASAN=1: the extension and the client built with AddressSanitizer
+# and UBSan, for `rake test:asan` (which builds them apart, in tmp/asan). A
+# Ruby not built with ASan loads such an extension only with the ASan runtime
+# preloaded: LD_PRELOAD=$(gcc -print-file-name=libasan.so).
+sanitize = ENV['RBTRACE_ASAN'] == '1' ? %w[-fsanitize=address,undefined -fno-omit-frame-pointer] : []
+unless sanitize.empty?
+  $CFLAGS << ' ' << sanitize.join(' ')
+  $LDFLAGS << ' ' << sanitize.join(' ')
+end
+
 # Line editing and history for the client's -i: libedit (BSD licence;
 # Debian's libedit-dev), found by pkg-config and linked into the client only,
 # never the extension (so mkmf's pkg_config is asked for flags, which it
@@ -68,7 +78,7 @@ create_makefile('rbtrace/rbtrace')
 # The client: not a Ruby extension, so mkmf knows nothing of it. Append its
 # rules to the Makefile; `make` builds it, `make install` puts it beside the
 # extension, where bin/rbtrace looks for it.
-client_cflags = "#{warnings.join(' ')} -std=gnu99 -O2 -g #{ENV['RBTRACE_CLIENT_CFLAGS']}"
+client_cflags = "#{warnings.join(' ')} -std=gnu99 -O2 -g #{sanitize.join(' ')} #{ENV['RBTRACE_CLIENT_CFLAGS']}"
 client_cflags << " -DRBTRACE_HAVE_LIBEDIT #{libedit_cflags}" if libedit_libs
 client_libs = $libs.include?('msgpack-c') ? '-lmsgpack-c' : '-lmsgpackc'
 client_libs << " #{libedit_libs}" if libedit_libs
