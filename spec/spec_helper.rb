@@ -9,7 +9,9 @@ require 'fileutils'
 
 module RBTraceSpec
   ROOT = File.expand_path('..', __dir__)
-  LIB = File.join(ROOT, 'lib')
+  # The lib/ under test: `rake test:asan` points RBTRACE_SPEC_LIB at a copy
+  # holding the extension and client built with AddressSanitizer.
+  LIB = ENV.fetch('RBTRACE_SPEC_LIB', File.join(ROOT, 'lib'))
   CLIENT = File.join(LIB, 'rbtrace', 'rbtrace-client')
   STUB = File.join(ROOT, 'bin', 'rbtrace')
 
