@@ -14,7 +14,7 @@
  * - rbtrace_msgpack_scan agrees with msgpack-c on where a message ends,
  *   and says PARTIAL only where msgpack-c wants more bytes too.
  *
- * Build and run: rake test:fuzz (short, CI) or fuzz/README.md's long run.
+ * Build and run: rake test:fuzz (short, CI), rake fuzz:long (fuzz/RESULTS.md).
  */
 #include <stdint.h>
 #include <stdio.h>

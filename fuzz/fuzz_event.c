@@ -22,7 +22,7 @@
  * - the renderer takes every event without an error, and its durations are
  *   printf's "%.6f" of the seconds.
  *
- * Build and run: rake test:fuzz (short, CI) or fuzz/README.md's long run.
+ * Build and run: rake test:fuzz (short, CI), rake fuzz:long (fuzz/RESULTS.md).
  */
 #define _GNU_SOURCE
 #include <stdint.h>

@@ -45,7 +45,9 @@ static int codec_bool(const msgpack_object_array *a, uint32_t i, int *out, char 
 static int codec_str_of(const msgpack_object *o, struct rbtrace_str *out)
 {
     if (o->type != MSGPACK_OBJECT_STR) return RBTRACE_ERR;
-    out->ptr = o->via.str.ptr;
+    /* msgpack-c gives an empty string a NULL pointer; memcpy, printf's %.*s
+     * and pointer arithmetic must not see one (found by fuzz_event) */
+    out->ptr = o->via.str.ptr ? o->via.str.ptr : "";
     out->len = o->via.str.size;
     return RBTRACE_OK;
 }

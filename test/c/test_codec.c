@@ -1189,6 +1189,25 @@ static void test_huge_array(void)
     free(cmd);
 }
 
+/* An empty string decodes with a pointer, never NULL (msgpack-c's). */
+static void test_empty_string(void)
+{
+    static const char msg[] = { (char)0x92, 0x0a, (char)0xa0 };
+    struct rbtrace_event *ev = malloc(sizeof(*ev));
+    char err[RBTRACE_ERRLEN];
+    msgpack_zone zone;
+    msgpack_object obj;
+    size_t off = 0;
+
+    if (!ev) abort();
+    msgpack_zone_init(&zone, 256);
+    CHECK(msgpack_unpack(msg, sizeof(msg), &off, &zone, &obj) == MSGPACK_UNPACK_SUCCESS);
+    CHECK(rbtrace_event_decode(&obj, ev, err) == RBTRACE_OK);
+    CHECK(ev->text.len == 0 && ev->text.ptr != NULL);
+    msgpack_zone_destroy(&zone);
+    free(ev);
+}
+
 /* The scan finds a message's end, says PARTIAL while it is still coming,
  * and TOO_BIG as soon as its headers announce more than max bytes. */
 static void test_scan(void)
@@ -1294,6 +1313,7 @@ int main(void)
     test_fast_call_others();
     test_huge_array();
     test_scan();
+    test_empty_string();
     test_fuzz();
     free(f);
     return check_report();

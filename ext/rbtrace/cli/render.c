@@ -479,6 +479,7 @@ static void render_text(struct render *r, struct rbtrace_str s)
     uint32_t i, from = 0;
     char esc[4];
 
+    if (s.len == 0) return;   /* s.ptr may be NULL */
     for (i = 0; i < s.len; i++) {
         unsigned char c = (unsigned char)s.ptr[i];
         if (c >= 0x20 && c != 0x7f) continue;
