@@ -3,9 +3,12 @@
 #
 # Debian's Ruby is not built with ASan, so the extension is built apart
 # (RBTRACE_ASAN=1 in extconf.rb, in tmp/asan/build), put with links to lib/
-# into tmp/asan/lib, and the specs run against that copy (RBTRACE_SPEC_LIB) with
-# the ASan runtime preloaded into every process they start
-# (LD_PRELOAD=$(gcc -print-file-name=libasan.so)). Leak detection is off:
+# into tmp/asan/lib, and the specs run against that copy (RBTRACE_SPEC_LIB),
+# with the ASan runtime preloaded into every target and client they start
+# (RBTRACE_SPEC_PRELOAD: LD_PRELOAD=$(gcc -print-file-name=libasan.so)) but
+# not into rspec itself (ASan's allocator made its polling of a busy trace's
+# output file crawl). use_sigaltstack=0: ASan's thread exit otherwise
+# fails on the signal stack Ruby set up for it. Leak detection is off:
 # Ruby frees little at exit, and its "leaks" would drown ours. Every report
 # goes to tmp/asan/logs/ (ASAN_OPTIONS/UBSAN_OPTIONS log_path, one file per
 # process); the task fails if a spec fails or any report was written.
@@ -59,7 +62,7 @@ namespace :test do
     mkdir_p logs
     env = {
       'RBTRACE_SPEC_LIB' => lib,
-      'LD_PRELOAD' => ASanRun.runtime,
+      'RBTRACE_SPEC_PRELOAD' => ASanRun.runtime,
       'ASAN_OPTIONS' => "detect_leaks=0:use_sigaltstack=0:log_path=#{logs}/asan",
       'UBSAN_OPTIONS' => "print_stacktrace=1:log_path=#{logs}/ubsan"
     }
