@@ -334,7 +334,20 @@ destroy_zone:
     msgpack_zone_destroy(&zone);
 }
 
+/*
+ * The process exits while traced: the writer delivers what the ring holds
+ * (giving up after WRITER_DRAIN_MS if the client does not read), so that
+ * the calls made just before the exit reach the client, which then sees the
+ * socket close and says the process exited. Without it the last events of
+ * a short program (--exec) died with the writer thread.
+ */
+static void session_end_proc(VALUE unused)
+{
+    if (rbtrace.attached && !rbtrace.peer_gone) rbtrace_writer_stop();
+}
+
 void Init_rbtrace_session(VALUE mod)
 {
     id_eval_for_client = rb_intern("eval_for_client");
+    rb_set_end_proc(session_end_proc, Qnil);
 }
