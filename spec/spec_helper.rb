@@ -9,7 +9,13 @@ require 'fileutils'
 
 module RBTraceSpec
   ROOT = File.expand_path('..', __dir__)
-  LIB = File.join(ROOT, 'lib')
+  # The lib/ under test: `rake test:asan` points RBTRACE_SPEC_LIB at a copy
+  # holding the extension and client built with AddressSanitizer.
+  LIB = ENV.fetch('RBTRACE_SPEC_LIB', File.join(ROOT, 'lib'))
+  # RBTRACE_SPEC_PRELOAD: a library preloaded into every target and client
+  # started here (rake test:asan: the ASan runtime, which a Ruby must load
+  # before an extension built with it), not into the spec runner itself.
+  SPAWN_ENV = (ENV['RBTRACE_SPEC_PRELOAD'] ? { 'LD_PRELOAD' => ENV['RBTRACE_SPEC_PRELOAD'] } : {}).freeze
   CLIENT = File.join(LIB, 'rbtrace', 'rbtrace-client')
   STUB = File.join(ROOT, 'bin', 'rbtrace')
 
@@ -25,7 +31,7 @@ module RBTraceSpec
       args = [*prefix, 'ruby', '-I', LIB, *ruby_args]
       args << '-rrbtrace' if rbtrace
       args += ['-e', "$stdout.sync = true\n#{code}"]
-      @pid = Process.spawn(env, *args, out: out_w, err: @err_path, pgroup: true)
+      @pid = Process.spawn(SPAWN_ENV.merge(env), *args, out: out_w, err: @err_path, pgroup: true)
       out_w.close
       @lines = []
       @status = nil
@@ -98,7 +104,7 @@ module RBTraceSpec
 
     def initialize(args, client: CLIENT, env: {})
       @out_path = File.join(Dir.tmpdir, "rbtrace-spec-client-#{Process.pid}-#{object_id}")
-      @pid = Process.spawn(env, client, *args.map(&:to_s), out: "#{@out_path}.out",
+      @pid = Process.spawn(SPAWN_ENV.merge(env), client, *args.map(&:to_s), out: "#{@out_path}.out",
                                                       err: "#{@out_path}.err", in: :close)
     end
 

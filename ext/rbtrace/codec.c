@@ -45,7 +45,9 @@ static int codec_bool(const msgpack_object_array *a, uint32_t i, int *out, char 
 static int codec_str_of(const msgpack_object *o, struct rbtrace_str *out)
 {
     if (o->type != MSGPACK_OBJECT_STR) return RBTRACE_ERR;
-    out->ptr = o->via.str.ptr;
+    /* msgpack-c gives an empty string a NULL pointer; memcpy, printf's %.*s
+     * and pointer arithmetic must not see one (found by fuzz_event) */
+    out->ptr = o->via.str.ptr ? o->via.str.ptr : "";
     out->len = o->via.str.size;
     return RBTRACE_OK;
 }
@@ -207,72 +209,91 @@ static int command_decode_fields(const msgpack_object_array *a,
 static uint64_t codec_be(const unsigned char *q, size_t bytes);
 
 /*
- * The size of the header and payload of the msgpack item at p (n bytes
- * left), and how many items it contains (array elements, map keys and
- * values). Returns 0 if the item is cut short or reserved (0xc1).
+ * The msgpack item at p (n > 0 bytes left): the length of its header
+ * (*head, 0 if the header itself is cut short), of the payload that
+ * follows it (*body: a string's, binary's or extension's bytes), and how
+ * many items it contains (*children: array elements, map keys and
+ * values). Returns 0, or -1 for what msgpack-c refuses: the byte msgpack
+ * never uses (0xc1), an ext 32 whose length is 2^32 - 1.
  */
-static size_t codec_item(const unsigned char *p, size_t n, uint64_t *children)
+static int codec_item(const unsigned char *p, size_t n, size_t *head, uint64_t *body,
+                      uint64_t *children)
 {
     unsigned char b = p[0];
-    size_t head = 1;
-    uint64_t body = 0;
+    size_t w = 0;
+    int ext = 0;
 
+    *head = 1;
+    *body = 0;
     *children = 0;
-    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) return 1;
-    if ((b & 0xf0) == 0x90) { *children = b & 0x0f; return 1; }
-    if ((b & 0xf0) == 0x80) { *children = 2u * (b & 0x0f); return 1; }
-    if ((b & 0xe0) == 0xa0) { body = b & 0x1f; goto sized; }
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) return 0;
+    if ((b & 0xf0) == 0x90) { *children = b & 0x0f; return 0; }
+    if ((b & 0xf0) == 0x80) { *children = 2u * (b & 0x0f); return 0; }
+    if ((b & 0xe0) == 0xa0) { *body = b & 0x1f; return 0; }
     switch (b) {
-    case 0xcc: case 0xd0: return n >= 2 ? 2 : 0;
-    case 0xcd: case 0xd1: return n >= 3 ? 3 : 0;
-    case 0xca: case 0xce: case 0xd2: return n >= 5 ? 5 : 0;
-    case 0xcb: case 0xcf: case 0xd3: return n >= 9 ? 9 : 0;
-    case 0xd4: return n >= 3 ? 3 : 0;          /* fixext 1..16: type + data */
-    case 0xd5: return n >= 4 ? 4 : 0;
-    case 0xd6: return n >= 6 ? 6 : 0;
-    case 0xd7: return n >= 10 ? 10 : 0;
-    case 0xd8: return n >= 18 ? 18 : 0;
-    case 0xc4: case 0xd9: head = 2; break;     /* bin 8, str 8 */
-    case 0xc5: case 0xda: head = 3; break;
-    case 0xc6: case 0xdb: head = 5; break;
-    case 0xc7: head = 3; break;                /* ext 8, 16, 32: + type byte */
-    case 0xc8: head = 4; break;
-    case 0xc9: head = 6; break;
+    case 0xcc: case 0xd0: *body = 1; return 0;
+    case 0xcd: case 0xd1: *body = 2; return 0;
+    case 0xca: case 0xce: case 0xd2: *body = 4; return 0;
+    case 0xcb: case 0xcf: case 0xd3: *body = 8; return 0;
+    case 0xd4: *body = 2; return 0;            /* fixext 1..16: type + data */
+    case 0xd5: *body = 3; return 0;
+    case 0xd6: *body = 5; return 0;
+    case 0xd7: *body = 9; return 0;
+    case 0xd8: *body = 17; return 0;
+    case 0xc4: case 0xd9: w = 1; break;        /* bin 8, str 8 */
+    case 0xc5: case 0xda: w = 2; break;
+    case 0xc6: case 0xdb: w = 4; break;
+    case 0xc7: w = 1; ext = 1; break;          /* ext 8, 16, 32: length, then */
+    case 0xc8: w = 2; ext = 1; break;          /* a type byte and the data */
+    case 0xc9: w = 4; ext = 1; break;
     case 0xdc: case 0xdd: case 0xde: case 0xdf: {
-        int w = (b == 0xdc || b == 0xde) ? 2 : 4;
-        if (n < (size_t)w + 1) return 0;
-        *children = codec_be(p + 1, (size_t)w) * ((b == 0xde || b == 0xdf) ? 2 : 1);
-        return (size_t)w + 1;
+        w = (b == 0xdc || b == 0xde) ? 2 : 4;
+        if (n < w + 1) { *head = 0; return 0; }
+        *head = w + 1;
+        *children = codec_be(p + 1, w) * ((b == 0xde || b == 0xdf) ? 2 : 1);
+        return 0;
     }
-    default: return 0;                         /* 0xc1 */
+    default: return -1;                        /* 0xc1 */
     }
-    if (n < head) return 0;
-    body = codec_be(p + 1, b >= 0xc7 && b <= 0xc9 ? head - 2 : head - 1);
-sized:
-    if (body > n - head) return 0;
-    return head + (size_t)body;
+    if (n < 1 + w) { *head = 0; return 0; }
+    *head = 1 + w;
+    *body = codec_be(p + 1, w);
+    if (ext) {
+        /* msgpack-c counts the type byte with the data, and refuses the
+         * length whose count overflows */
+        if (*body == UINT32_MAX) return -1;
+        *body += 1;
+    }
+    return 0;
 }
 
 /*
- * Refuses a buffer whose containers claim more items than it has bytes
- * left: msgpack-c allocates room for every announced element before it
- * reads one, so six bytes could otherwise ask for gigabytes.
+ * Walks the items without building them: msgpack-c allocates room for
+ * every element an array announces as soon as it reads its header, so
+ * five bytes announcing 2^32 elements would otherwise cost gigabytes.
+ * Every item takes at least one byte, so a message that announces more
+ * items (or string bytes) than max bytes could hold is refused here.
  */
-static int codec_counts_plausible(const char *buf, size_t len)
+enum rbtrace_scan rbtrace_msgpack_scan(const char *buf, size_t len, size_t max, size_t *size)
 {
     const unsigned char *p = (const unsigned char *)buf;
-    uint64_t pending = 1, children;
-    size_t pos = 0, size;
+    uint64_t pending = 1, body, children;
+    size_t pos = 0, head;
 
+    if (len > max) len = max;
     while (pending > 0) {
-        if (pos >= len) return 1;              /* truncated: the decoder says so */
-        size = codec_item(p + pos, len - pos, &children);
-        if (size == 0) return 1;               /* malformed: likewise */
-        pos += size;
+        if (pos >= len) return RBTRACE_SCAN_PARTIAL;
+        if (codec_item(p + pos, len - pos, &head, &body, &children) != 0)
+            return RBTRACE_SCAN_INVALID;
+        if (head == 0) return len < max ? RBTRACE_SCAN_PARTIAL : RBTRACE_SCAN_TOO_BIG;
+        if (body > max - pos - head) return RBTRACE_SCAN_TOO_BIG;
+        if (body > len - pos - head) return RBTRACE_SCAN_PARTIAL;
+        pos += head + (size_t)body;
         pending = pending - 1 + children;
-        if (pending > len - pos) return 0;     /* every item needs a byte */
+        if (pending > max - pos) return RBTRACE_SCAN_TOO_BIG;
     }
-    return 1;
+    *size = pos;
+    return RBTRACE_SCAN_WHOLE;
 }
 
 int rbtrace_command_decode(const char *buf, size_t len, msgpack_zone *zone,
@@ -281,24 +302,32 @@ int rbtrace_command_decode(const char *buf, size_t len, msgpack_zone *zone,
     msgpack_object obj;
     const msgpack_object_array *a;
     uint64_t type;
-    size_t off = 0;
+    size_t off = 0, size = 0;
 
     memset(cmd, 0, sizeof(*cmd));
-    if (!codec_counts_plausible(buf, len)) {
-        snprintf(err, RBTRACE_ERRLEN, "a container announces more items than the command holds");
-        return RBTRACE_ERR;
-    }
-    switch (msgpack_unpack(buf, len, &off, zone, &obj)) {
-    case MSGPACK_UNPACK_SUCCESS:
+    switch (rbtrace_msgpack_scan(buf, len, len, &size)) {
+    case RBTRACE_SCAN_WHOLE:
         break;
-    case MSGPACK_UNPACK_EXTRA_BYTES:
-        snprintf(err, RBTRACE_ERRLEN, "%zu bytes after the command", len - off);
-        return RBTRACE_ERR;
-    case MSGPACK_UNPACK_CONTINUE:
+    case RBTRACE_SCAN_PARTIAL:
         snprintf(err, RBTRACE_ERRLEN, "truncated command (%zu bytes)", len);
         return RBTRACE_ERR;
-    default:
+    case RBTRACE_SCAN_TOO_BIG:
+        snprintf(err, RBTRACE_ERRLEN, "a container or string announces more than the "
+                 "command's %zu bytes hold", len);
+        return RBTRACE_ERR;
+    case RBTRACE_SCAN_INVALID:
         snprintf(err, RBTRACE_ERRLEN, "malformed msgpack in command");
+        return RBTRACE_ERR;
+    }
+    if (size < len) {
+        snprintf(err, RBTRACE_ERRLEN, "%zu bytes after the command", len - size);
+        return RBTRACE_ERR;
+    }
+    /* Whole, and every announced item fits in len bytes: msgpack-c's
+     * allocations are bounded by len (it may still refuse a message nested
+     * deeper than its stack). */
+    if (msgpack_unpack(buf, len, &off, zone, &obj) != MSGPACK_UNPACK_SUCCESS) {
+        snprintf(err, RBTRACE_ERRLEN, "malformed msgpack in command (nested too deep?)");
         return RBTRACE_ERR;
     }
     if (codec_message(&obj, &a, &type, err) != RBTRACE_OK) return RBTRACE_ERR;

@@ -73,6 +73,25 @@ struct rbtrace_event {
     struct rbtrace_str values[RBTRACE_EXPRS_MAX];
 };
 
+/* ---- framing ---- */
+
+/* What rbtrace_msgpack_scan found at the start of a buffer. */
+enum rbtrace_scan {
+    RBTRACE_SCAN_WHOLE,      /* a whole message, *size bytes long */
+    RBTRACE_SCAN_PARTIAL,    /* the buffer ends before the message does */
+    RBTRACE_SCAN_TOO_BIG,    /* it announces more items or bytes than max could hold */
+    RBTRACE_SCAN_INVALID     /* a byte msgpack never uses (0xc1) */
+};
+
+/*
+ * Finds where the msgpack message at the start of buf (len bytes) ends,
+ * without building any object: call it before msgpack_unpack, which
+ * allocates every element an array announces before it reads one. A
+ * message longer than max bytes is TOO_BIG as soon as its headers say so.
+ * Sets *size only for WHOLE.
+ */
+enum rbtrace_scan rbtrace_msgpack_scan(const char *buf, size_t len, size_t max, size_t *size);
+
 /* ---- commands ---- */
 
 /* Encodes cmd as one msgpack array. */

@@ -42,10 +42,30 @@ warnings << '-Werror' if ENV['RBTRACE_WERROR'] == '1' || ENV['CI']
 $CFLAGS << ' ' << (warnings + %w[-std=gnu99 -fvisibility=hidden]).join(' ')
 $LIBS << ' -lpthread'
 
+# RBTRACE_ASAN=1: the extension and the client built with AddressSanitizer
+# and UBSan, for `rake test:asan` (which builds them apart, in tmp/asan). A
+# Ruby not built with ASan loads such an extension only with the ASan runtime
+# preloaded: LD_PRELOAD=$(gcc -print-file-name=libasan.so).
+# No stack redzones (asan-stack=0): Ruby unwinds exceptions through our
+# frames with __builtin_longjmp, which ASan does not see, so their redzones
+# stayed poisoned and Ruby's own code later tripped on them (false
+# stack-buffer-overflow reports in modf under rb_time_interval). Heap,
+# global and use-after-free checks stay.
+sanitize = if ENV['RBTRACE_ASAN'] == '1'
+             %w[-fsanitize=address,undefined -fno-omit-frame-pointer --param=asan-stack=0]
+           else
+             []
+           end
+unless sanitize.empty?
+  $CFLAGS << ' ' << sanitize.join(' ')
+  $LDFLAGS << ' ' << sanitize.join(' ')
+end
+
 # Link-time optimisation: the event hook's helpers live in files of their
 # own (codec.c, ring.c, emit.c) and are inlined across them only this way
-# (about 10 % less per firehose event, bench/RESULTS.md).
-if try_link('int main(void) { return 0; }', '-flto=auto')
+# (about 10 % less per firehose event, bench/RESULTS.md). Not with the
+# sanitizers, whose build is for finding faults.
+if sanitize.empty? && try_link('int main(void) { return 0; }', '-flto=auto')
   $CFLAGS << ' -flto=auto'
   $DLDFLAGS << ' -flto=auto'
 end
@@ -76,7 +96,7 @@ create_makefile('rbtrace/rbtrace')
 # The client: not a Ruby extension, so mkmf knows nothing of it. Append its
 # rules to the Makefile; `make` builds it, `make install` puts it beside the
 # extension, where bin/rbtrace looks for it.
-client_cflags = "#{warnings.join(' ')} -std=gnu99 -O2 -g #{ENV['RBTRACE_CLIENT_CFLAGS']}"
+client_cflags = "#{warnings.join(' ')} -std=gnu99 -O2 -g #{sanitize.join(' ')} #{ENV['RBTRACE_CLIENT_CFLAGS']}"
 client_cflags << " -DRBTRACE_HAVE_LIBEDIT #{libedit_cflags}" if libedit_libs
 client_libs = $libs.include?('msgpack-c') ? '-lmsgpack-c' : '-lmsgpackc'
 client_libs << " #{libedit_libs}" if libedit_libs

@@ -354,8 +354,21 @@ static VALUE session_client_gone_p_m(VALUE self)
     return rbtrace.attached && rbtrace.peer_gone ? Qtrue : Qfalse;
 }
 
+/*
+ * The process exits while traced: the writer delivers what the ring holds
+ * (giving up after WRITER_DRAIN_MS if the client does not read), so that
+ * the calls made just before the exit reach the client, which then sees the
+ * socket close and says the process exited. Without it the last events of
+ * a short program (--exec) died with the writer thread.
+ */
+static void session_end_proc(VALUE unused)
+{
+    if (rbtrace.attached && !rbtrace.peer_gone) rbtrace_writer_stop();
+}
+
 void Init_rbtrace_session(VALUE mod)
 {
     id_eval_for_client = rb_intern("eval_for_client");
     rb_define_singleton_method(mod, "client_gone?", session_client_gone_p_m, 0);
+    rb_set_end_proc(session_end_proc, Qnil);
 }

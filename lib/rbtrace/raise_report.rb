@@ -3,7 +3,10 @@ module RBTrace
   # for each exception. Runs inside the hook, in the raising thread: nothing
   # here may raise, and interrupts meant for the app wait until it is done.
   module RaiseReport
-    OWN_FILES = File.expand_path('..', __dir__) + File::SEPARATOR
+    # lib/, as backtraces name it (the load path, maybe through a symbolic
+    # link: a deploy's `current`) and as __dir__ does (the real path)
+    OWN_FILES = [File.expand_path('..', File.dirname(__FILE__)), File.expand_path('..', __dir__)]
+                .uniq.map { |dir| dir + File::SEPARATOR }.freeze
     MESSAGE_MAX = 1024
 
     module_function
@@ -28,7 +31,7 @@ module RBTrace
     end
 
     def own?(path)
-      path.nil? ? false : path.start_with?(OWN_FILES) || path == Evaluator::EVAL_PATH
+      path.nil? ? false : path.start_with?(*OWN_FILES) || path == Evaluator::EVAL_PATH
     end
 
     def class_name(exc)

@@ -104,6 +104,35 @@ RSpec.describe 'errors' do
     expect(rbtrace('-p', app.pid, '-e', '40 + 2').stdout).to eq(">> 40 + 2\n=> 42\n")
   end
 
+  it 'an ATTACH of another protocol version is refused on its socket, saying why; the app stays attachable' do
+    require 'fiddle'
+    require 'socket'
+    libc = Fiddle.dlopen(nil)
+    msgget = Fiddle::Function.new(libc['msgget'], [Fiddle::TYPE_INT, Fiddle::TYPE_INT], Fiddle::TYPE_INT)
+    msgsnd = Fiddle::Function.new(libc['msgsnd'], [Fiddle::TYPE_INT, Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T, Fiddle::TYPE_INT], Fiddle::TYPE_INT)
+    expect(rbtrace('-p', app.pid, '-e', '1')).to be_success # creates the queue
+    qid = msgget.call(0x52000000 | app.pid, 0)
+    expect(qid).to be >= 0
+    Dir.mktmpdir('rbtrace-spec-') do |dir| # 0700, as the client makes it
+      path = File.join(dir, 'sock')
+      server = UNIXServer.new(path)
+      # [ATTACH, our pid, protocol 99, socket path], as the client encodes it
+      attach = [0x94, 0x01, 0xce, *[Process.pid].pack('N').bytes, 0x63, 0xd9, path.bytesize].pack('C*') + path
+      msg = [1].pack('q') + "\x02".b + attach.b
+      expect(msgsnd.call(qid, msg, attach.bytesize + 1, 0)).to eq(0)
+      Process.kill(:URG, app.pid)
+      conn = Timeout.timeout(10) { server.accept }
+      answer = Timeout.timeout(10) { conn.read }.b
+      conn.close
+      server.close
+      # REFUSED (2), reason VERSION (2), tracer pid 0, then the message
+      expect(answer.bytes.first(4)).to eq([0x94, 0x02, 0x02, 0x00])
+      expect(answer).to include('protocol version 99, but this process speaks 2')
+    end
+    expect(app).to be_alive
+    expect(rbtrace('-p', app.pid, '-e', 'RBTrace.attached?').stdout).to eq(">> RBTrace.attached?\n=> true\n")
+  end
+
   it 'a malformed command while a client is attached: an error event for it, and the trace goes on' do
     require 'fiddle'
     libc = Fiddle.dlopen(nil)
@@ -123,8 +152,10 @@ RSpec.describe 'errors' do
       end
     end
     cpid = client.pid
-    # truncated; not an array; selectors of the wrong type; an unknown command
-    [[0x93, 0x03], [0xc3], [0x93, 0x03, 0xce, *[cpid].pack('N').bytes, 0x2a], [0x92, 0x63, 0x01]].each do |bytes|
+    # truncated; not an array; selectors of the wrong type; an unknown command;
+    # a selector list that announces 2^32 - 1 elements in 5 bytes
+    [[0x93, 0x03], [0xc3], [0x93, 0x03, 0xce, *[cpid].pack('N').bytes, 0x2a], [0x92, 0x63, 0x01],
+     [0x93, 0x03, 0xce, *[cpid].pack('N').bytes, 0xdd, 0xff, 0xff, 0xff, 0xff]].each do |bytes|
       send_chunk.call("\x02" + bytes.pack('C*'))
     end
     # a command longer than the 4 MiB the app takes: 2,100 chunks of 2 KiB
@@ -134,7 +165,8 @@ RSpec.describe 'errors' do
     Process.kill(:URG, app.pid)
     client.wait_for(/longer than \d+ bytes/, stream: :stderr)
     errors = client.stderr.scan(/^\*\*\* error: .*/)
-    expect(errors.grep(/malformed command/).size).to eq(4), client.stderr
+    expect(errors.grep(/malformed command/).size).to eq(5), client.stderr
+    expect(errors.grep(/malformed command: a container or string announces more/).size).to eq(2)
     expect(errors.grep(/command longer than 4194304 bytes ignored/).size).to eq(1), client.stderr
     # the trace goes on
     mark = client.stdout.scan(/^Process\.pid </).size

@@ -1183,10 +1183,52 @@ static void test_huge_array(void)
     for (i = 0; i < 3; i++) {
         msgpack_zone_init(&zone, 256);
         CHECK(rbtrace_command_decode(bufs[i], lens[i], &zone, cmd, err) == RBTRACE_ERR);
-        CHECK(strstr(err, "announces more items") != NULL);
+        CHECK(strstr(err, "announces more than") != NULL);
         msgpack_zone_destroy(&zone);
     }
     free(cmd);
+}
+
+/* An empty string decodes with a pointer, never NULL (msgpack-c's). */
+static void test_empty_string(void)
+{
+    static const char msg[] = { (char)0x92, 0x0a, (char)0xa0 };
+    struct rbtrace_event *ev = malloc(sizeof(*ev));
+    char err[RBTRACE_ERRLEN];
+    msgpack_zone zone;
+    msgpack_object obj;
+    size_t off = 0;
+
+    if (!ev) abort();
+    msgpack_zone_init(&zone, 256);
+    CHECK(msgpack_unpack(msg, sizeof(msg), &off, &zone, &obj) == MSGPACK_UNPACK_SUCCESS);
+    CHECK(rbtrace_event_decode(&obj, ev, err) == RBTRACE_OK);
+    CHECK(ev->text.len == 0 && ev->text.ptr != NULL);
+    msgpack_zone_destroy(&zone);
+    free(ev);
+}
+
+/* The scan finds a message's end, says PARTIAL while it is still coming,
+ * and TOO_BIG as soon as its headers announce more than max bytes. */
+static void test_scan(void)
+{
+    static const char call[] = { (char)0x94, 0x05, 0x01, 0x02, 0x03, 0x7f };
+    static const char str8[] = { (char)0x92, 0x0a, (char)0xd9, 100, 'a', 'b' };
+    static const char arr32[] = { (char)0xdd, (char)0xff, (char)0xff, (char)0xff, (char)0xff };
+    static const char bad[] = { (char)0x92, (char)0xc1, 0x00 };
+    size_t size = 0, n;
+
+    CHECK(rbtrace_msgpack_scan(call, sizeof(call), 1024, &size) == RBTRACE_SCAN_WHOLE);
+    CHECK(size == 5);
+    for (n = 0; n < 5; n++)
+        CHECK(rbtrace_msgpack_scan(call, n, 1024, &size) == RBTRACE_SCAN_PARTIAL);
+    CHECK(rbtrace_msgpack_scan(call, 5, 4, &size) == RBTRACE_SCAN_TOO_BIG);
+    CHECK(rbtrace_msgpack_scan(str8, sizeof(str8), 1024, &size) == RBTRACE_SCAN_PARTIAL);
+    CHECK(rbtrace_msgpack_scan(str8, sizeof(str8), 100, &size) == RBTRACE_SCAN_TOO_BIG);
+    CHECK(rbtrace_msgpack_scan(arr32, sizeof(arr32), 64u << 20, &size) == RBTRACE_SCAN_TOO_BIG);
+    CHECK(rbtrace_msgpack_scan(arr32, 3, 64u << 20, &size) == RBTRACE_SCAN_PARTIAL);
+    CHECK(rbtrace_msgpack_scan(arr32, 3, 3, &size) == RBTRACE_SCAN_TOO_BIG);
+    CHECK(rbtrace_msgpack_scan(bad, sizeof(bad), 1024, &size) == RBTRACE_SCAN_INVALID);
 }
 
 static void test_fuzz(void)
@@ -1270,6 +1312,8 @@ int main(void)
     test_fast_call_wide_fields();
     test_fast_call_others();
     test_huge_array();
+    test_scan();
+    test_empty_string();
     test_fuzz();
     free(f);
     return check_report();

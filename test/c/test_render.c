@@ -653,6 +653,43 @@ static void test_slow(void)
     FX_CHECK(&fx, "00:00:01.500000         Kernel#sleep\n");
 }
 
+/* A METHOD with an empty name whose pointer is NULL (found by fuzz_event:
+ * memcpy from NULL, undefined even for 0 bytes): named "" and rendered. */
+static void test_empty_name(void)
+{
+    struct fixture fx;
+    struct rbtrace_event ev;
+
+    fx_open(&fx, 0, 0, 2);
+    memset(&ev, 0, sizeof(ev));
+    ev.type = RBTRACE_EV_METHOD;
+    ev.method_id = 3;
+    ev.text.ptr = NULL;
+    ev.text.len = 0;
+    fx_send(&fx, &ev);
+    fx_call(&fx, 7, 1000, 3);
+    fx_return(&fx, 7, 1000 + 5 * US, 3);
+    FX_CHECK(&fx, " <0.000005>\n");
+}
+
+/* A depth no stack reaches (a malformed event: found by fuzz_event, which
+ * hung printing 2^63 levels of spaces) is shown at RENDER_SLOW_DEPTH_MAX. */
+static void test_slow_depth_bounded(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_method(&fx, 1, "Kernel#sleep");
+    fx_slow(&fx, 7, 10 * MS, 1, 300 * MS, UINT64_MAX);
+    CHECK(render_end_line(&fx.r) == CLI_OK);
+    CHECK(fx.failures == 0);
+    fclose(fx.f);
+    CHECK(fx.len == 2 * 100000 + strlen("Kernel#sleep <0.300000>\n"));
+    CHECK(fx.len > 0 && fx.buf[fx.len - 1] == '\n');
+    render_free(&fx.r);
+    free(fx.buf);
+}
+
 /* An open call line is ended before a slow line; nesting of -m calls and
  * the slow lines' own depth do not mix. */
 static void test_slow_with_calls(void)
@@ -725,6 +762,8 @@ int main(void)
     test_format_seconds();
     test_long_duration();
     test_slow();
+    test_slow_depth_bounded();
+    test_empty_name();
     test_slow_with_calls();
     test_gc();
     test_raise();

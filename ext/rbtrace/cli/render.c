@@ -24,6 +24,9 @@
 #define RENDER_UNKNOWN "(unknown)"
 /* Width of "HH:MM:SS.uuuuuu ", the -t column. */
 #define RENDER_TIME_WIDTH 16
+/* The deepest a SLOW line is indented: deeper than any Ruby stack goes.
+ * A malformed event's depth of 2^63 would otherwise print spaces for ever. */
+#define RENDER_SLOW_DEPTH_MAX 100000
 /* Longest run of spaces written at once. */
 #define RENDER_SPACES 64
 
@@ -112,7 +115,8 @@ static int render_method(struct render *r, const struct rbtrace_event *ev)
         return CLI_ERR;
     name = malloc((size_t)ev->text.len + 1);
     if (!name) return render_fail(r, "out of memory");
-    memcpy(name, ev->text.ptr, ev->text.len);
+    /* an empty string may come with a NULL pointer, which memcpy must not see */
+    if (ev->text.len) memcpy(name, ev->text.ptr, ev->text.len);
     name[ev->text.len] = '\0';
 
     slot = &r->names[render_names_slot(r->names, r->names_cap, ev->method_id)];
@@ -457,9 +461,11 @@ static int render_slow(struct render *r, const struct rbtrace_event *ev)
 {
     long ti = render_thread_index(r, ev->thread_id);
 
+    size_t depth = ev->depth < RENDER_SLOW_DEPTH_MAX ? (size_t)ev->depth : RENDER_SLOW_DEPTH_MAX;
+
     if (ti < 0) return CLI_ERR;
     if (render_end_line(r) != CLI_OK) return CLI_ERR;
-    render_line_start(r, &r->threads[ti], &ev->time_ns, (size_t)ev->depth);
+    render_line_start(r, &r->threads[ti], &ev->time_ns, depth);
     render_name(r, ev->method_id);
     render_duration(r, 0, ev->duration_ns);
     render_putc(r, '\n');
@@ -473,6 +479,7 @@ static void render_text(struct render *r, struct rbtrace_str s)
     uint32_t i, from = 0;
     char esc[4];
 
+    if (s.len == 0) return;   /* s.ptr may be NULL */
     for (i = 0; i < s.len; i++) {
         unsigned char c = (unsigned char)s.ptr[i];
         if (c >= 0x20 && c != 0x7f) continue;

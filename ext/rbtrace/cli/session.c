@@ -328,32 +328,36 @@ static enum session_wait session_handled(int cli_rc)
 /*
  * The message at p (avail bytes) through msgpack objects. SESSION_DONE
  * with *used its length, or 0 if it is not all there yet; or why to stop.
- * Re-parsing an incomplete message after each read is cheap: the only big
- * events are strings, and the parser stops at a string's header.
+ * Its end is found first (rbtrace_msgpack_scan), so msgpack-c unpacks only
+ * a whole event, whose announced items all fit in its bytes: a few bytes
+ * announcing 2^32 elements cannot make it allocate gigabytes. Scanning an
+ * incomplete event again after each read is cheap: the only big events
+ * are strings, whose bodies the scan skips.
  */
 static enum session_wait session_decode_slow(struct session *s, const char *p, size_t avail,
                                              size_t *used)
 {
     char err[RBTRACE_ERRLEN];
     msgpack_object obj;
-    size_t off = 0;
+    size_t off = 0, size = 0;
 
     *used = 0;
-    msgpack_zone_clear(&s->zone);   /* the previous event's objects; keeps its memory */
-    switch (msgpack_unpack(p, avail, &off, &s->zone, &obj)) {
-    case MSGPACK_UNPACK_SUCCESS:
-    case MSGPACK_UNPACK_EXTRA_BYTES:
+    switch (rbtrace_msgpack_scan(p, avail, SESSION_EVENT_MAX, &size)) {
+    case RBTRACE_SCAN_WHOLE:
         break;
-    case MSGPACK_UNPACK_CONTINUE:
-        if (avail <= SESSION_EVENT_MAX) return SESSION_DONE;
+    case RBTRACE_SCAN_PARTIAL:
+        return SESSION_DONE;
+    case RBTRACE_SCAN_TOO_BIG:
         s->stream_broken = 1;
         return session_malformed(s, "an event larger than 64 MiB");
-    case MSGPACK_UNPACK_NOMEM_ERROR:
-        s->stream_broken = 1;
-        return session_malformed(s, "out of memory");
-    default:
+    case RBTRACE_SCAN_INVALID:
         s->stream_broken = 1;
         return session_malformed(s, "invalid msgpack");
+    }
+    msgpack_zone_clear(&s->zone);   /* the previous event's objects; keeps its memory */
+    if (msgpack_unpack(p, size, &off, &s->zone, &obj) != MSGPACK_UNPACK_SUCCESS) {
+        s->stream_broken = 1;
+        return session_malformed(s, "invalid msgpack (nested too deep, or out of memory)");
     }
     *used = off;
     if (rbtrace_event_decode(&obj, s->ev, err) != RBTRACE_OK) return session_malformed(s, err);

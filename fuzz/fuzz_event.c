@@ -1,0 +1,428 @@
+/*
+ * fuzz_event.c - libFuzzer harness for the client's event decoder: the
+ * bytes a target sends on the socket, split into events the way
+ * ext/rbtrace/cli/session.c does (the CALL/RETURN fast path,
+ * rbtrace_event_decode_call_bytes, first; otherwise rbtrace_msgpack_scan,
+ * msgpack_unpack and rbtrace_event_decode), each event then rendered by
+ * ext/rbtrace/cli/render.c as the trace's text.
+ *
+ * Input: byte 0 picks the render options (-t, -n, -r) and how the stream
+ * is cut into reads; the rest is the stream.
+ *
+ * Besides ASan, UBSan and LeakSanitizer, every run checks:
+ * - the fast path agrees with the generic one on every CALL and RETURN it
+ *   takes (same fields, same length), and says "incomplete" only where
+ *   the generic path does too;
+ * - the stream read in small pieces gives the same events, in the same
+ *   order, as the stream read at once (no event lost or doubled at a read
+ *   boundary), and stops at the same place;
+ * - a decoded event encodes again with the codec's own encoders into bytes
+ *   that decode to the same event; the hot path's encoders
+ *   (rbtrace_event_encode_call, _lost) give the packer's bytes;
+ * - the renderer takes every event without an error, and its durations are
+ *   printf's "%.6f" of the seconds.
+ *
+ * Build and run: rake test:fuzz (short, CI), rake fuzz:long (fuzz/RESULTS.md).
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+#include "codec.h"
+#include "render.h"
+
+#define FUZZ_CHECK(cond)                                                        \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            fprintf(stderr, "fuzz_event: check failed at %s:%d: %s\n", __FILE__, \
+                    __LINE__, #cond);                                           \
+            abort();                                                            \
+        }                                                                       \
+    } while (0)
+
+/* session.c's SESSION_EVENT_MAX */
+#define FUZZ_EVENT_MAX (64 * 1024 * 1024)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* What one pass over the stream saw: a running hash of every event's
+ * fields, how many events, and where it stopped. */
+struct digest {
+    uint64_t hash;
+    size_t events;
+    size_t consumed;
+    int broken;        /* stopped at bytes the client refuses */
+};
+
+static void hash_bytes(struct digest *d, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    size_t i;
+
+    for (i = 0; i < n; i++) d->hash = (d->hash ^ b[i]) * 0x100000001b3ULL;
+}
+
+static void hash_u64(struct digest *d, uint64_t v)
+{
+    hash_bytes(d, &v, sizeof(v));
+}
+
+static void hash_str(struct digest *d, struct rbtrace_str s)
+{
+    hash_u64(d, s.len);
+    if (s.len) hash_bytes(d, s.ptr, s.len);
+}
+
+static void hash_event(struct digest *d, const struct rbtrace_event *ev)
+{
+    uint32_t i;
+
+    d->events++;
+    hash_u64(d, ev->type);
+    hash_u64(d, ev->thread_id);
+    hash_u64(d, ev->time_ns);
+    hash_u64(d, ev->method_id);
+    if (ev->type == RBTRACE_EV_CALL || ev->type == RBTRACE_EV_RETURN) return;   /* fast path: no more */
+    hash_u64(d, ev->number);
+    hash_u64(d, ev->pid);
+    hash_u64(d, ev->clock_origin_ns);
+    hash_u64(d, ev->wall_origin_ns);
+    hash_u64(d, ev->duration_ns);
+    hash_u64(d, ev->depth);
+    hash_u64(d, ev->mark_ns);
+    hash_u64(d, ev->sweep_ns);
+    hash_u64(d, ev->status);
+    hash_str(d, ev->text);
+    hash_str(d, ev->text2);
+    hash_str(d, ev->text3);
+    hash_u64(d, ev->n_exprs);
+    for (i = 0; i < ev->n_exprs; i++) {
+        hash_str(d, ev->exprs[i]);
+        hash_str(d, ev->values[i]);
+    }
+}
+
+static int str_same(struct rbtrace_str a, struct rbtrace_str b)
+{
+    return a.len == b.len && (a.len == 0 || memcmp(a.ptr, b.ptr, a.len) == 0);
+}
+
+/* Every field rbtrace_event_decode sets (it zeroes the others). */
+static int event_same(const struct rbtrace_event *a, const struct rbtrace_event *b)
+{
+    uint32_t i;
+
+    if (a->type != b->type || a->thread_id != b->thread_id || a->time_ns != b->time_ns ||
+        a->method_id != b->method_id || a->number != b->number || a->pid != b->pid ||
+        a->clock_origin_ns != b->clock_origin_ns || a->wall_origin_ns != b->wall_origin_ns ||
+        a->duration_ns != b->duration_ns || a->depth != b->depth || a->mark_ns != b->mark_ns ||
+        a->sweep_ns != b->sweep_ns || a->status != b->status || !str_same(a->text, b->text) ||
+        !str_same(a->text2, b->text2) || !str_same(a->text3, b->text3) ||
+        a->n_exprs != b->n_exprs)
+        return 0;
+    for (i = 0; i < a->n_exprs; i++)
+        if (!str_same(a->exprs[i], b->exprs[i]) || !str_same(a->values[i], b->values[i]))
+            return 0;
+    return 1;
+}
+
+/* ---- encode again ---- */
+
+/* A NUL-terminated copy for the encoders that take C strings; NULL if the
+ * string holds a NUL (those encoders cannot carry it: skip the check). */
+static char *cstr(struct rbtrace_str s)
+{
+    char *c;
+
+    if (s.len && memchr(s.ptr, '\0', s.len)) return NULL;
+    c = malloc((size_t)s.len + 1);
+    if (!c) abort();
+    if (s.len) memcpy(c, s.ptr, s.len);
+    c[s.len] = '\0';
+    return c;
+}
+
+/* Packs ev with the codec's encoder for its type. 0 if that encoder cannot
+ * express it (a field wider than the encoder's parameter, a NUL in a C
+ * string); 1 if packed. */
+static int event_pack(msgpack_packer *pk, const struct rbtrace_event *ev)
+{
+    char *a = NULL, *b = NULL;
+    uint32_t i;
+    int ok = 1;
+
+    switch (ev->type) {
+    case RBTRACE_EV_ATTACHED:
+        if (ev->number != RBTRACE_PROTOCOL_VERSION || ev->pid > UINT32_MAX ||
+            !(a = cstr(ev->text)))
+            return 0;
+        rbtrace_event_pack_attached(pk, (uint32_t)ev->pid, a, ev->clock_origin_ns,
+                                    ev->wall_origin_ns);
+        break;
+    case RBTRACE_EV_REFUSED:
+        if (ev->number > UINT32_MAX || ev->pid > UINT32_MAX || !(a = cstr(ev->text))) return 0;
+        rbtrace_event_pack_refused(pk, (enum rbtrace_refusal)ev->number, (uint32_t)ev->pid, a);
+        break;
+    case RBTRACE_EV_DETACHED:
+        rbtrace_event_pack_detached(pk);
+        break;
+    case RBTRACE_EV_METHOD:
+        rbtrace_event_pack_method(pk, ev->method_id, ev->text.ptr, ev->text.len);
+        break;
+    case RBTRACE_EV_CALL:
+    case RBTRACE_EV_RETURN:
+        rbtrace_event_pack_call(pk, ev->type, ev->thread_id, ev->time_ns, ev->method_id);
+        break;
+    case RBTRACE_EV_CALL_ARGS:
+        rbtrace_event_pack_call_args(pk, ev->thread_id, ev->time_ns, ev->method_id, ev->n_exprs);
+        for (i = 0; i < ev->n_exprs; i++)
+            rbtrace_event_pack_expr(pk, ev->exprs[i].ptr, ev->exprs[i].len, ev->values[i].ptr,
+                                    ev->values[i].len);
+        break;
+    case RBTRACE_EV_LOST:
+        rbtrace_event_pack_lost(pk, ev->number);
+        break;
+    case RBTRACE_EV_FORGET:
+        rbtrace_event_pack_forget(pk, ev->number);
+        break;
+    case RBTRACE_EV_EVAL_RESULT:
+        if (ev->number > UINT32_MAX) return 0;
+        rbtrace_event_pack_eval_result(pk, (uint32_t)ev->number,
+                                       (enum rbtrace_eval_status)ev->status, ev->text.ptr,
+                                       ev->text.len);
+        break;
+    case RBTRACE_EV_ERROR:
+    case RBTRACE_EV_NOTICE:
+        rbtrace_event_pack_message(pk, ev->type, ev->text.ptr, ev->text.len);
+        break;
+    case RBTRACE_EV_SLOW:
+        rbtrace_event_pack_slow(pk, ev->thread_id, ev->time_ns, ev->method_id, ev->duration_ns,
+                                ev->depth);
+        break;
+    case RBTRACE_EV_GC:
+        if (!(a = cstr(ev->text)) || !(b = cstr(ev->text2))) {
+            ok = 0;
+            break;
+        }
+        rbtrace_event_pack_gc(pk, ev->thread_id, ev->time_ns, ev->duration_ns, ev->mark_ns,
+                              ev->sweep_ns, a, b);
+        break;
+    case RBTRACE_EV_RAISE:
+        rbtrace_event_pack_raise(pk, ev->thread_id, ev->time_ns, ev->text.ptr, ev->text.len,
+                                 ev->text2.ptr, ev->text2.len, ev->text3.ptr, ev->text3.len);
+        break;
+    default:
+        FUZZ_CHECK(!"rbtrace_event_decode accepted an unknown event");
+    }
+    free(a);
+    free(b);
+    return ok;
+}
+
+/* ev (decoded) encodes into bytes that decode to the same event. */
+static void check_round_trip(const struct rbtrace_event *ev)
+{
+    static struct rbtrace_event again;
+    char err[RBTRACE_ERRLEN], fast[RBTRACE_CALL_EVENT_MAX];
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_zone zone;
+    msgpack_object obj;
+    size_t off = 0, n;
+
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    if (!event_pack(&pk, ev)) {
+        msgpack_sbuffer_destroy(&sb);
+        return;
+    }
+    if (!msgpack_zone_init(&zone, 1024)) abort();
+    FUZZ_CHECK(msgpack_unpack(sb.data, sb.size, &off, &zone, &obj) == MSGPACK_UNPACK_SUCCESS);
+    if (rbtrace_event_decode(&obj, &again, err) != RBTRACE_OK) {
+        fprintf(stderr, "fuzz_event: re-encoded event %u refused: %s\n", (unsigned)ev->type, err);
+        abort();
+    }
+    if (ev->type == RBTRACE_EV_CALL || ev->type == RBTRACE_EV_RETURN) {
+        /* the fast path sets these four only (session.c reuses the struct) */
+        FUZZ_CHECK(again.type == ev->type && again.thread_id == ev->thread_id &&
+                   again.time_ns == ev->time_ns && again.method_id == ev->method_id);
+        n = rbtrace_event_encode_call(fast, ev->type, ev->thread_id, ev->time_ns, ev->method_id);
+        FUZZ_CHECK(n == sb.size && memcmp(fast, sb.data, n) == 0);
+    } else {
+        FUZZ_CHECK(event_same(ev, &again));
+    }
+    if (ev->type == RBTRACE_EV_LOST) {
+        n = rbtrace_event_encode_lost(fast, ev->number);
+        FUZZ_CHECK(n <= RBTRACE_LOST_EVENT_MAX && n == sb.size && memcmp(fast, sb.data, n) == 0);
+    }
+    msgpack_zone_destroy(&zone);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+/* render_format_seconds against printf. */
+static void check_seconds(uint64_t ns)
+{
+    char mine[RENDER_SECONDS_MAX + 1], theirs[64];
+    size_t n = render_format_seconds(mine, ns);
+
+    mine[n] = '\0';
+    snprintf(theirs, sizeof(theirs), "%.6f", (double)ns / 1e9);
+    if (strcmp(mine, theirs) != 0) {
+        fprintf(stderr, "fuzz_event: %llu ns: render says %s, printf %s\n",
+                (unsigned long long)ns, mine, theirs);
+        abort();
+    }
+}
+
+/* ---- the stream, as session.c reads it ---- */
+
+struct pass {
+    struct render *render;     /* NULL: decode only */
+    struct digest d;
+    msgpack_zone zone;
+    struct rbtrace_event ev;
+    int checks;                /* the cross-checks, on one pass only */
+};
+
+/* A fast-path event against the generic path over the same bytes. */
+static void check_fast(struct pass *ps, const char *p, size_t avail, size_t used)
+{
+    static struct rbtrace_event slow;
+    char err[RBTRACE_ERRLEN];
+    msgpack_object obj;
+    size_t end = 0, off = 0;
+
+    FUZZ_CHECK(rbtrace_msgpack_scan(p, avail, FUZZ_EVENT_MAX, &end) == RBTRACE_SCAN_WHOLE);
+    FUZZ_CHECK(end == used);
+    msgpack_zone_clear(&ps->zone);
+    FUZZ_CHECK(msgpack_unpack(p, used, &off, &ps->zone, &obj) == MSGPACK_UNPACK_SUCCESS);
+    FUZZ_CHECK(rbtrace_event_decode(&obj, &slow, err) == RBTRACE_OK);
+    FUZZ_CHECK(slow.type == ps->ev.type && slow.thread_id == ps->ev.thread_id &&
+               slow.time_ns == ps->ev.time_ns && slow.method_id == ps->ev.method_id);
+}
+
+static void handle(struct pass *ps)
+{
+    hash_event(&ps->d, &ps->ev);
+    if (ps->checks) {
+        check_round_trip(&ps->ev);
+        if (ps->ev.type == RBTRACE_EV_SLOW || ps->ev.type == RBTRACE_EV_GC)
+            check_seconds(ps->ev.duration_ns);
+    }
+    if (ps->render && render_event(ps->render, &ps->ev) != CLI_OK) {
+        fprintf(stderr, "fuzz_event: render_event failed: %s\n", ps->render->errstr);
+        abort();
+    }
+}
+
+/*
+ * Decodes every whole event in buf[*head, tail), as session_decode does.
+ * Returns 0 to go on reading, 1 when the client would stop (bytes it
+ * refuses, or an event it cannot decode).
+ */
+static int decode_some(struct pass *ps, const char *buf, size_t *head, size_t tail)
+{
+    char err[RBTRACE_ERRLEN];
+    msgpack_object obj;
+
+    while (*head < tail) {
+        const char *p = buf + *head;
+        size_t avail = tail - *head, used = 0, end = 0, off = 0;
+        int fast = rbtrace_event_decode_call_bytes(p, avail, &ps->ev, &used);
+        enum rbtrace_scan scan;
+
+        if (fast < 0) {
+            if (ps->checks)
+                FUZZ_CHECK(rbtrace_msgpack_scan(p, avail, FUZZ_EVENT_MAX, &end) ==
+                           RBTRACE_SCAN_PARTIAL);
+            return 0;
+        }
+        if (fast > 0) {
+            FUZZ_CHECK(used > 0 && used <= avail && used <= RBTRACE_CALL_EVENT_MAX);
+            if (ps->checks) check_fast(ps, p, avail, used);
+            handle(ps);
+            *head += used;
+            continue;
+        }
+        scan = rbtrace_msgpack_scan(p, avail, FUZZ_EVENT_MAX, &end);
+        if (scan == RBTRACE_SCAN_PARTIAL) return 0;
+        if (scan != RBTRACE_SCAN_WHOLE) return 1;
+        FUZZ_CHECK(end > 0 && end <= avail);
+        msgpack_zone_clear(&ps->zone);
+        if (msgpack_unpack(p, end, &off, &ps->zone, &obj) != MSGPACK_UNPACK_SUCCESS) return 1;
+        FUZZ_CHECK(off == end);
+        memset(err, 0, sizeof(err));
+        if (rbtrace_event_decode(&obj, &ps->ev, err) != RBTRACE_OK) {
+            FUZZ_CHECK(err[0] != '\0' && memchr(err, '\0', sizeof(err)) != NULL);
+            return 1;
+        }
+        handle(ps);
+        *head += end;
+    }
+    return 0;
+}
+
+/* The stream fed in reads of chunk bytes (all at once if 0). */
+static void run(struct pass *ps, const char *stream, size_t len, size_t chunk)
+{
+    char *buf = malloc(len ? len : 1);
+    size_t head = 0, tail = 0;
+
+    if (!buf) abort();
+    if (!msgpack_zone_init(&ps->zone, 4096)) abort();
+    ps->d.hash = 0xcbf29ce484222325ULL;
+    while (tail < len) {
+        size_t n = chunk && chunk < len - tail ? chunk : len - tail;
+        memcpy(buf + tail, stream + tail, n);
+        tail += n;
+        if (decode_some(ps, buf, &head, tail)) {
+            ps->d.broken = 1;
+            break;
+        }
+    }
+    ps->d.consumed = head;
+    msgpack_zone_destroy(&ps->zone);
+    free(buf);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static struct pass whole, pieces;
+    static const size_t chunks[] = { 1, 2, 3, 5, 7, 16, 29, 64 };
+    static FILE *devnull;
+    struct render_opts opts;
+    struct render r;
+    const char *stream = (const char *)data + 1;
+    size_t len;
+
+    if (size == 0) return 0;
+    if (!devnull && !(devnull = fopen("/dev/null", "w"))) abort();
+    len = size - 1;
+    memset(&opts, 0, sizeof(opts));
+    opts.start_time = data[0] & 1;
+    opts.no_duration = (data[0] >> 1) & 1;
+    opts.prefix = (data[0] >> 2) & 3;
+    render_init(&r, devnull, &opts);
+    render_set_wall_origin(&r, 1700000000ULL * 1000000000ULL);
+
+    memset(&whole.d, 0, sizeof(whole.d));
+    whole.render = &r;
+    whole.checks = 1;
+    run(&whole, stream, len, 0);
+
+    memset(&pieces.d, 0, sizeof(pieces.d));
+    pieces.render = NULL;
+    pieces.checks = 0;
+    run(&pieces, stream, len, chunks[(data[0] >> 4) & 7]);
+
+    /* The whole stream and the pieces: the same events, the same end. */
+    FUZZ_CHECK(whole.d.events == pieces.d.events);
+    FUZZ_CHECK(whole.d.hash == pieces.d.hash);
+    FUZZ_CHECK(whole.d.consumed == pieces.d.consumed);
+    FUZZ_CHECK(whole.d.broken == pieces.d.broken);
+
+    render_free(&r);
+    return 0;
+}
