@@ -225,7 +225,10 @@ RSpec.describe 'faults' do
           "the client's start included); VmRSS #{rss.join(' / ')} kB at the start / after 50 (warm-up) " \
           "/ after 1000 more: #{rss[2] - rss[1]} kB"
       expect(footprint_back_to(app.pid, before)).to eq(before)
-      expect(rss[2] - rss[1]).to be <= 1024
+      # Under rake test:asan the app's RSS says nothing of ours: ASan keeps
+      # freed memory in quarantine (56 MB over these sessions). The plain
+      # run of this spec checks it.
+      expect(rss[2] - rss[1]).to be <= 1024 unless RBTraceSpec::SPAWN_ENV.key?('LD_PRELOAD')
       expect(app).to be_alive
     ensure
       FileUtils.rm_rf(dir) if dir

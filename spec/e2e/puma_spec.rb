@@ -70,7 +70,9 @@ RSpec.describe 'puma cluster under load' do
   def boot_puma(port)
     File.write(File.join(dir, 'config.ru'), CONFIG_RU)
     log = File.join(dir, 'puma.log')
-    env = { 'RUBYLIB' => RBTraceSpec::LIB, 'RUBYOPT' => '-rrbtrace', 'BUNDLE_GEMFILE' => nil }
+    # SPAWN_ENV: under rake test:asan, the ASan runtime preloaded first.
+    env = RBTraceSpec::SPAWN_ENV.merge('RUBYLIB' => RBTraceSpec::LIB, 'RUBYOPT' => '-rrbtrace',
+                                       'BUNDLE_GEMFILE' => nil)
     @master = spawn_group('puma', '-w', '2', '-t', '2:4', '--preload', '-e', 'production',
                           '-b', "tcp://127.0.0.1:#{port}", 'config.ru', env: env, log: log)
     workers = []
