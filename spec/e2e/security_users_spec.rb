@@ -190,8 +190,14 @@ RSpec.describe 'security between users' do
       sock = nil
       Timeout.timeout(5) { sleep 0.01 until (sock = Dir.glob(File.join(tmp, 'rbtrace-*', 'sock')).first) }
       # This spec's own process (same user as the client: the directory lets
-      # it in) connects first and writes an event.
-      intruder = UNIXSocket.new(sock)
+      # it in) connects first and writes an event. The socket's file exists
+      # from bind(2) on, a moment before listen(2): refused until then.
+      intruder = Timeout.timeout(5) do
+        UNIXSocket.new(sock)
+      rescue Errno::ECONNREFUSED
+        sleep 0.005
+        retry
+      end
       intruder.write(forged_notice('FORGED BY AN INTRUDER'))
       Process.kill(:CONT, app.pid)
       client.attached
