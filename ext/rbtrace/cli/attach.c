@@ -127,7 +127,7 @@ static void attach_sweep_stale_queues(void)
     }
 }
 
-int attach_has_rbtrace(pid_t pid)
+static int attach_maps_scan(pid_t pid)
 {
     static const char suffix[] = "rbtrace.so";
     static const char deleted[] = " (deleted)";
@@ -148,6 +148,17 @@ int attach_has_rbtrace(pid_t pid)
     }
     if (ferror(maps)) found = -1;
     fclose(maps);
+    return found;
+}
+
+/* /proc/PID/maps is read a page at a time, and the kernel may skip lines
+ * when the process maps or unmaps memory in between (a busy thread's GC):
+ * a miss is read again before it is believed. */
+int attach_has_rbtrace(pid_t pid)
+{
+    int found = 0, tries;
+
+    for (tries = 0; tries < 3 && found == 0; tries++) found = attach_maps_scan(pid);
     return found;
 }
 
