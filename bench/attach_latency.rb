@@ -25,6 +25,7 @@ RUNS = Integer(ENV.fetch('BENCH_RUNS', '20'))
 
 STATES = {
   'busy in Ruby' => 'x = 0; loop { x += 1 }',
+  'busy in Ruby, not main' => 'Thread.new { x = 0; loop { x += 1 } }; sleep',
   'sleep' => 'sleep',
   'pipe read' => 'r, _w = IO.pipe; r.read',
   'IO.select' => 'r, _w = IO.pipe; IO.select([r])',

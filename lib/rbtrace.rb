@@ -20,6 +20,7 @@ module RBTrace
     # work on it like on any other thread.
     def start_helper
       @helper = Thread.new do
+        handoff_own_thread
         helper_loop
       rescue Exception => e # rubocop:disable Lint/RescueException
         # Not meant to happen; keep the process traceable and say it once.

@@ -284,7 +284,6 @@ static void *channel_wait_nogvl(void *unused)
             ;   /* one look serves every signal so far */
         if (channel_work_waiting()) break;
     }
-    rbtrace_handoff_request();
     return NULL;
 }
 
@@ -303,9 +302,12 @@ static void channel_unblock(void *unused)
 static VALUE channel_helper_loop_m(VALUE self)
 {
     for (;;) {
+        int state;
+
         channel_unblocked = 0;
-        rb_thread_call_without_gvl(channel_wait_nogvl, NULL, channel_unblock, NULL);
-        rbtrace_handoff_done();
+        /* rbtrace_nogvl says when this thread starts waiting for the GVL. */
+        state = rbtrace_nogvl(channel_wait_nogvl, NULL, channel_unblock, NULL);
+        if (state) rb_jump_tag(state);   /* Thread#kill, exit */
         rb_thread_check_ints();
         do channel_service();
         while ((rbtrace.pending || rbtrace.deferred) && !rbtrace.servicing);

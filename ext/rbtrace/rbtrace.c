@@ -8,7 +8,8 @@
  * first signal or attach on.
  *
  * Files: channel.c (signal, helper thread, message queue), handoff.c (the
- * GVL for our threads while the app is busy), clock.c (events' time
+ * GVL for our threads while the app is busy; handoff_job.c on 3.3+,
+ * handoff_trap.c before), clock.c (events' time
  * stamps), session.c
  * (commands), tracer.c (selectors, event hook), wrapper.c (tracing one
  * method by prepending a wrapper), emit.c (event encoding),
@@ -102,6 +103,7 @@ int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, 
     int state = 0;
 
     rb_protect(rbtrace_nogvl_i, (VALUE)&c, &state);
+    rbtrace_handoff_done();   /* also when an interrupt was raised */
     return state;
 }
 
@@ -115,6 +117,7 @@ static VALUE rbtrace_after_fork_child_m(VALUE self)
 {
     rbtrace_session_after_fork();
     rbtrace_channel_after_fork();
+    rbtrace_handoff_after_fork();
     return Qnil;
 }
 

@@ -179,6 +179,7 @@ void rbtrace_handoff_request(void);
 void rbtrace_handoff_done(void);
 int rbtrace_handoff_signal(int sig, siginfo_t *info, void *ctx);
 void rbtrace_handoff_install(void);
+void rbtrace_handoff_after_fork(void);
 void Init_rbtrace_handoff(VALUE mod);
 
 /* session.c: carrying out commands */

@@ -25,9 +25,12 @@ module RBTrace
       # Each side says when it is about to wait for the GVL, so that a busy
       # main thread passes it on at once (ext/rbtrace/handoff.c).
       RBTrace.handoff_request
-      worker = Thread.new { evaluate(code, format) }
-      ended = wait(worker, timeout)
-      RBTrace.handoff_done
+      begin
+        worker = Thread.new { evaluate(code, format) }
+        ended = wait(worker, timeout)
+      ensure
+        RBTrace.handoff_done
+      end
       return worker.value if ended == :finished
 
       worker.kill
@@ -54,6 +57,7 @@ module RBTrace
     end
 
     def evaluate(code, format)
+      RBTrace.handoff_own_thread
       RBTrace.handoff_done
       Thread.current.name = 'rbtrace eval'
       Thread.current.report_on_exception = false

@@ -34,7 +34,7 @@ module RBTrace
     # rbtrace --backtrace N: the thread(s) running now, or the main thread
     # if none is (the eval's own thread and the helper do not count).
     def backtrace(limit)
-      running = app_threads.select { |t| t.status == 'run' && handoff_frames(t).zero? }
+      running = app_threads.select { |t| thread_status(t) == 'run' && handoff_frames(t).zero? }
       running = [Thread.main] if running.empty?
       running.map { |t| thread_report(t, limit) }.join("\n")
     end
@@ -126,7 +126,12 @@ module RBTrace
       thread.inspect[/\A#<Thread:0x\h+/].to_s + '>'
     end
 
+    # A thread passing the GVL to the report's thread (Ruby 3.3+: in
+    # rbtrace's postponed job, ext/rbtrace/handoff_job.c) reads 'sleep'
+    # because of us: it was running.
     def thread_status(thread)
+      return 'run' if thread == RBTrace.handoff_yielder
+
       case (status = thread.status)
       when false then 'finished'
       when nil then 'died with an exception'

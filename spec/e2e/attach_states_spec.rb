@@ -36,12 +36,39 @@ RSpec.describe 'attaching whatever the target is doing' do
       m.synchronize { c.wait(m) }
       puts "woken"
     RUBY
-    3.times do
+    8.times do
       r = rbtrace('-p', app.pid, '-e', 'Process.pid')
       expect(r.stdout).to eq(">> Process.pid\n=> #{app.pid}\n"), "stderr: #{r.stderr}"
     end
     expect(app).to be_alive
     expect(app.drain).not_to include('woken')
+  end
+
+  # On 3.3+ whichever thread holds the GVL passes it on, in a postponed job
+  # (ext/rbtrace/handoff_job.c) that must not swallow or delay that thread's
+  # own Thread#raise.
+  it "keeps a busy thread's Timeout working while it attaches again and again" do
+    app = start_target(<<~'RUBY').ready
+      require 'timeout'
+      Thread.new do
+        loop do
+          begin
+            Timeout.timeout(0.05) { x = 0; loop { x += 1 } }
+          rescue Timeout::Error
+            puts "timeout"
+          end
+        end
+      end
+      puts "ready"
+      sleep
+    RUBY
+    5.times do
+      r = rbtrace('-p', app.pid, '-e', '1 + 1')
+      expect(r.stdout).to eq(">> 1 + 1\n=> 2\n"), "stderr: #{r.stderr}"
+    end
+    seen = app.drain.count('timeout')
+    app.wait_for(->(_) { app.lines.count('timeout') >= seen + 5 }, timeout: 10)
+    expect(app).to be_alive
   end
 
   # The GVL hand-off runs as a trap on a busy main thread: the app's own

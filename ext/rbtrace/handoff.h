@@ -1,0 +1,50 @@
+/*
+ * handoff.h - what handoff.c shares with the two ways of asking the thread
+ * that holds the GVL to pass it on: handoff_job.c (Ruby 3.3 and later) and
+ * handoff_trap.c (before). Exactly one of them is built into a given
+ * extension; each defines the rbtrace_handoff_ask_* functions below.
+ */
+#ifndef RBTRACE_HANDOFF_H
+#define RBTRACE_HANDOFF_H
+
+#include <signal.h>
+#include <sys/types.h>
+#include <ruby.h>
+
+/* How long a thread asked to pass the GVL on keeps waiting for ours to
+ * take it, at most, per asking. */
+#define RBTRACE_HANDOFF_YIELD_MAX_NS 5000000L
+
+/* How many times one request asks, at most: if the GVL has not come after
+ * that, something keeps it that asking cannot move (a long C call), and
+ * Ruby's time slices bring it. Also bounds what a request that is never
+ * answered by rbtrace_handoff_done could cost the app. */
+#define RBTRACE_HANDOFF_MAX_ASKS 200
+
+struct rbtrace_handoff {
+    volatile sig_atomic_t wanted;   /* a thread of ours waits for the GVL */
+    volatile pid_t requester;       /* the native thread (tid) that said so */
+};
+
+extern struct rbtrace_handoff rbtrace_handoff;
+
+/* Whether the current Ruby thread is one of rbtrace's (marked by
+ * RBTrace.handoff_own_thread): those never pass the GVL on. GVL held. */
+int rbtrace_handoff_own_thread_p(void);
+
+/* Sets the way up, once, GVL held. Returns 1 if it can work here. */
+int rbtrace_handoff_ask_install(void);
+/* rbtrace_handoff.wanted was just set: start asking. Any thread, no GVL. */
+void rbtrace_handoff_ask_start(void);
+/* ... and was just cleared (GVL held, by the thread that waited). */
+void rbtrace_handoff_ask_stop(void);
+/* A forked child: what the parent's threads held is gone. Returns 1 if
+ * the way still works. */
+int rbtrace_handoff_ask_after_fork(void);
+/* RBTrace.handoff_yield: the trap's body (trap way); nil for the job way. */
+VALUE rbtrace_handoff_ask_yield(void);
+/* The app's thread that waits in the job now for ours to take the GVL
+ * (job way), or nil. Its status reads 'sleep' meanwhile. */
+VALUE rbtrace_handoff_ask_yielder(void);
+
+#endif
