@@ -44,54 +44,34 @@ RSpec.describe 'attaching whatever the target is doing' do
     expect(app.drain).not_to include('woken')
   end
 
-  # On 3.3+ whichever thread holds the GVL passes it on, in a postponed job
-  # (ext/rbtrace/handoff_job.c) that must not swallow or delay that thread's
-  # own Thread#raise.
-  it "keeps a busy thread's Timeout working while it attaches again and again" do
-    app = start_target(<<~'RUBY').ready
-      require 'timeout'
-      Thread.new do
-        loop do
-          begin
-            Timeout.timeout(0.05) { x = 0; loop { x += 1 } }
-          rescue Timeout::Error
-            puts "timeout"
-          end
-        end
+  # The GVL hand-off asks a busy thread to pass the GVL on: a trap on the
+  # main thread before 3.3, on 3.3+ a postponed job on whichever thread
+  # holds it (ext/rbtrace/handoff.c). Neither may swallow or delay that
+  # thread's own Thread#raise (here Timeout's).
+  TIMEOUT_LOOP = <<~'RUBY'
+    loop do
+      begin
+        Timeout.timeout(0.05) { x = 0; loop { x += 1 } }
+      rescue Timeout::Error
+        puts "timeout"
       end
-      puts "ready"
-      sleep
-    RUBY
-    5.times do
-      r = rbtrace('-p', app.pid, '-e', '1 + 1')
-      expect(r.stdout).to eq(">> 1 + 1\n=> 2\n"), "stderr: #{r.stderr}"
     end
-    seen = app.drain.count('timeout')
-    app.wait_for(->(_) { app.lines.count('timeout') >= seen + 5 }, timeout: 10)
-    expect(app).to be_alive
-  end
+  RUBY
 
-  # The GVL hand-off runs as a trap on a busy main thread: the app's own
-  # Thread#raise (here Timeout's) must still reach that thread as usual.
-  it "keeps a busy main thread's Timeout working while it attaches again and again" do
-    app = start_target(<<~'RUBY').ready
-      require 'timeout'
-      puts "ready"
-      loop do
-        begin
-          Timeout.timeout(0.05) { x = 0; loop { x += 1 } }
-        rescue Timeout::Error
-          puts "timeout"
-        end
+  {
+    'main thread' => "require 'timeout'\nputs 'ready'\n#{TIMEOUT_LOOP}",
+    'thread other than main' => "require 'timeout'\nThread.new do\n#{TIMEOUT_LOOP}end\nputs 'ready'\nsleep"
+  }.each do |which, code|
+    it "keeps a busy #{which}'s Timeout working while it attaches again and again" do
+      app = start_target(code).ready
+      5.times do
+        r = rbtrace('-p', app.pid, '-e', '1 + 1')
+        expect(r.stdout).to eq(">> 1 + 1\n=> 2\n"), "stderr: #{r.stderr}"
       end
-    RUBY
-    5.times do
-      r = rbtrace('-p', app.pid, '-e', '1 + 1')
-      expect(r.stdout).to eq(">> 1 + 1\n=> 2\n"), "stderr: #{r.stderr}"
+      seen = app.drain.count('timeout')
+      app.wait_for(->(_) { app.lines.count('timeout') >= seen + 5 }, timeout: 10)
+      expect(app).to be_alive
     end
-    seen = app.drain.count('timeout')
-    app.wait_for(->(_) { app.lines.count('timeout') >= seen + 5 }, timeout: 10)
-    expect(app).to be_alive
   end
 
   it 'traces while the main thread is blocked in a read and another thread works' do
