@@ -105,7 +105,8 @@ static int handoff_main_running(void)
  */
 static uint64_t handoff_main_cpu_ns(void)
 {
-    clockid_t main_clock = (clockid_t)((~(clockid_t)getpid() << 3) | 6);
+    /* Unsigned: shifting a negative int is undefined (UBSan says so). */
+    clockid_t main_clock = (clockid_t)((~(unsigned int)getpid() << 3) | 6u);
     struct timespec ts;
 
     if (clock_gettime(main_clock, &ts) != 0) return 0;
