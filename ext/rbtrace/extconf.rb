@@ -50,9 +50,12 @@ $LIBS << ' -lpthread'
 # frames with __builtin_longjmp, which ASan does not see, so their redzones
 # stayed poisoned and Ruby's own code later tripped on them (false
 # stack-buffer-overflow reports in modf under rb_time_interval). Heap,
-# global and use-after-free checks stay.
+# global and use-after-free checks stay. Undefined behaviour ends the
+# process (-fno-sanitize-recover): beside ASan, UBSan ignores its
+# log_path and would only print to the app's stderr, which few specs read.
 sanitize = if ENV['RBTRACE_ASAN'] == '1'
-             %w[-fsanitize=address,undefined -fno-omit-frame-pointer --param=asan-stack=0]
+             %w[-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+                --param=asan-stack=0]
            else
              []
            end
