@@ -25,6 +25,8 @@
  */
 #include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
 #include "handoff.h"
+#include <stdio.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -49,6 +51,16 @@ void rbtrace_handoff_done(void)
     if (!rbtrace_handoff.wanted) return;
     rbtrace_handoff.wanted = 0;
     rbtrace_handoff_ask_stop();
+}
+
+void rbtrace_handoff_report_unavailable(const char *what, int err)
+{
+    static int reported;
+
+    if (!reported)
+        fprintf(stderr, "rbtrace: %s: %s (attaching to a busy process will take up to "
+                "100 ms a command)\n", what, strerror(err));
+    reported = 1;
 }
 
 void rbtrace_handoff_install(void)

@@ -32,6 +32,10 @@ extern struct rbtrace_handoff rbtrace_handoff;
  * RBTrace.handoff_own_thread): those never pass the GVL on. GVL held. */
 int rbtrace_handoff_own_thread_p(void);
 
+/* Says once on stderr that `what` failed (err: an errno) and what it
+ * costs: no asking, the GVL comes at Ruby's next time slice. */
+void rbtrace_handoff_report_unavailable(const char *what, int err);
+
 /* Sets the way up, once, GVL held. Returns 1 if it can work here. */
 int rbtrace_handoff_ask_install(void);
 /* rbtrace_handoff.wanted was just set: start asking. Any thread, no GVL. */

@@ -32,8 +32,6 @@
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
-#include <stdio.h>
-#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -136,16 +134,11 @@ static int handoff_kicker_start(void)
     err = pthread_create(&thread, &attr, handoff_kicker, NULL);
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (err == 0) job_way.kicker_pid = getpid();
     if (err != 0) {
-        static int reported;
-
-        if (!reported)
-            fprintf(stderr, "rbtrace: cannot start a thread: %s (attaching to a busy process "
-                    "will take up to 100 ms a command)\n", strerror(err));
-        reported = 1;
+        rbtrace_handoff_report_unavailable("cannot start a thread", err);
         return -1;
     }
+    job_way.kicker_pid = getpid();
     return 0;
 }
 

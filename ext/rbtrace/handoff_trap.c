@@ -37,8 +37,6 @@
 #if !defined(HAVE_RB_POSTPONED_JOB_PREREGISTER) && defined(HAVE_TIMER_CREATE)
 #include <errno.h>
 #include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -164,12 +162,7 @@ static int handoff_timer(void)
     sev.sigev_signo = SIGURG;
     sev.sigev_value.sival_int = HANDOFF_TRAP_MAGIC;
     if (timer_create(CLOCK_MONOTONIC, &sev, &trap_way.timer) != 0) {
-        static int reported;
-
-        if (!reported)
-            fprintf(stderr, "rbtrace: timer_create: %s (attaching to a busy process will "
-                    "take up to 100 ms a command)\n", strerror(errno));
-        reported = 1;
+        rbtrace_handoff_report_unavailable("timer_create", errno);
         return -1;
     }
     trap_way.timer_pid = getpid();

@@ -23,7 +23,7 @@ module RBTrace
         return [SYNTAX, e.message]
       end
       # Each side says when it is about to wait for the GVL, so that a busy
-      # main thread passes it on at once (ext/rbtrace/handoff.c).
+      # app thread passes it on at once (ext/rbtrace/handoff.c).
       RBTrace.handoff_request
       begin
         worker = Thread.new { evaluate(code, format) }
