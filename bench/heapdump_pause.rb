@@ -7,14 +7,19 @@
 # script, resets and reports it. Each run resets it, has the client do its
 # work, and reads the longest gap:
 #
-#   heap dump:  rbtrace -p PID --heapdump FILE
-#   fork alone: rbtrace -p PID -e 'Process.wait(fork { exit!(0) })'
+#   heap dump:   rbtrace -p PID --heapdump FILE
+#   fork alone:  rbtrace -p PID -e 'Process.wait(fork { exit!(0) })'
+#   fork, child kept as long as the dump's:
+#                rbtrace -p PID -e 'Process.wait(fork { sleep SECS; exit!(0) })'
 #
-# Both go through the same eval (a thread of the app that needs the GVL from
+# All go through the same eval (a thread of the app that needs the GVL from
 # the busy main thread), so the difference between them is what the heap
-# dump adds to the app's pause beyond the fork. Also printed: the pause the
-# client reports (the fork call's CPU time in the app). Median of BENCH_RUNS
-# (default 3) runs each.
+# dump adds to the app's pause beyond the fork. The third is the fair
+# baseline: while a child lives, every page the app writes to is copied
+# first (copy-on-write faults in the app), which a child that exits at once
+# spares it; SECS is the time the dump's child took in the same run. Also
+# printed: the pause the client reports (the fork call's CPU time in the
+# app). Median of BENCH_RUNS (default 3) runs each, the three interleaved.
 #
 #   bundle exec rake compile && ruby bench/heapdump_pause.rb
 require 'open3'
@@ -88,14 +93,18 @@ def main
   dump_pauses = []
   reported = []
   fork_pauses = []
+  kept_pauses = []
   RUNS.times do |i|
     file = File.join(Dir.tmpdir, "rbtrace-bench-heapdump-#{Process.pid}-#{i}.json")
     pause, out = pause_of(app_in, app_out, [CLIENT, '-p', app.to_s, '--heapdump', file])
     File.unlink(file)
     dump_pauses << pause
     reported << Float(out[/pause:\s+(\S+) s/, 1])
+    child_secs = Float(out[/wrote the file in (\S+) s/, 1])
     fork_pauses << pause_of(app_in, app_out,
                             [CLIENT, '-p', app.to_s, '-e', 'Process.wait(fork { exit!(0) })']).first
+    kept = format('Process.wait(fork { sleep %.3f; exit!(0) })', child_secs)
+    kept_pauses << pause_of(app_in, app_out, [CLIENT, '-p', app.to_s, '-e', kept]).first
   end
 
   ms = ->(s) { format('%.1f ms', s * 1000) }
@@ -110,9 +119,13 @@ def main
   puts "| `--heapdump FILE` | #{ms[median(dump_pauses)]} | #{dump_pauses.map(&ms).join(', ')} |"
   puts "| `-e 'Process.wait(fork { exit!(0) })'` | #{ms[median(fork_pauses)]} | " \
        "#{fork_pauses.map(&ms).join(', ')} |"
+  puts "| `-e 'Process.wait(fork { sleep SECS; exit!(0) })'`, the child kept as long as the dump's | " \
+       "#{ms[median(kept_pauses)]} | #{kept_pauses.map(&ms).join(', ')} |"
   puts
   puts "- the pause --heapdump reported (the fork call's CPU time): #{ms[median(reported)]} (median)"
-  puts "- heap dump pause / fork pause: #{format('%.2f', median(dump_pauses) / median(fork_pauses))}x"
+  puts "- heap dump pause / fork pause: #{format('%.2f', median(dump_pauses) / median(fork_pauses))}x; " \
+       "/ the pause of a fork whose child lives as long: " \
+       "#{format('%.2f', median(dump_pauses) / median(kept_pauses))}x"
 ensure
   if app
     Process.kill(:KILL, app)
