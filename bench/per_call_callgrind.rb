@@ -17,6 +17,12 @@
 # Instructions of every thread of the app are counted: the hook's, and the
 # writer thread's that sends the events (not the client's).
 #
+# Then where a traced call's instructions go: the same difference taken per
+# function (callgrind_annotate's self counts), summed by shared object
+# (rbtrace.so, libruby, libc, ...) and the functions that add the most.
+# Debian's libruby has no symbols (its static functions show as addresses);
+# a Ruby built from source (bench/matrix 3.3) names them.
+#
 #   bundle exec rake compile && ruby bench/per_call_callgrind.rb   # BENCH_ITERS (default 100_000)
 require 'open3'
 require 'rbconfig'
@@ -54,7 +60,21 @@ end
 require_build!
 require_valgrind!
 
-# Instructions of the app running iters iterations of loop, traced or not.
+# Self instructions by function ("function [object]") from a callgrind
+# output file; recursion levels (name'2) are summed into one.
+def by_function(path)
+  out, st = Open3.capture2('callgrind_annotate', '--threshold=100', path)
+  raise "callgrind_annotate #{path} failed" unless st.success?
+
+  out.each_line.with_object(Hash.new(0)) do |line, counts|
+    next unless (m = line.match(/\A\s*([\d,]+)\s+\([^)]*\)\s+(?:[^:\s]*:)?(\S+?)(?:'\d+)?\s+\[(.+)\]\s*\z/))
+
+    counts["#{m[2]} [#{File.basename(m[3])}]"] += Integer(m[1].delete(','))
+  end
+end
+
+# Instructions of the app running iters iterations of loop, traced or not:
+# [the total, by function].
 def count(loop, iters, traced)
   out = Tempfile.new('callgrind.out')
   app_in_r, app_in = IO.pipe
@@ -72,7 +92,7 @@ def count(loop, iters, traced)
   app_in.close
   Process.wait(app)
   app = nil
-  Integer(File.read(log.path)[/Collected : (\d+)/, 1])
+  [Integer(File.read(log.path)[/Collected : (\d+)/, 1]), by_function(out.path)]
 ensure
   [client, app].compact.each do |pid|
     Process.kill(:KILL, pid) rescue nil # rubocop:disable Style/RescueModifier
@@ -97,7 +117,32 @@ def stop_client(pid)
   Process.wait(pid)
 end
 
-def per_iteration(loop, traced) = (count(loop, 2 * ITERS, traced) - count(loop, ITERS, traced)).fdiv(ITERS)
+# [instructions per iteration, by function per iteration]
+def per_iteration(loop, traced)
+  long_total, long = count(loop, 2 * ITERS, traced)
+  short_total, short = count(loop, ITERS, traced)
+  [(long_total - short_total).fdiv(ITERS), (long.keys | short.keys).to_h { |f| [f, (long[f] - short[f]).fdiv(ITERS)] }]
+end
+
+# What the traced loop adds per traced call, by function.
+def added_by_function(untraced, traced, calls)
+  (untraced.keys | traced.keys).to_h { |f| [f, (traced.fetch(f, 0) - untraced.fetch(f, 0)) / calls] }
+end
+
+def breakdown(loop, added)
+  by_object = added.group_by { |f, _| f[/\[(.+)\]\z/, 1].sub(/\.so.*/, '.so') }
+                   .transform_values { |fs| fs.sum { |_, n| n } }
+  puts
+  puts "#### Where a traced call's instructions go: #{loop.label}"
+  puts
+  puts '| shared object | added per traced call |'
+  puts '| --- | ---: |'
+  by_object.select { |_, n| n.abs >= 1 }.sort_by { |_, n| -n }.each { |o, n| puts format('| %s | %.1f |', o, n) }
+  puts
+  puts '| function (the most added) | added per traced call |'
+  puts '| --- | ---: |'
+  added.sort_by { |_, n| -n }.first(15).each { |f, n| puts format('| `%s` | %.1f |', f, n) }
+end
 
 puts 'Per traced call, in instructions (callgrind; bench/per_call_callgrind.rb)'
 puts
@@ -107,8 +152,10 @@ puts "- #{ITERS} and #{2 * ITERS} iterations of each loop, every thread of the a
 puts
 puts '| loop | untraced per iteration | traced per iteration | added per traced call (a CALL and a RETURN event) |'
 puts '| --- | ---: | ---: | ---: |'
-LOOPS.each do |loop|
-  untraced = per_iteration(loop, false)
-  traced = per_iteration(loop, true)
+added = LOOPS.to_h do |loop|
+  untraced, untraced_fs = per_iteration(loop, false)
+  traced, traced_fs = per_iteration(loop, true)
   puts format('| %s | %.1f | %.1f | %.1f |', loop.label, untraced, traced, (traced - untraced) / loop.traced_calls)
+  [loop, added_by_function(untraced_fs, traced_fs, loop.traced_calls)]
 end
+added.each { |loop, fs| breakdown(loop, fs) }

@@ -18,7 +18,8 @@ module CTest
     'test_options' => %w[cli/options.c cli/tracers.c],
     'test_reports' => %w[cli/reports.c cli/options.c cli/tracers.c],
     'test_tracers' => %w[cli/options.c cli/tracers.c],
-    'test_ring' => %w[ring.c]
+    'test_ring' => %w[ring.c],
+    'test_clock' => %w[clock_tsc.c]
   }.freeze
 
   def self.msgpack_libs
@@ -35,7 +36,7 @@ module CTest
 end
 
 namespace :test do
-  desc 'Build and run the C unit tests (codec, renderer, options, tracer files) under ASan and UBSan'
+  desc 'Build and run the C unit tests (codec, renderer, options, tracer files, ring, clock) under ASan and UBSan'
   task :c do
     mkdir_p CTest::OUT
     libs = CTest.msgpack_libs

@@ -1,41 +1,50 @@
 /*
  * clock.c - the time stamp of every traced event, cheaply.
  *
- * clock_gettime(CLOCK_MONOTONIC) costs 40-50 ns through the vDSO on the
- * virtual machines we measured on; under --firehose that was a fifth of
- * the app's time (bench/RESULTS.md). Where the kernel itself keeps time
- * with the TSC (its clocksource is "tsc": a constant rate, synchronised
- * across CPUs), the hot path reads the TSC instead (about half the cost)
- * and converts ticks to CLOCK_MONOTONIC nanoseconds with a rate measured
- * against clock_gettime:
+ * clock_gettime(CLOCK_MONOTONIC) costs 30-50 ns through the vDSO on the
+ * virtual machines we measured on (kvm-clock), the TSC about 10 ns; under
+ * --firehose that is ~25 ns of every traced call (bench/hook_floor.rb).
+ * Where the TSC can be trusted (below), the hot path reads it and converts
+ * ticks to CLOCK_MONOTONIC nanoseconds with a rate measured against
+ * clock_gettime:
  *
  *   ns = anchor_ns + (tsc - anchor_tsc) * mult / 2^32
  *
- * The anchor is a reading of both clocks, renewed every CLOCK_PERIOD_NS
+ * The anchor is a reading of both clocks, renewed every RBTRACE_CLOCK_PERIOD_NS
  * (by whichever event comes after that, in rbtrace_clock_renew), and mult
  * is measured over the last period, so the stamps follow CLOCK_MONOTONIC
  * (and NTP's slewing of it) to within tens of nanoseconds, never going
- * back. Until the first CLOCK_CALIBRATE_NS of measurement, and wherever the
- * TSC is not the kernel's clock, stamps are clock_gettime's.
+ * back. A rate is measured over at least RBTRACE_CLOCK_CALIBRATE_NS and at
+ * most RBTRACE_CLOCK_RATE_MAX_NS (an app not traced for a while measures afresh rather
+ * than trust what its TSC did meanwhile); until then stamps are
+ * clock_gettime's. The arithmetic and the checks are clock_tsc.c's.
+ *
+ * The TSC is trusted where the kernel keeps time with it (clocksource
+ * "tsc"), or where the CPU says it is invariant (CPUID: a constant rate, in
+ * every power state), as on most KVM guests, whose kernel keeps time with
+ * kvm-clock, itself computed from the TSC. Such a kernel may not vouch for
+ * the TSC (a VM restored from a snapshot, or moved to another host, sees it
+ * jump or change rate), so every renewal checks it: a rate that moved by
+ * more than 1/64 since the last period, or a TSC that went back, is a jump.
+ * The clock then measures afresh (clock_gettime meanwhile, never before a
+ * stamp already given), and after RBTRACE_CLOCK_JUMPS_MAX jumps keeps to
+ * clock_gettime for good. A jump can skew the stamps of one period at
+ * most. RBTRACE_CLOCK=clock_gettime in the app's environment turns the TSC
+ * off.
  *
  * Only threads holding the GVL stamp events (the hooks, the wrappers, GC
  * and raise events), so the state needs no lock.
  */
 #include "rbtrace.h"
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* How often the anchor is renewed, and the least time a rate is measured
- * over: a reading pair is off by up to ~100 ns, 1e-6 of 100 ms. */
-#define CLOCK_PERIOD_NS 100000000ull
-#define CLOCK_CALIBRATE_NS 10000000ull
 
 struct rbtrace_clock rbtrace_clock;
 
 #ifdef RBTRACE_HAVE_TSC
-static int clock_tsc_usable;   /* the kernel's clocksource is the TSC */
-static uint64_t clock_real_tsc, clock_real_ns;   /* the last reading pair */
+#include <cpuid.h>
 
 /* Both clocks at (nearly) one instant: the TSC read on either side of
  * clock_gettime, the tightest of three tries. */
@@ -70,46 +79,47 @@ static int clock_kernel_uses_tsc(void)
     return n == 4 && memcmp(name, "tsc\n", 4) == 0;
 }
 
-/* A clock_gettime stamp, never before one given earlier. */
-static uint64_t clock_fallback(uint64_t ns)
+/* Whether the CPU says its TSC is invariant: CPUID leaf 0x80000007, EDX
+ * bit 8 (what Linux shows as constant_tsc and nonstop_tsc). */
+static int clock_cpu_tsc_invariant(void)
 {
-    if (ns < rbtrace_clock.last_ns) return rbtrace_clock.last_ns;
-    rbtrace_clock.last_ns = ns;
-    return ns;
+    unsigned int eax, ebx, ecx, edx;
+
+    if (__get_cpuid_max(0x80000000u, NULL) < 0x80000007u) return 0;
+    if (!__get_cpuid(0x80000007u, &eax, &ebx, &ecx, &edx)) return 0;
+    return (edx >> 8) & 1;
 }
 
-/*
- * The slow path: no rate yet, or the anchor is a period old. Measures the
- * rate since the last reading pair and anchors the conversion at the
- * later of the real time and what the old rate gives for now (the latest
- * stamp given so far), so that time never goes back.
- */
+static int clock_tsc_trusted(void)
+{
+    const char *choice = getenv("RBTRACE_CLOCK");
+
+    if (choice && strcmp(choice, "clock_gettime") == 0) return 0;
+    return clock_kernel_uses_tsc() || clock_cpu_tsc_invariant();
+}
+
+/* The slow path: no rate yet, or the anchor is a period old (clock_tsc.c). */
 uint64_t rbtrace_clock_renew(void)
 {
-    uint64_t tsc, ns, predicted;
+    uint64_t tsc, ns;
 
-    if (!clock_tsc_usable) return rbtrace_now_ns();
-    clock_read_pair(&tsc, &ns);
-    if (ns - clock_real_ns < CLOCK_CALIBRATE_NS || tsc <= clock_real_tsc) {
-        rbtrace_clock.mult = 0;   /* measure first (or again: the TSC went back) */
-        return clock_fallback(ns);
+    if (!rbtrace_clock.tsc_usable) return rbtrace_now_ns();
+    if (!rbtrace_clock.mult) {
+        /* Measuring the rate: no need for the TSC before the time is up. */
+        ns = rbtrace_now_ns();
+        if (rbtrace_clock_calibrating(&rbtrace_clock, ns)) return rbtrace_clock_fallback(&rbtrace_clock, ns);
     }
-    predicted = rbtrace_clock.mult ? rbtrace_clock_ns_at(tsc) : 0;
-    rbtrace_clock.mult = (uint64_t)((((unsigned __int128)(ns - clock_real_ns)) << 32) /
-                                    (tsc - clock_real_tsc));
-    rbtrace_clock.period_ticks = (uint64_t)(((unsigned __int128)CLOCK_PERIOD_NS << 32) /
-                                            rbtrace_clock.mult);
-    clock_real_tsc = tsc;
-    clock_real_ns = ns;
-    rbtrace_clock.anchor_tsc = tsc;
-    rbtrace_clock.anchor_ns = clock_fallback(ns > predicted ? ns : predicted);
-    return rbtrace_clock.anchor_ns;
+    clock_read_pair(&tsc, &ns);
+    return rbtrace_clock_tsc_renew(&rbtrace_clock, tsc, ns);
 }
 
 void rbtrace_clock_init(void)
 {
-    clock_tsc_usable = clock_kernel_uses_tsc();
-    if (clock_tsc_usable) clock_read_pair(&clock_real_tsc, &clock_real_ns);
+    uint64_t tsc, ns;
+    int usable = clock_tsc_trusted();
+
+    clock_read_pair(&tsc, &ns);
+    rbtrace_clock_tsc_start(&rbtrace_clock, usable, tsc, ns);
 }
 #else
 uint64_t rbtrace_clock_renew(void)

@@ -20,6 +20,7 @@
 #include <semaphore.h>
 #include <signal.h>
 #include <stdint.h>
+#include "clock_tsc.h"
 #include "codec.h"
 #include "ring.h"
 
@@ -135,33 +136,17 @@ static inline uint64_t rbtrace_thread_id(void)
 }
 
 /* clock.c: the events' time stamps (GVL held), in CLOCK_MONOTONIC ns */
-struct rbtrace_clock {
-    uint64_t mult;          /* ns per TSC tick, 32.32 fixed point; 0: not measured */
-    uint64_t period_ticks;  /* ticks after the anchor that it is renewed */
-    uint64_t anchor_tsc;    /* the conversion's origin in both clocks */
-    uint64_t anchor_ns;
-    uint64_t last_ns;       /* the latest stamp of the slow path */
-};
 extern struct rbtrace_clock rbtrace_clock;
 uint64_t rbtrace_clock_renew(void);
 void rbtrace_clock_init(void);
 void Init_rbtrace_clock(VALUE mod);
-
-#ifdef RBTRACE_HAVE_TSC
-static inline uint64_t rbtrace_clock_ns_at(uint64_t tsc)
-{
-    return rbtrace_clock.anchor_ns +
-        (uint64_t)(((unsigned __int128)(tsc - rbtrace_clock.anchor_tsc) * rbtrace_clock.mult) >> 32);
-}
-#endif
 
 static inline uint64_t rbtrace_clock_ns(void)
 {
 #ifdef RBTRACE_HAVE_TSC
     uint64_t tsc = __rdtsc();
 
-    if (rbtrace_clock.mult && tsc - rbtrace_clock.anchor_tsc < rbtrace_clock.period_ticks)
-        return rbtrace_clock_ns_at(tsc);
+    if (rbtrace_clock_fresh(&rbtrace_clock, tsc)) return rbtrace_clock_ns_at(&rbtrace_clock, tsc);
 #endif
     return rbtrace_clock_renew();
 }
