@@ -83,6 +83,7 @@ puts "Per-call cost under --firehose: (traced - untraced) / calls, #{ITERS} call
 puts
 puts "- date: #{Time.now.utc.iso8601}"
 puts "- ruby: #{RUBY_DESCRIPTION}#{ENV['RUBYOPT'].to_s.empty? ? '' : " (RUBYOPT=#{ENV['RUBYOPT']})"}"
+puts "- events' clock: #{clock_source}#{ENV['RBTRACE_CLOCK'] ? " (RBTRACE_CLOCK=#{ENV['RBTRACE_CLOCK']})" : ''}"
 puts
 puts '| loop | untraced (CPU ns/iteration) | traced (CPU ns/iteration) | added per iteration | added per traced call |'
 puts '| --- | ---: | ---: | ---: | ---: |'

@@ -30,6 +30,17 @@ module BenchSupport
 
   def median(values) = values.sort[values.size / 2]
 
+  # The events' clock in a process of this Ruby with rbtrace, once its rate
+  # is measured, and the kernel's clocksource: "tsc (kernel: kvm-clock)".
+  def clock_source
+    code = 'RBTrace.clock_ns; sleep 0.05; RBTrace.clock_ns; print RBTrace.clock_source'
+    ours = IO.popen([RbConfig.ruby, '-I', LIB, '-rrbtrace', '-e', code], &:read)
+    kernel = File.read('/sys/devices/system/clocksource/clocksource0/current_clocksource').strip
+    "#{ours} (kernel: #{kernel})"
+  rescue SystemCallError
+    ours.to_s
+  end
+
   # Instructions callgrind counts for the whole of command (an Array).
   def instructions(command)
     out = Tempfile.new('callgrind.out')
