@@ -94,6 +94,7 @@ def main
   reported = []
   fork_pauses = []
   kept_pauses = []
+  child_times = []
   RUNS.times do |i|
     file = File.join(Dir.tmpdir, "rbtrace-bench-heapdump-#{Process.pid}-#{i}.json")
     pause, out = pause_of(app_in, app_out, [CLIENT, '-p', app.to_s, '--heapdump', file])
@@ -101,10 +102,12 @@ def main
     dump_pauses << pause
     reported << Float(out[/pause:\s+(\S+) s/, 1])
     child_secs = Float(out[/wrote the file in (\S+) s/, 1])
+    child_times << child_secs
     fork_pauses << pause_of(app_in, app_out,
                             [CLIENT, '-p', app.to_s, '-e', 'Process.wait(fork { exit!(0) })']).first
     kept = format('Process.wait(fork { sleep %.3f; exit!(0) })', child_secs)
-    kept_pauses << pause_of(app_in, app_out, [CLIENT, '-p', app.to_s, '-e', kept]).first
+    kept_pauses << pause_of(app_in, app_out,
+                            [CLIENT, '-p', app.to_s, '--timeout', (child_secs + 30).ceil.to_s, '-e', kept]).first
   end
 
   ms = ->(s) { format('%.1f ms', s * 1000) }
@@ -123,6 +126,7 @@ def main
        "#{ms[median(kept_pauses)]} | #{kept_pauses.map(&ms).join(', ')} |"
   puts
   puts "- the pause --heapdump reported (the fork call's CPU time): #{ms[median(reported)]} (median)"
+  puts "- the dump's child took #{format('%.1f', median(child_times))} s (median)"
   puts "- heap dump pause / fork pause: #{format('%.2f', median(dump_pauses) / median(fork_pauses))}x; " \
        "/ the pause of a fork whose child lives as long: " \
        "#{format('%.2f', median(dump_pauses) / median(kept_pauses))}x"

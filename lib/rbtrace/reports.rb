@@ -249,9 +249,12 @@ module RBTrace
     end
 
     # The child also counts the file's lines: the app would pause while it
-    # read the whole file with the GVL held.
+    # read the whole file with the GVL held. It runs at the lowest priority
+    # (nice 19): its GC and dump, seconds of CPU and memory traffic, must
+    # not take a CPU from the app's threads on a busy machine.
     def dump_child(io, path, reader, writer)
       reader.close
+      lowest_priority
       yield io
       io.close
       writer.write("#{DUMP_OK} #{count_lines(path)}")
@@ -259,6 +262,12 @@ module RBTrace
     rescue Exception => e # rubocop:disable Lint/RescueException
       writer.write("#{e.class}: #{e.message}") rescue nil # rubocop:disable Style/RescueModifier
       exit!(1)
+    end
+
+    def lowest_priority
+      Process.setpriority(Process::PRIO_PROCESS, 0, 19)
+    rescue SystemCallError
+      nil # a priority we may not lower: the dump goes on as it is
     end
 
     def dump_report(what, path, lines, pause, total, child)
