@@ -13,6 +13,10 @@
 #   bundle exec rake compile && ruby bench/per_call.rb
 #
 # BENCH_RUNS (default 5), BENCH_ITERS (default 1_000_000).
+# BENCH_CLIENT=stopped: the client is stopped (SIGSTOP) during the traced
+# runs, so the ring fills and events are dropped: what the app's thread
+# pays with no writer and no client at work on the other CPU (on a 2-vCPU
+# VM their memory traffic slows the app's thread down too).
 require 'rbconfig'
 require 'time'
 
@@ -20,6 +24,7 @@ require_relative 'support'
 include BenchSupport # rubocop:disable Style/MixinUsage
 RUNS = Integer(ENV.fetch('BENCH_RUNS', '5'))
 ITERS = Integer(ENV.fetch('BENCH_ITERS', '1000000'))
+STOPPED = ENV['BENCH_CLIENT'] == 'stopped'
 
 LOOPS = {
   'Ruby method' => 'def m(x) = x; while i < n; m(i); i += 1; end',
@@ -65,7 +70,12 @@ def measure(body)
   err_w.close
   nil until err_r.gets.to_s.start_with?('*** attached')
   sleep 0.5
+  if STOPPED
+    Process.kill(:STOP, client)
+    runs(in_w, out_r) # fills the ring
+  end
   traced = median(runs(in_w, out_r))
+  Process.kill(:CONT, client) if STOPPED
   Process.kill(:INT, client)
   Process.wait(client)
   client = nil
@@ -83,6 +93,7 @@ puts "Per-call cost under --firehose: (traced - untraced) / calls, #{ITERS} call
 puts
 puts "- date: #{Time.now.utc.iso8601}"
 puts "- ruby: #{RUBY_DESCRIPTION}#{ENV['RUBYOPT'].to_s.empty? ? '' : " (RUBYOPT=#{ENV['RUBYOPT']})"}"
+puts '- the client stopped during the traced runs (BENCH_CLIENT=stopped): events dropped' if STOPPED
 puts "- events' clock: #{clock_source}#{ENV['RBTRACE_CLOCK'] ? " (RBTRACE_CLOCK=#{ENV['RBTRACE_CLOCK']})" : ''}"
 puts
 puts '| loop | untraced (CPU ns/iteration) | traced (CPU ns/iteration) | added per iteration | added per traced call |'
