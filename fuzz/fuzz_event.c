@@ -20,7 +20,10 @@
  *   that decode to the same event; the hot path's encoders
  *   (rbtrace_event_encode_call, _lost) give the packer's bytes;
  * - the renderer takes every event without an error, and its durations are
- *   printf's "%.6f" of the seconds.
+ *   printf's "%.6f" of the seconds;
+ * - CALL_NEXT and RETURN_NEXT are resolved against the call chain (as the
+ *   client does; one it cannot resolve stops the stream with a message),
+ *   and only resolved events reach the renderer.
  *
  * Build and run: rake test:fuzz (short, CI), rake fuzz:long (fuzz/RESULTS.md).
  */
@@ -175,6 +178,10 @@ static int event_pack(msgpack_packer *pk, const struct rbtrace_event *ev)
     case RBTRACE_EV_RETURN:
         rbtrace_event_pack_call(pk, ev->type, ev->thread_id, ev->time_ns, ev->method_id);
         break;
+    case RBTRACE_EV_CALL_NEXT:
+    case RBTRACE_EV_RETURN_NEXT:
+        rbtrace_event_pack_call_next(pk, ev->type, ev->time_ns, ev->method_id);
+        break;
     case RBTRACE_EV_CALL_ARGS:
         rbtrace_event_pack_call_args(pk, ev->thread_id, ev->time_ns, ev->method_id, ev->n_exprs);
         for (i = 0; i < ev->n_exprs; i++)
@@ -250,6 +257,11 @@ static void check_round_trip(const struct rbtrace_event *ev)
                    again.time_ns == ev->time_ns && again.method_id == ev->method_id);
         n = rbtrace_event_encode_call(fast, ev->type, ev->thread_id, ev->time_ns, ev->method_id);
         FUZZ_CHECK(n == sb.size && memcmp(fast, sb.data, n) == 0);
+    } else if (ev->type == RBTRACE_EV_CALL_NEXT || ev->type == RBTRACE_EV_RETURN_NEXT) {
+        FUZZ_CHECK(again.type == ev->type && again.thread_id == 0 &&
+                   again.time_ns == ev->time_ns && again.method_id == ev->method_id);
+        n = rbtrace_event_encode_call_next(fast, ev->type, ev->time_ns, ev->method_id);
+        FUZZ_CHECK(n == sb.size && memcmp(fast, sb.data, n) == 0);
     } else {
         FUZZ_CHECK(event_same(ev, &again));
     }
@@ -283,6 +295,7 @@ struct pass {
     struct digest d;
     msgpack_zone zone;
     struct rbtrace_event ev;
+    struct rbtrace_call_chain chain;
     int checks;                /* the cross-checks, on one pass only */
 };
 
@@ -303,18 +316,29 @@ static void check_fast(struct pass *ps, const char *p, size_t avail, size_t used
                slow.time_ns == ps->ev.time_ns && slow.method_id == ps->ev.method_id);
 }
 
-static void handle(struct pass *ps)
+/* A decoded event, as session.c takes it: resolved against the call
+ * chain (1, as the client stops, if it cannot be), then rendered. */
+static int handle(struct pass *ps)
 {
-    hash_event(&ps->d, &ps->ev);
+    char err[RBTRACE_ERRLEN];
+
     if (ps->checks) {
         check_round_trip(&ps->ev);
         if (ps->ev.type == RBTRACE_EV_SLOW || ps->ev.type == RBTRACE_EV_GC)
             check_seconds(ps->ev.duration_ns);
     }
+    memset(err, 0, sizeof(err));
+    if (rbtrace_call_chain_resolve(&ps->chain, &ps->ev, err) != RBTRACE_OK) {
+        FUZZ_CHECK(err[0] != '\0' && memchr(err, '\0', sizeof(err)) != NULL);
+        return 1;
+    }
+    FUZZ_CHECK(ps->ev.type != RBTRACE_EV_CALL_NEXT && ps->ev.type != RBTRACE_EV_RETURN_NEXT);
+    hash_event(&ps->d, &ps->ev);
     if (ps->render && render_event(ps->render, &ps->ev) != CLI_OK) {
         fprintf(stderr, "fuzz_event: render_event failed: %s\n", ps->render->errstr);
         abort();
     }
+    return 0;
 }
 
 /*
@@ -342,7 +366,7 @@ static int decode_some(struct pass *ps, const char *buf, size_t *head, size_t ta
         if (fast > 0) {
             FUZZ_CHECK(used > 0 && used <= avail && used <= RBTRACE_CALL_EVENT_MAX);
             if (ps->checks) check_fast(ps, p, avail, used);
-            handle(ps);
+            if (handle(ps)) return 1;
             *head += used;
             continue;
         }
@@ -358,7 +382,7 @@ static int decode_some(struct pass *ps, const char *buf, size_t *head, size_t ta
             FUZZ_CHECK(err[0] != '\0' && memchr(err, '\0', sizeof(err)) != NULL);
             return 1;
         }
-        handle(ps);
+        if (handle(ps)) return 1;
         *head += end;
     }
     return 0;
@@ -408,11 +432,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     render_set_wall_origin(&r, 1700000000ULL * 1000000000ULL);
 
     memset(&whole.d, 0, sizeof(whole.d));
+    memset(&whole.chain, 0, sizeof(whole.chain));
     whole.render = &r;
     whole.checks = 1;
     run(&whole, stream, len, 0);
 
     memset(&pieces.d, 0, sizeof(pieces.d));
+    memset(&pieces.chain, 0, sizeof(pieces.chain));
     pieces.render = NULL;
     pieces.checks = 0;
     run(&pieces, stream, len, chunks[(data[0] >> 4) & 7]);

@@ -116,6 +116,7 @@ static int seeds_commands(void)
 static void seeds_session(msgpack_packer *pk)
 {
     char fast[RBTRACE_CALL_EVENT_MAX];
+    struct rbtrace_call_chain chain;
     size_t n;
 
     rbtrace_event_pack_attached(pk, 4241, "3.1.2", 123456789ULL, 1700000000123456789ULL);
@@ -128,7 +129,13 @@ static void seeds_session(msgpack_packer *pk)
     n = rbtrace_event_encode_call(fast, RBTRACE_EV_CALL, 140000000001ULL, 2000, 2);
     msgpack_pack_str_body(pk, fast, n);   /* raw bytes: the hot path's encoding */
     rbtrace_event_pack_call(pk, RBTRACE_EV_RETURN, 140000000001ULL, 19000, 2);
-    rbtrace_event_pack_call(pk, RBTRACE_EV_RETURN, 140000000001ULL, 52000, 1);
+    rbtrace_event_pack_call_next(pk, RBTRACE_EV_CALL_NEXT, 400, 2);
+    rbtrace_event_pack_call_next(pk, RBTRACE_EV_RETURN_NEXT, 30000, 2);
+    chain.started = 1;
+    chain.thread_id = 140000000001ULL;
+    chain.time_ns = 49400;
+    n = rbtrace_event_encode_call_chained(fast, &chain, RBTRACE_EV_RETURN, 140000000001ULL, 52000, 1);
+    msgpack_pack_str_body(pk, fast, n);   /* a RETURN_NEXT, as the hot path encodes it */
     rbtrace_event_pack_call(pk, RBTRACE_EV_CALL, 7, UINT64_MAX - 5, 300);
     rbtrace_event_pack_lost(pk, 17);
     rbtrace_event_pack_call(pk, RBTRACE_EV_RETURN, 7, UINT64_MAX, 300);
@@ -165,6 +172,21 @@ static int seeds_events(void)
     rbtrace_event_pack_call(&pk, RBTRACE_EV_RETURN, 5000000000ULL, (1ULL << 62) + 9, 3);
     rbtrace_event_pack_call(&pk, RBTRACE_EV_RETURN, 1, 999999, 70000);
     rc |= seeds_write("event", "calls-wide", &sb, 0x70);
+    msgpack_sbuffer_clear(&sb);
+
+    /* _NEXT events: every width, then one past 2^64 ns */
+    rbtrace_event_pack_call(&pk, RBTRACE_EV_CALL, 9, 1000, 1);
+    rbtrace_event_pack_call_next(&pk, RBTRACE_EV_CALL_NEXT, 100, 200);
+    rbtrace_event_pack_call_next(&pk, RBTRACE_EV_CALL_NEXT, 70000, 3);
+    rbtrace_event_pack_call_next(&pk, RBTRACE_EV_RETURN_NEXT, 5000000000ULL, 3);
+    rbtrace_event_pack_call_next(&pk, RBTRACE_EV_RETURN_NEXT, 1ULL << 62, 200);
+    rbtrace_event_pack_call_next(&pk, RBTRACE_EV_RETURN_NEXT, UINT64_MAX, 1);
+    rc |= seeds_write("event", "calls-next", &sb, 0x30);
+    msgpack_sbuffer_clear(&sb);
+
+    /* a _NEXT with no call before it */
+    rbtrace_event_pack_call_next(&pk, RBTRACE_EV_CALL_NEXT, 5, 1);
+    rc |= seeds_write("event", "call-next-first", &sb, 0x00);
     msgpack_sbuffer_destroy(&sb);
     return rc;
 }

@@ -392,6 +392,15 @@ void rbtrace_event_pack_call(msgpack_packer *pk, enum rbtrace_event_type type,
     msgpack_pack_uint64(pk, method_id);
 }
 
+void rbtrace_event_pack_call_next(msgpack_packer *pk, enum rbtrace_event_type type,
+                                  uint64_t delta_ns, uint64_t method_id)
+{
+    msgpack_pack_array(pk, 3);
+    msgpack_pack_uint32(pk, type);
+    msgpack_pack_uint64(pk, delta_ns);
+    msgpack_pack_uint64(pk, method_id);
+}
+
 void rbtrace_event_pack_call_args(msgpack_packer *pk, uint64_t thread_id,
                                   uint64_t time_ns, uint64_t method_id,
                                   uint32_t n_exprs)
@@ -540,6 +549,10 @@ static int event_decode_fields(const msgpack_object_array *a, struct rbtrace_eve
     case RBTRACE_EV_RETURN:
     case RBTRACE_EV_CALL_ARGS:
         return event_decode_call(a, ev, err);
+    case RBTRACE_EV_CALL_NEXT:
+    case RBTRACE_EV_RETURN_NEXT:
+        if (codec_uint(a, 1, &ev->time_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return codec_uint(a, 2, &ev->method_id, err);
     case RBTRACE_EV_LOST:
     case RBTRACE_EV_FORGET:
         return codec_uint(a, 1, &ev->number, err);
@@ -642,11 +655,18 @@ int rbtrace_event_decode_call_bytes(const char *buf, size_t len, struct rbtrace_
     uint64_t thread_id, time_ns, method_id;
     int rc;
 
-    if (len < 2) return len == 0 || p[0] == 0x94 ? -1 : 0;
-    /* rbtrace_event_encode_call's form: fixarray of 4, fixint type. */
-    if (p[0] != 0x94 || (p[1] != RBTRACE_EV_CALL && p[1] != RBTRACE_EV_RETURN)) return 0;
-    p += 2;
-    if ((rc = codec_get_uint(&p, end, &thread_id)) != 1) return rc;
+    if (len < 2) return len == 0 || p[0] == 0x94 || p[0] == 0x93 ? -1 : 0;
+    /* rbtrace_event_encode_call's form: fixarray of 4, fixint type; or
+     * rbtrace_event_encode_call_next's: fixarray of 3, no thread. */
+    if (p[0] == 0x94 && (p[1] == RBTRACE_EV_CALL || p[1] == RBTRACE_EV_RETURN)) {
+        p += 2;
+        if ((rc = codec_get_uint(&p, end, &thread_id)) != 1) return rc;
+    } else if (p[0] == 0x93 && (p[1] == RBTRACE_EV_CALL_NEXT || p[1] == RBTRACE_EV_RETURN_NEXT)) {
+        p += 2;
+        thread_id = 0;
+    } else {
+        return 0;
+    }
     if ((rc = codec_get_uint(&p, end, &time_ns)) != 1) return rc;
     if ((rc = codec_get_uint(&p, end, &method_id)) != 1) return rc;
     ev->type = (enum rbtrace_event_type)buf[1];
@@ -655,4 +675,35 @@ int rbtrace_event_decode_call_bytes(const char *buf, size_t len, struct rbtrace_
     ev->method_id = method_id;
     *used = (size_t)(p - (const unsigned char *)buf);
     return 1;
+}
+
+/* ---- the call chain ---- */
+
+int rbtrace_call_chain_resolve(struct rbtrace_call_chain *c, struct rbtrace_event *ev, char *err)
+{
+    switch (ev->type) {
+    case RBTRACE_EV_CALL_NEXT:
+    case RBTRACE_EV_RETURN_NEXT:
+        if (!c->started) {
+            snprintf(err, RBTRACE_ERRLEN, "event %u (relative to the last call) before any call",
+                     (unsigned)ev->type);
+            return RBTRACE_ERR;
+        }
+        if (ev->time_ns > UINT64_MAX - c->time_ns) {
+            snprintf(err, RBTRACE_ERRLEN, "event %u: time past 2^64 ns", (unsigned)ev->type);
+            return RBTRACE_ERR;
+        }
+        ev->type = ev->type == RBTRACE_EV_CALL_NEXT ? RBTRACE_EV_CALL : RBTRACE_EV_RETURN;
+        ev->thread_id = c->thread_id;
+        ev->time_ns += c->time_ns;
+        break;
+    case RBTRACE_EV_CALL:
+    case RBTRACE_EV_RETURN:
+    case RBTRACE_EV_CALL_ARGS:
+        break;
+    default:
+        return RBTRACE_OK;
+    }
+    rbtrace_call_chain_note(c, ev->thread_id, ev->time_ns);
+    return RBTRACE_OK;
 }

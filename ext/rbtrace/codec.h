@@ -49,9 +49,9 @@ struct rbtrace_command {
 
 struct rbtrace_event {
     enum rbtrace_event_type type;
-    uint64_t thread_id;          /* CALL, RETURN, CALL_ARGS */
-    uint64_t time_ns;            /* CALL, RETURN, CALL_ARGS */
-    uint64_t method_id;          /* METHOD, CALL, RETURN, CALL_ARGS */
+    uint64_t thread_id;          /* CALL, RETURN, CALL_ARGS (0 in a _NEXT) */
+    uint64_t time_ns;            /* CALL, RETURN, CALL_ARGS; _NEXT: delta_ns */
+    uint64_t method_id;          /* METHOD, CALL, RETURN, CALL_ARGS, _NEXT */
     uint64_t number;             /* ATTACHED: protocol version; LOST: count;
                                     REFUSED: reason; EVAL_RESULT: eval id */
     uint64_t pid;                /* ATTACHED: target pid; REFUSED: tracer pid */
@@ -115,6 +115,9 @@ void rbtrace_event_pack_method(msgpack_packer *pk, uint64_t method_id,
                                const char *name, size_t name_len);
 void rbtrace_event_pack_call(msgpack_packer *pk, enum rbtrace_event_type type,
                              uint64_t thread_id, uint64_t time_ns, uint64_t method_id);
+/* CALL_NEXT or RETURN_NEXT (type) */
+void rbtrace_event_pack_call_next(msgpack_packer *pk, enum rbtrace_event_type type,
+                                  uint64_t delta_ns, uint64_t method_id);
 /* A msgpack unsigned integer in its shortest form, as msgpack-c packs it.
  * Inline, with the two encoders below: they run inside every traced call. */
 static inline size_t rbtrace_put_uint(char *out, uint64_t v)
@@ -166,6 +169,68 @@ static inline size_t rbtrace_event_encode_call(char *out, enum rbtrace_event_typ
     return n;
 }
 
+/*
+ * The stream's last call event (CALL, RETURN, CALL_ARGS, CALL_NEXT,
+ * RETURN_NEXT): what a _NEXT event's thread and time are relative to. The
+ * target keeps one for what it has put in the stream, the client one for
+ * what it has read; each notes every call event as it goes in or comes out.
+ */
+struct rbtrace_call_chain {
+    uint64_t thread_id;
+    uint64_t time_ns;
+    int started;             /* a call event has been seen */
+};
+
+static inline void rbtrace_call_chain_note(struct rbtrace_call_chain *c, uint64_t thread_id,
+                                           uint64_t time_ns)
+{
+    c->thread_id = thread_id;
+    c->time_ns = time_ns;
+    c->started = 1;
+}
+
+/* CALL_NEXT or RETURN_NEXT, the same bytes as rbtrace_event_pack_call_next. */
+static inline size_t rbtrace_event_encode_call_next(char *out, enum rbtrace_event_type type,
+                                                    uint64_t delta_ns, uint64_t method_id)
+{
+    size_t n = 0;
+
+    out[n++] = (char)0x93;               /* fixarray of 3 */
+    out[n++] = (char)type;               /* 16 or 17: a fixint */
+    n += rbtrace_put_uint(out + n, delta_ns);
+    n += rbtrace_put_uint(out + n, method_id);
+    return n;
+}
+
+/*
+ * The hot path's encoder: a CALL or RETURN (type) of thread_id at time_ns,
+ * as a _NEXT when it follows the chain's last call event on the same
+ * thread and not before it, else in full. Returns the length (at most
+ * RBTRACE_CALL_EVENT_MAX). The chain is not changed: note the event once
+ * it is in the stream.
+ */
+static inline size_t rbtrace_event_encode_call_chained(char *out,
+                                                       const struct rbtrace_call_chain *c,
+                                                       enum rbtrace_event_type type,
+                                                       uint64_t thread_id, uint64_t time_ns,
+                                                       uint64_t method_id)
+{
+    if (c->started && thread_id == c->thread_id && time_ns >= c->time_ns)
+        return rbtrace_event_encode_call_next(
+            out, type == RBTRACE_EV_CALL ? RBTRACE_EV_CALL_NEXT : RBTRACE_EV_RETURN_NEXT,
+            time_ns - c->time_ns, method_id);
+    return rbtrace_event_encode_call(out, type, thread_id, time_ns, method_id);
+}
+
+/*
+ * The client's side of the chain, for every decoded event in stream order:
+ * turns a CALL_NEXT or RETURN_NEXT into the CALL or RETURN it stands for
+ * (thread and absolute time), and notes every call event. Other events
+ * pass unchanged. RBTRACE_ERR for a _NEXT with no call event before it,
+ * or whose time would pass 2^64 ns.
+ */
+int rbtrace_call_chain_resolve(struct rbtrace_call_chain *c, struct rbtrace_event *ev, char *err);
+
 /* LOST, the same way: the same bytes as rbtrace_event_pack_lost. */
 #define RBTRACE_LOST_EVENT_MAX 11
 static inline size_t rbtrace_event_encode_lost(char *out, uint64_t count)
@@ -204,8 +269,9 @@ void rbtrace_event_pack_message(msgpack_packer *pk, enum rbtrace_event_type type
 int rbtrace_event_decode(const msgpack_object *obj, struct rbtrace_event *ev, char *err);
 
 /*
- * The client's fast path for its hottest events: decodes the CALL or
- * RETURN at the start of buf straight from its bytes, with no msgpack
+ * The client's fast path for its hottest events: decodes the CALL, RETURN,
+ * CALL_NEXT or RETURN_NEXT at the start of buf straight from its bytes
+ * (as rbtrace_event_decode would: a _NEXT as it is, unresolved), with no msgpack
  * objects. Returns 1 when it did, having set only ev->type, thread_id,
  * time_ns and method_id, and *used to the message's length; 0 when the
  * message is something else, or encoded in a way this does not handle

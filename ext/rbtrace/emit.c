@@ -12,7 +12,9 @@
  * named once per (class, method) pair with a METHOD event; later events
  * carry its small id only. The table of pairs grows (a rare mmap on the
  * hot path) up to RBTRACE_METHOD_SLOTS_MAX, then starts afresh after a
- * FORGET event. When the ring is full the
+ * FORGET event. A call or return of the same thread as the call event
+ * before it goes out as a CALL_NEXT or RETURN_NEXT (3 to 7 bytes: time
+ * since that event, method id). When the ring is full the
  * event is dropped and counted; the count goes out as a LOST event before
  * the next event that fits.
  */
@@ -283,8 +285,11 @@ static __attribute__((noinline)) void emit_call_pushed(enum rbtrace_event_type t
                                                       uint32_t id)
 {
     char bytes[RBTRACE_CALL_EVENT_MAX];
+    uint64_t thread = rbtrace_thread_id();
 
-    emit_push(bytes, rbtrace_event_encode_call(bytes, type, rbtrace_thread_id(), time, id));
+    if (emit_push(bytes, rbtrace_event_encode_call_chained(bytes, &rbtrace.chain, type, thread,
+                                                           time, id)) == 0)
+        rbtrace_call_chain_note(&rbtrace.chain, thread, time);
 }
 
 /* Both event functions may be reached after a detach freed the tables:
@@ -306,13 +311,17 @@ void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t n
     /* Most events are encoded in place, straight into the ring; the rest
      * (a loss report due, a big event or DETACHED under way, the ring's
      * end) go through emit_push, which knows when to drop them. */
+    now -= rbtrace.clock_origin_ns;
     if (!rbtrace.lost && !rbtrace.big_event && !rbtrace.sealed &&
         (out = rbtrace_ring_reserve(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) != NULL) {
-        rbtrace_ring_commit(&rbtrace.ring, rbtrace_event_encode_call(
-            out, type, rbtrace_thread_id(), now - rbtrace.clock_origin_ns, id));
+        uint64_t thread = rbtrace_thread_id();
+
+        rbtrace_ring_commit(&rbtrace.ring, rbtrace_event_encode_call_chained(
+            out, &rbtrace.chain, type, thread, now, id));
+        rbtrace_call_chain_note(&rbtrace.chain, thread, now);
         return;
     }
-    emit_call_pushed(type, now - rbtrace.clock_origin_ns, id);
+    emit_call_pushed(type, now, id);
 }
 
 /* A CALL with the values of its trace expressions (Arrays of Strings). */
@@ -340,7 +349,8 @@ void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, V
         rbtrace_event_pack_call(&scratch_pk, RBTRACE_EV_CALL, rbtrace_thread_id(),
                                 now - rbtrace.clock_origin_ns, id);
     }
-    emit_commit();
+    if (emit_commit() == 0)
+        rbtrace_call_chain_note(&rbtrace.chain, rbtrace_thread_id(), now - rbtrace.clock_origin_ns);
 }
 
 /* A call slower than the --slow threshold (slow.c). */
@@ -556,6 +566,7 @@ int rbtrace_emit_open(void)
         return -1;
     }
     rbtrace.methods_used = 0;
+    memset(&rbtrace.chain, 0, sizeof(rbtrace.chain));
     rbtrace.next_method_id = 1;
     rbtrace.forget_from = 0;
     memset(recent_methods, 0, sizeof(recent_methods));

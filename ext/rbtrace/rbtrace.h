@@ -108,6 +108,7 @@ struct rbtrace_state {
     uint32_t methods_used;
     uint32_t next_method_id;
     uint32_t forget_from;            /* a FORGET of ids below this is due (0: none) */
+    struct rbtrace_call_chain chain; /* the last call event in the ring */
 
     /* tracing (tracer.c) */
     int hook_installed;

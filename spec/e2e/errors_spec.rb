@@ -130,7 +130,7 @@ RSpec.describe 'errors' do
       server.close
       # REFUSED (2), reason VERSION (2), tracer pid 0, then the message
       expect(answer.bytes.first(4)).to eq([0x94, 0x02, 0x02, 0x00])
-      expect(answer).to include('protocol version 99, but this process speaks 2')
+      expect(answer).to include('protocol version 99, but this process speaks 3')
     end
     expect(app).to be_alive
     expect(rbtrace('-p', app.pid, '-e', 'RBTrace.attached?').stdout).to eq(">> RBTrace.attached?\n=> true\n")

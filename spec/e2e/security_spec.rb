@@ -66,8 +66,8 @@ RSpec.describe 'security' do
     File.chmod(0o755, dir)
     server = UNIXServer.new(path = File.join(dir, 'sock'))
     File.chmod(0o777, path)
-    # protocol.h: [ATTACH=1, client pid, protocol version 2, socket path]
-    command = [0x94, 1, 0xce, Process.pid, 2, 0xd9, path.bytesize].pack('C3NCCC') + path
+    # protocol.h: [ATTACH=1, client pid, protocol version 3, socket path]
+    command = [0x94, 1, 0xce, Process.pid, 3, 0xd9, path.bytesize].pack('C3NCCC') + path
     msg = [1].pack('q') + [0x02].pack('C') + command   # mtype, chunk flags FIRST
     abort "msgsnd: #{Fiddle.last_error}" unless msgsnd.call(qid, Fiddle::Pointer[msg], msg.bytesize - 8, 0o4000).zero?
     puts "dir #{dir}"

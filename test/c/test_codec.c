@@ -959,6 +959,105 @@ static void test_fast_call_widths(void)
     msgpack_sbuffer_destroy(&sb);
 }
 
+/* CALL_NEXT and RETURN_NEXT: every width of both fields, as both
+ * encoders write them; the fast path takes them as they are (thread 0). */
+static void test_fast_call_next_widths(void)
+{
+    static const enum rbtrace_event_type types[] = { RBTRACE_EV_CALL_NEXT,
+                                                     RBTRACE_EV_RETURN_NEXT };
+    struct rbtrace_event want;
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    char buf[RBTRACE_CALL_EVENT_MAX + 4];
+    size_t t, b, c, len;
+    int ok = 1;
+
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    for (t = 0; t < 2; t++) for (b = 0; b < FAST_NVALUES; b++) for (c = 0; c < FAST_NVALUES; c++) {
+        memset(&want, 0, sizeof(want));
+        want.type = types[t];
+        want.time_ns = fast_values[b];
+        want.method_id = fast_values[c];
+        msgpack_sbuffer_clear(&sb);
+        rbtrace_event_pack_call_next(&pk, want.type, want.time_ns, want.method_id);
+        len = rbtrace_event_encode_call_next(buf, want.type, want.time_ns, want.method_id);
+        ok &= len == sb.size && len <= RBTRACE_CALL_EVENT_MAX && !memcmp(buf, sb.data, len);
+        ok &= fast_check_one(sb.data, sb.size, &want);
+        memcpy(buf + len, "\x92\x08\x01\x00", 4);   /* a LOST after it */
+        ok &= fast_check_one(buf, len, &want);
+    }
+    CHECK(ok);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+/* The chained encoder against the client's resolution: whatever the
+ * encoder chose, the client gets the thread and time back; _NEXT only
+ * after a call event of the same thread, and never for a time before it. */
+static void test_call_chain(void)
+{
+    static const struct { uint64_t thread, time; int next; } steps[] = {
+        { 7, 1000, 0 },               /* first: in full */
+        { 7, 1000, 1 },               /* same thread, same time */
+        { 7, 1127, 1 },               /* delta 127: one byte */
+        { 7, 1000000000000ull, 1 },   /* delta wider than 32 bits */
+        { 8, 1000000000001ull, 0 },   /* another thread: in full */
+        { 8, 999, 0 },                /* back in time (another CPU's stamp): in full */
+        { 8, 1000, 1 },
+        { 7, UINT64_MAX, 0 },
+        { 7, UINT64_MAX, 1 },
+    };
+    struct rbtrace_call_chain enc, dec;
+    struct rbtrace_event *ev = malloc(sizeof(*ev));
+    char buf[RBTRACE_CALL_EVENT_MAX], err[RBTRACE_ERRLEN];
+    size_t i, len, used;
+
+    if (!ev) abort();
+    memset(&enc, 0, sizeof(enc));
+    memset(&dec, 0, sizeof(dec));
+    for (i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        enum rbtrace_event_type type = i % 2 ? RBTRACE_EV_RETURN : RBTRACE_EV_CALL;
+
+        len = rbtrace_event_encode_call_chained(buf, &enc, type, steps[i].thread, steps[i].time,
+                                                300 + i);
+        rbtrace_call_chain_note(&enc, steps[i].thread, steps[i].time);
+        CHECK(rbtrace_event_decode_call_bytes(buf, len, ev, &used) == 1 && used == len);
+        CHECK((ev->type == RBTRACE_EV_CALL_NEXT || ev->type == RBTRACE_EV_RETURN_NEXT) ==
+              steps[i].next);
+        if (steps[i].next) CHECK(len <= 1 + 1 + 9 + 3);
+        CHECK(rbtrace_call_chain_resolve(&dec, ev, err) == RBTRACE_OK);
+        CHECK(ev->type == type && ev->thread_id == steps[i].thread &&
+              ev->time_ns == steps[i].time && ev->method_id == 300 + i);
+    }
+    /* A CALL_ARGS and a LOST between: CALL_ARGS moves the chain, LOST does not. */
+    memset(ev, 0, sizeof(*ev));
+    ev->type = RBTRACE_EV_CALL_ARGS;
+    ev->thread_id = 5;
+    ev->time_ns = 50;
+    CHECK(rbtrace_call_chain_resolve(&dec, ev, err) == RBTRACE_OK && dec.thread_id == 5 &&
+          dec.time_ns == 50);
+    ev->type = RBTRACE_EV_LOST;
+    ev->thread_id = 6;
+    ev->time_ns = 60;
+    CHECK(rbtrace_call_chain_resolve(&dec, ev, err) == RBTRACE_OK && dec.thread_id == 5 &&
+          dec.time_ns == 50 && ev->type == RBTRACE_EV_LOST);
+    /* Refused: a _NEXT past 2^64 ns, and one before any call event. */
+    memset(ev, 0, sizeof(*ev));
+    ev->type = RBTRACE_EV_RETURN_NEXT;
+    ev->time_ns = UINT64_MAX - 49;
+    err[0] = '\0';
+    CHECK(rbtrace_call_chain_resolve(&dec, ev, err) == RBTRACE_ERR && strstr(err, "2^64"));
+    ev->time_ns = UINT64_MAX - 50;
+    CHECK(rbtrace_call_chain_resolve(&dec, ev, err) == RBTRACE_OK && ev->time_ns == UINT64_MAX);
+    memset(&dec, 0, sizeof(dec));
+    ev->type = RBTRACE_EV_CALL_NEXT;
+    ev->time_ns = 1;
+    err[0] = '\0';
+    CHECK(rbtrace_call_chain_resolve(&dec, ev, err) == RBTRACE_ERR &&
+          strstr(err, "before any call"));
+    free(ev);
+}
+
 /* A peer may pack a field wider than it needs: the value is the same. */
 static void test_fast_call_wide_fields(void)
 {
@@ -1310,6 +1409,8 @@ int main(void)
     test_event_malformed();
     test_fast_call_widths();
     test_fast_call_wide_fields();
+    test_fast_call_next_widths();
+    test_call_chain();
     test_fast_call_others();
     test_huge_array();
     test_scan();

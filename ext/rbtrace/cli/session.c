@@ -78,6 +78,7 @@ struct session {
     msgpack_zone zone;         /* objects of the last event not decoded by */
     int zone_ready;            /* the fast path; zone is initialised */
     struct rbtrace_event *ev;  /* the event in hand (~2 KiB: off the stack) */
+    struct rbtrace_call_chain chain; /* the last call event read (for the _NEXT ones) */
     int timeout_ms;            /* --timeout */
     int eval_timeout_ms;       /* the eval's: --timeout, or longer for the dumps */
     sig_atomic_t signals_seen; /* signals already acted on */
@@ -360,8 +361,20 @@ static enum session_wait session_decode_slow(struct session *s, const char *p, s
         return session_malformed(s, "invalid msgpack (nested too deep, or out of memory)");
     }
     *used = off;
-    if (rbtrace_event_decode(&obj, s->ev, err) != RBTRACE_OK) return session_malformed(s, err);
+    if (rbtrace_event_decode(&obj, s->ev, err) != RBTRACE_OK ||
+        rbtrace_call_chain_resolve(&s->chain, s->ev, err) != RBTRACE_OK)
+        return session_malformed(s, err);
     return session_handled(session_on_event(s, s->ev));
+}
+
+/* A CALL or RETURN (or a _NEXT) that the fast path decoded. */
+static enum session_wait session_fast(struct session *s)
+{
+    char err[RBTRACE_ERRLEN];
+
+    if (rbtrace_call_chain_resolve(&s->chain, s->ev, err) != RBTRACE_OK)
+        return session_malformed(s, err);
+    return session_handled(session_render(s, s->ev));
 }
 
 /* Decodes and handles every complete event in the input. */
@@ -376,7 +389,7 @@ static enum session_wait session_decode(struct session *s)
         int fast = rbtrace_event_decode_call_bytes(p, avail, s->ev, &used);
 
         if (fast < 0) break;   /* the rest of a CALL or RETURN is still to come */
-        if (fast > 0) rc = session_handled(session_render(s, s->ev));
+        if (fast > 0) rc = session_fast(s);
         else rc = session_decode_slow(s, p, avail, &used);
         if (used == 0) break;
         in->head += used;
