@@ -56,6 +56,13 @@ def runs(input, output)
   end
 end
 
+# Bytes the client has read (its socket, nearly all of them): /proc's rchar.
+def stream_bytes(pid)
+  File.read("/proc/#{pid}/io")[/^rchar: (\d+)/, 1].to_i
+rescue SystemCallError
+  0
+end
+
 def measure(body)
   in_r, in_w = IO.pipe
   out_r, out_w = IO.pipe
@@ -66,7 +73,7 @@ def measure(body)
   runs(in_w, out_r) # warm up
   untraced = median(runs(in_w, out_r))
   err_r, err_w = IO.pipe
-  client = spawn(CLIENT, '-p', pid.to_s, '-f', out: File::NULL, err: err_w)
+  client = spawn(CLIENT, '-p', pid.to_s, '-f', '--stats', out: File::NULL, err: err_w)
   err_w.close
   nil until err_r.gets.to_s.start_with?('*** attached')
   sleep 0.5
@@ -76,10 +83,12 @@ def measure(body)
   end
   traced = median(runs(in_w, out_r))
   Process.kill(:CONT, client) if STOPPED
+  read = stream_bytes(client)
   Process.kill(:INT, client)
   Process.wait(client)
   client = nil
-  [untraced, traced]
+  received = err_r.read[/(\d+) events received/, 1].to_i
+  [untraced, traced, received.positive? ? read.to_f / received : nil]
 ensure
   Process.kill(:KILL, client) rescue nil if client
   in_w&.close
@@ -96,15 +105,16 @@ puts "- ruby: #{RUBY_DESCRIPTION}#{ENV['RUBYOPT'].to_s.empty? ? '' : " (RUBYOPT=
 puts '- the client stopped during the traced runs (BENCH_CLIENT=stopped): events dropped' if STOPPED
 puts "- events' clock: #{clock_source}#{ENV['RBTRACE_CLOCK'] ? " (RBTRACE_CLOCK=#{ENV['RBTRACE_CLOCK']})" : ''}"
 puts
-puts '| loop | untraced (CPU ns/iteration) | traced (CPU ns/iteration) | added per iteration | added per traced call |'
-puts '| --- | ---: | ---: | ---: | ---: |'
+puts '| loop | untraced (CPU ns/iteration) | traced (CPU ns/iteration) | added per iteration | added per traced call | bytes an event |'
+puts '| --- | ---: | ---: | ---: | ---: | ---: |'
 LOOPS.each do |label, body|
-  untraced, traced = measure(body)
+  untraced, traced, per_event = measure(body)
   # Each iteration also calls Integer#< and Integer#+ (C calls the firehose sees).
   added = (traced - untraced) * 1e9 / ITERS
-  puts format('| %s | %.1f | %.1f | %.1f ns | %.1f ns |', label, untraced * 1e9 / ITERS,
-              traced * 1e9 / ITERS, added, added / 3)
+  puts format('| %s | %.1f | %.1f | %.1f ns | %.1f ns | %s |', label, untraced * 1e9 / ITERS,
+              traced * 1e9 / ITERS, added, added / 3, per_event ? format('%.1f', per_event) : '-')
 end
 puts
 puts 'Each iteration makes 3 calls the firehose reports (the method, Integer#<, Integer#+),'
 puts 'each a CALL and a RETURN event: "added per traced call" is a third of an iteration.'
+puts '"bytes an event": what the client read from the socket (/proc rchar) over the events it received.'

@@ -157,7 +157,9 @@ static void slow_pop(struct slow_stack *s, VALUE klass, VALUE mid)
     rbtrace_emit_slow(klass, mid, f->start_ns, now - start, s->depth);
 }
 
-void rbtrace_slow_event(rb_event_flag_t ev, VALUE klass, VALUE mid)
+/* Out of line (the build uses LTO): inlined, its stack frame and stack
+ * protector would be set up in every call of the firehose's hook too. */
+__attribute__((noinline)) void rbtrace_slow_event(rb_event_flag_t ev, VALUE klass, VALUE mid)
 {
     struct slow_stack *s;
     int call = (ev & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)) != 0;

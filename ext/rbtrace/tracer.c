@@ -57,8 +57,9 @@ static VALUE tracer_exprs_i(VALUE p)
                       binding, arg->exprs);
 }
 
-/* A call with trace expressions: evaluate them (slow path; allocates). */
-static void tracer_call_with_exprs(rb_trace_arg_t *targ, VALUE klass, VALUE mid,
+/* A call with trace expressions: evaluate them (slow path; allocates).
+ * Out of line, for the same reason as rbtrace_slow_event. */
+static __attribute__((noinline)) void tracer_call_with_exprs(rb_trace_arg_t *targ, VALUE klass, VALUE mid,
                                    VALUE exprs, uint64_t now)
 {
     struct tracer_expr_arg arg = { targ, exprs };
