@@ -18,7 +18,9 @@
  * Defaults: 10 million events, lib/rbtrace/rbtrace-client, flat, the trace
  * to /dev/null. flat is `-m 'Hash#key?'`: CALL and RETURN of one method.
  * nested is A { B } : every other line is a return on a line of its own.
- * Events are from one thread with 64-bit ids and times, as in a real trace.
+ * Events are from one thread with 64-bit ids and times, encoded as the
+ * target encodes them: each block's first in full, the rest as CALL_NEXT and
+ * RETURN_NEXT (time since the event before).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -205,9 +207,11 @@ static char *encode_block(int nested, size_t *len)
 {
     char *buf = malloc((size_t)BLOCK_EVENTS * RBTRACE_CALL_EVENT_MAX);
     uint64_t t = TIME_BASE;
+    struct rbtrace_call_chain chain;
     size_t n = 0;
     long i;
 
+    memset(&chain, 0, sizeof(chain));
     if (!buf) fail("out of memory");
     for (i = 0; i < BLOCK_EVENTS; i++) {
         int step = nested ? (int)(i % 4) : (int)(i % 2) * 3;
@@ -216,7 +220,8 @@ static char *encode_block(int nested, size_t *len)
 
         t += 150 + (uint64_t)(i * 7919 % 400);
         if (i % 64 == 63) t += (uint64_t)(i * 104729 % 1000000000);
-        n += rbtrace_event_encode_call(buf + n, type, THREAD_ID, t, method);
+        n += rbtrace_event_encode_call_chained(buf + n, &chain, type, THREAD_ID, t, method);
+        rbtrace_call_chain_note(&chain, THREAD_ID, t);
     }
     *len = n;
     return buf;
