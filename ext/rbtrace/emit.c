@@ -302,6 +302,7 @@ void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t n
     char *out;
     uint32_t id;
 
+    if (rbtrace.calls_ended) return;
     /* A full ring (a client that stopped reading) costs no encoding. */
     if (!rbtrace.attached || rbtrace_ring_space(&rbtrace.ring, room) < room ||
         (id = emit_method_id(klass, mid)) == 0) {
@@ -327,8 +328,11 @@ void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t n
 /* A CALL with the values of its trace expressions (Arrays of Strings). */
 void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, VALUE values)
 {
-    uint32_t id = rbtrace.attached ? emit_method_id(klass, mid) : 0;
+    uint32_t id;
     long i, n = RARRAY_LEN(exprs);
+
+    if (rbtrace.calls_ended) return;
+    id = rbtrace.attached ? emit_method_id(klass, mid) : 0;
 
     if (id == 0) {
         rbtrace.lost++;
@@ -357,8 +361,10 @@ void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, V
 void rbtrace_emit_slow(VALUE klass, VALUE mid, uint64_t start_ns, uint64_t duration_ns,
                        uint32_t depth)
 {
-    uint32_t id = rbtrace.attached ? emit_method_id(klass, mid) : 0;
+    uint32_t id;
 
+    if (rbtrace.calls_ended) return;
+    id = rbtrace.attached ? emit_method_id(klass, mid) : 0;
     if (id == 0) {
         rbtrace.lost++;
         return;
@@ -531,6 +537,18 @@ void rbtrace_emit_attached(void)
 }
 
 /*
+ * The trace ends where the detach begins: removing the wrappers one by one
+ * calls Module#method_removed after each, where Ruby may run other
+ * threads, which would otherwise record calls with half the wrappers gone
+ * (an outer call unwrapped, its inner calls still wrapped). Calls and
+ * returns from here on are not recorded, nor counted as lost.
+ */
+void rbtrace_emit_end_calls(void)
+{
+    rbtrace.calls_ended = 1;
+}
+
+/*
  * The last events of a session: the final loss count, then DETACHED, after
  * which the ring takes nothing more. The app's threads run again while the
  * writer drains (its join gives up the GVL), and a call that entered a
@@ -573,6 +591,7 @@ int rbtrace_emit_open(void)
     rbtrace.lost = 0;
     rbtrace.big_event = 0;
     rbtrace.sealed = 0;
+    rbtrace.calls_ended = 0;
     msgpack_packer_init(&scratch_pk, &scratch, emit_buffer_write);
 #ifndef HAVE_RB_CLASS_ATTACHED_OBJECT
     id_attached = rb_intern("__attached__");

@@ -103,6 +103,7 @@ struct rbtrace_state {
     uint64_t lost;                   /* events dropped, not yet reported */
     int big_event;                   /* a large event is being pushed */
     int sealed;                      /* DETACHED is in the ring: nothing may follow */
+    int calls_ended;                 /* detaching: calls and returns are not recorded */
     struct rbtrace_method_slot *methods;
     uint32_t method_slots;           /* the table's size, a power of two */
     uint32_t methods_used;
@@ -196,6 +197,7 @@ void rbtrace_emit_gc(uint64_t thread, uint64_t start_ns, uint64_t mark_ns, uint6
 void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location);
 void rbtrace_emit_attached(void);
 int rbtrace_emit_detached(void);
+void rbtrace_emit_end_calls(void);
 
 /* tracer.c: selectors and hooks */
 void rbtrace_tracer_add(VALUE selectors);

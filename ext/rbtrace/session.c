@@ -140,6 +140,7 @@ void rbtrace_session_detach(int tell_client)
     int state = 0, stop_state;
 
     if (!rbtrace.attached) return;
+    rbtrace_emit_end_calls();
     rbtrace_tracer_clear();
     if (tell_client && !rbtrace.peer_gone) state = rbtrace_emit_detached();
     stop_state = rbtrace_writer_stop();

@@ -434,6 +434,22 @@ RSpec.describe 'faults' do
       whole
     end
 
+    # Detach removes the wrappers one after the other, and Ruby calls
+    # Module#method_removed after each, where it may switch threads; this
+    # app's method_removed makes it switch every time. The other threads
+    # then call outer unwrapped and inner still wrapped: the trace must end
+    # where the detach began, with no call recorded half-unwrapped (an inner
+    # call at depth 0 after its thread's outer calls were traced).
+    it 'wrapped: threads that run while detach removes the wrappers add nothing to the trace' do
+      app = start_target("class Module; def method_removed(_) = sleep(0.05); end\n#{threads_app}").ready
+      r = trace(app, '-m', 'Pair#inner', 'Pair#outer', seconds: 1)
+      expect(r.status).to be_success, r.stderr
+      expect(r.stdout).not_to include('events lost')
+      whole = check_nesting(r.stdout)
+      expect(whole.size).to eq(50)
+      expect(app).to be_alive
+    end
+
     # Selectors are put in place one after the other (README, Known limits),
     # inner first: any outer call that is traced began once inner was.
     [['wrapped', ['Pair#inner', 'Pair#outer']], ['hooked (global VM hook)', %w[inner outer]]].each do |how, selectors|
