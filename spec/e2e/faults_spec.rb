@@ -288,6 +288,35 @@ RSpec.describe 'faults' do
     end
   end
 
+  describe 'a ^C while the client is blocked writing the trace' do
+    # Nobody reads the client's stdout until after the ^C: the pipe fills
+    # and the client sits in write(2) when the signal comes. The write must
+    # not fail (EINTR made stdio drop its buffer and the client fail): once
+    # the reader reads, the client detaches and exits cleanly.
+    it 'waits for the write, then detaches: no write error, the trace and the count of lost events whole' do
+      app = start_target(<<~RUBY).ready
+        h = { 1 => 2 }
+        puts "ready"
+        loop { h.key?(1) }
+      RUBY
+      client = FaultsSpec::PipedClient.new(['-p', app.pid, '-m', 'Hash#key?', '--stats'])
+      @spec_processes << client
+      wchan = "/proc/#{client.pid}/wchan"
+      Timeout.timeout(20) { sleep 0.05 until File.read(wchan).include?('pipe_write') } # (anon_)pipe_write
+      Process.kill(:INT, client.pid)
+      sleep 0.3
+      expect(client.exited?).to be(false) # still in its write
+      text = Timeout.timeout(30) { client.out.read }
+      status = client.wait(timeout: 30)
+      expect(status).to be_success, client.stderr
+      expect(client.stderr).not_to include('could not write')
+      expect(client.stderr).to match(/^\*\*\* \d+ events received, \d+ lost$/)
+      expect(client.stderr).to include("*** detached from process #{app.pid}")
+      expect(text).to match(/^Hash#key\? <[\d.]+>$/)
+      expect(app).to be_alive
+    end
+  end
+
   describe 'a storm of SIGURG' do
     # Thousands of signals a second that bring no command, from another
     # process, until the spec drops the stop file.

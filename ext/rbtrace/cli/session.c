@@ -450,17 +450,42 @@ static int session_poll_ms(int64_t now, int64_t next_tick, int64_t deadline)
 }
 
 /*
- * poll, but once the socket has nothing more to read, the output goes out
- * before we sleep. SESSION_DONE, SESSION_SIGNAL if a signal interrupted
- * it, or SESSION_FAILED with errstr set.
+ * Lets in a signal that came while they were blocked (ppoll only does when
+ * it sleeps, and a busy stream keeps it from sleeping). 1 if one came.
  */
-static enum session_wait session_poll(struct session *s, struct pollfd *fds, int timeout_ms)
+static int session_take_signals(const sigset_t *outside)
 {
-    int n = poll(fds, 2, 0);
+    sigset_t pending, blocked;
 
+    if (sigpending(&pending) < 0) return 0;
+    if (!sigismember(&pending, SIGINT) && !sigismember(&pending, SIGTERM) &&
+        !sigismember(&pending, SIGHUP))
+        return 0;
+    /* The handler runs as the mask lets it in; cannot fail with valid sets. */
+    (void)sigprocmask(SIG_SETMASK, outside, &blocked);
+    (void)sigprocmask(SIG_SETMASK, &blocked, NULL);
+    return 1;
+}
+
+/*
+ * poll, but once the socket has nothing more to read, the output goes out
+ * before we sleep; the session's signals come in only while it sleeps
+ * (ppoll with the mask from outside the wait). SESSION_DONE,
+ * SESSION_SIGNAL if a signal interrupted it, or SESSION_FAILED with errstr
+ * set.
+ */
+static enum session_wait session_poll(struct session *s, struct pollfd *fds, int timeout_ms,
+                                      const sigset_t *outside)
+{
+    int n;
+
+    if (session_take_signals(outside)) return SESSION_SIGNAL;
+    n = poll(fds, 2, 0);
     if (n == 0) {
+        struct timespec ts = { timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L };
+
         if (session_flush(s) != CLI_OK) return SESSION_FAILED;
-        n = poll(fds, 2, timeout_ms);
+        n = ppoll(fds, 2, &ts, outside);
     }
     if (n >= 0) return SESSION_DONE;
     if (errno == EINTR) return SESSION_SIGNAL;
@@ -468,9 +493,9 @@ static enum session_wait session_poll(struct session *s, struct pollfd *fds, int
     return SESSION_FAILED;
 }
 
-/* session_wait's loop. */
+/* session_wait's loop, with the session's signals blocked but in ppoll. */
 static enum session_wait session_wait_events(struct session *s, const int *flag,
-                                             int64_t deadline)
+                                             int64_t deadline, const sigset_t *outside)
 {
     int64_t now = cli_now_ms(), next_tick = now + SESSION_TICK_MS;
 
@@ -490,7 +515,7 @@ static enum session_wait session_wait_events(struct session *s, const int *flag,
             next_tick = now + SESSION_TICK_MS;
         }
         if (deadline >= 0 && now >= deadline) return SESSION_TIMEOUT;
-        rc = session_poll(s, fds, session_poll_ms(now, next_tick, deadline));
+        rc = session_poll(s, fds, session_poll_ms(now, next_tick, deadline), outside);
         if (rc == SESSION_SIGNAL) continue;   /* counted, if it was ours: see above */
         if (rc != SESSION_DONE) return rc;
         if (fds[1].revents) session_drain_wake();
@@ -503,12 +528,32 @@ static enum session_wait session_wait_events(struct session *s, const int *flag,
  * passes, the user interrupts, or the target goes away; then flushes the
  * output (a failure to write it fails only a wait that went well: the
  * error sticks to the FILE and shows again when it is closed).
+ *
+ * SIGINT, SIGTERM and SIGHUP are blocked meanwhile but for the sleeps: a
+ * ^C that came while a write to a slow pipe was blocked made it fail with
+ * EINTR, and stdio then drops what it had buffered (the trace lost its
+ * end, the client failed). It now waits for the write, and is acted on
+ * at the next sleep.
  */
 static enum session_wait session_wait(struct session *s, const int *flag, int64_t deadline)
 {
-    enum session_wait rc = session_wait_events(s, flag, deadline);
+    enum session_wait rc;
+    sigset_t block, outside;
 
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGHUP);
+    if (sigprocmask(SIG_BLOCK, &block, &outside) < 0) {
+        snprintf(s->errstr, sizeof(s->errstr), "sigprocmask: %s", strerror(errno));
+        return SESSION_FAILED;
+    }
+    rc = session_wait_events(s, flag, deadline, &outside);
     if (session_flush(s) != CLI_OK && rc == SESSION_DONE) rc = SESSION_FAILED;
+    if (sigprocmask(SIG_SETMASK, &outside, NULL) < 0 && rc == SESSION_DONE) {
+        snprintf(s->errstr, sizeof(s->errstr), "sigprocmask: %s", strerror(errno));
+        rc = SESSION_FAILED;
+    }
     return rc;
 }
 
