@@ -328,20 +328,19 @@ void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t n
 /* A CALL with the values of its trace expressions (Arrays of Strings). */
 void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, VALUE values)
 {
+    uint64_t thread = rbtrace_thread_id(), time = now - rbtrace.clock_origin_ns;
     uint32_t id;
     long i, n = RARRAY_LEN(exprs);
 
     if (rbtrace.calls_ended) return;
     id = rbtrace.attached ? emit_method_id(klass, mid) : 0;
-
     if (id == 0) {
         rbtrace.lost++;
         return;
     }
     if (n > RBTRACE_EXPRS_MAX) n = RBTRACE_EXPRS_MAX;
     emit_begin();
-    rbtrace_event_pack_call_args(&scratch_pk, rbtrace_thread_id(), now - rbtrace.clock_origin_ns,
-                                 id, (uint32_t)n);
+    rbtrace_event_pack_call_args(&scratch_pk, thread, time, id, (uint32_t)n);
     for (i = 0; i < n; i++) {
         VALUE e = RARRAY_AREF(exprs, i), v = RARRAY_AREF(values, i);
         rbtrace_event_pack_expr(&scratch_pk, RSTRING_PTR(e), RSTRING_LEN(e),
@@ -350,11 +349,9 @@ void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, V
     if (scratch.overflow) {
         /* Too long even after truncation: send the call without values. */
         emit_begin();
-        rbtrace_event_pack_call(&scratch_pk, RBTRACE_EV_CALL, rbtrace_thread_id(),
-                                now - rbtrace.clock_origin_ns, id);
+        rbtrace_event_pack_call(&scratch_pk, RBTRACE_EV_CALL, thread, time, id);
     }
-    if (emit_commit() == 0)
-        rbtrace_call_chain_note(&rbtrace.chain, rbtrace_thread_id(), now - rbtrace.clock_origin_ns);
+    if (emit_commit() == 0) rbtrace_call_chain_note(&rbtrace.chain, thread, time);
 }
 
 /* A call slower than the --slow threshold (slow.c). */

@@ -319,10 +319,7 @@ static char *repl_readline(const char *prompt)
     sigset_t block;
     char *line;
 
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGHUP);
+    session_signal_set(&block);
     if (sigprocmask(SIG_BLOCK, &block, &repl_getc_mask) < 0) {
         fprintf(stderr, "rbtrace: sigprocmask: %s\n", strerror(errno));
         return NULL;

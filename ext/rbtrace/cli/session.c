@@ -41,6 +41,10 @@
 /* The -e eval's id; the REPL's evals count up from it. */
 #define SESSION_EVAL_ID 1
 
+/* The signals a session counts: they end a trace, or interrupt an eval. */
+static const int session_signal_list[] = { SIGINT, SIGTERM, SIGHUP };
+#define SESSION_NSIGNALS (sizeof(session_signal_list) / sizeof(session_signal_list[0]))
+
 /* Signals seen; read by attach.c through struct attach's stop. */
 static volatile sig_atomic_t session_signals;
 /* The number of the last signal caught (the REPL tells ^C from the rest). */
@@ -110,9 +114,16 @@ static void session_on_signal(int sig)
     errno = saved;
 }
 
+void session_signal_set(sigset_t *set)
+{
+    size_t i;
+
+    sigemptyset(set);
+    for (i = 0; i < SESSION_NSIGNALS; i++) sigaddset(set, session_signal_list[i]);
+}
+
 static int session_install_signals(struct session *s)
 {
-    static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
     struct sigaction sa;
     size_t i;
 
@@ -123,8 +134,8 @@ static int session_install_signals(struct session *s)
     memset(&sa, 0, sizeof(sa));
     sigemptyset(&sa.sa_mask);
     sa.sa_handler = session_on_signal;
-    for (i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
-        if (sigaction(sigs[i], &sa, NULL) < 0) goto fail;
+    for (i = 0; i < SESSION_NSIGNALS; i++) {
+        if (sigaction(session_signal_list[i], &sa, NULL) < 0) goto fail;
     }
     /* A closed output pipe is a write error we report, not a death. */
     sa.sa_handler = SIG_IGN;
@@ -453,14 +464,15 @@ static int session_poll_ms(int64_t now, int64_t next_tick, int64_t deadline)
  * Lets in a signal that came while they were blocked (ppoll only does when
  * it sleeps, and a busy stream keeps it from sleeping). 1 if one came.
  */
-static int session_take_signals(const sigset_t *outside)
+static int session_deliver_pending(const sigset_t *outside)
 {
     sigset_t pending, blocked;
+    size_t i;
 
     if (sigpending(&pending) < 0) return 0;
-    if (!sigismember(&pending, SIGINT) && !sigismember(&pending, SIGTERM) &&
-        !sigismember(&pending, SIGHUP))
-        return 0;
+    for (i = 0; i < SESSION_NSIGNALS && !sigismember(&pending, session_signal_list[i]); i++)
+        ;
+    if (i == SESSION_NSIGNALS) return 0;
     /* The handler runs as the mask lets it in; cannot fail with valid sets. */
     (void)sigprocmask(SIG_SETMASK, outside, &blocked);
     (void)sigprocmask(SIG_SETMASK, &blocked, NULL);
@@ -479,7 +491,7 @@ static enum session_wait session_poll(struct session *s, struct pollfd *fds, int
 {
     int n;
 
-    if (session_take_signals(outside)) return SESSION_SIGNAL;
+    if (session_deliver_pending(outside)) return SESSION_SIGNAL;
     n = poll(fds, 2, 0);
     if (n == 0) {
         struct timespec ts = { timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L };
@@ -540,10 +552,7 @@ static enum session_wait session_wait(struct session *s, const int *flag, int64_
     enum session_wait rc;
     sigset_t block, outside;
 
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGHUP);
+    session_signal_set(&block);
     if (sigprocmask(SIG_BLOCK, &block, &outside) < 0) {
         snprintf(s->errstr, sizeof(s->errstr), "sigprocmask: %s", strerror(errno));
         return SESSION_FAILED;

@@ -6,6 +6,7 @@
 #ifndef RBTRACE_CLI_SESSION_H
 #define RBTRACE_CLI_SESSION_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "cli.h"
@@ -53,6 +54,9 @@ int session_take_signal(struct session *s);
 /* Whether session_take_signal has a signal to give (async-signal-safe
  * reads only: for a loop that must not block past a signal). */
 int session_signal_pending(const struct session *s);
+
+/* The set of the signals a session counts (SIGINT, SIGTERM, SIGHUP). */
+void session_signal_set(sigset_t *set);
 
 /* 1 while the target exists, 0 once it is gone. */
 int session_target_alive(const struct session *s);
