@@ -83,7 +83,25 @@ module RBTrace
 
     @child_pid = Process.pid
     after_fork_child
-    start_helper
+    if Thread.current[:rbtrace_fork_without_helper]
+      Thread.current[:rbtrace_fork_without_helper] = nil   # its own forks get one
+      @helper = nil
+    else
+      start_helper
+    end
+  end
+
+  # Process.fork(&block), with no helper thread in the child: for a child
+  # that only forks again and exits (--fork's middle process). A helper
+  # started there would still be starting, inside malloc, when the child
+  # forks; an allocator without fork handlers (the ASan of GCC 12 has
+  # none) then leaves its lock held in the grandchild, whose first malloc
+  # hangs for good.
+  def self.fork_without_helper(&block)
+    Thread.current[:rbtrace_fork_without_helper] = true
+    Process.fork(&block)
+  ensure
+    Thread.current[:rbtrace_fork_without_helper] = nil
   end
 end
 

@@ -77,7 +77,7 @@ module RBTrace
     # rbtrace --fork: an idle copy of the process, for a debugger.
     def fork_copy
       reader, writer = IO.pipe
-      child = Process.fork { fork_grandchild(reader, writer) }
+      child = RBTrace.fork_without_helper { fork_grandchild(reader, writer) }
       writer.close
       copy = reader.read.to_i   # until the copy (and the child) closed the pipe
       wait_child(child)
@@ -293,7 +293,9 @@ module RBTrace
     # ---- fork ----
 
     # The child: forks the copy and exits at once, so that the copy is
-    # nobody's child in the app (no zombie, no thread to reap it).
+    # nobody's child in the app (no zombie, no thread to reap it). It has
+    # no helper thread of its own (RBTrace.fork_without_helper); the copy
+    # has.
     def fork_grandchild(reader, writer)
       reader.close
       Process.fork { idle_copy(writer) }

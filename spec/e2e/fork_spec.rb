@@ -49,6 +49,26 @@ RSpec.describe 'fork' do
     expect(r).to be_success
   end
 
+  it 'a child forked without a helper (--fork\'s middle process) has none, and its own child has one' do
+    app = start_target(<<~'RUBY').ready
+      r, w = IO.pipe
+      middle = RBTrace.fork_without_helper do
+        r.close
+        w.puts "middle #{Thread.list.size} #{RBTrace.helper.inspect}"
+        copy = fork { w.puts "copy #{Thread.list.size} #{RBTrace.helper.alive?}"; exit!(0) }
+        Process.wait(copy)
+        exit!(0)
+      end
+      w.close
+      Process.wait(middle)
+      puts r.read, "parent #{Thread.current[:rbtrace_fork_without_helper].inspect}"
+      puts "ready"
+      loop { sleep 0.05 }
+    RUBY
+    expect(app.lines).to include('middle 1 nil', 'copy 2 true', 'parent nil')
+    expect(rbtrace('-p', app.pid, '-e', 'RBTrace.helper.alive?').stdout).to end_with("=> true\n")
+  end
+
   it 'a daemonized process (Process.daemon) is traceable' do
     pidfile = File.join(Dir.tmpdir, "rbtrace-daemon-#{Process.pid}")
     FileUtils.rm_f(pidfile)
