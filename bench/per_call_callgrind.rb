@@ -61,15 +61,24 @@ require_build!
 require_valgrind!
 
 # Self instructions by function ("function [object]") from a callgrind
-# output file; recursion levels (name'2) are summed into one.
+# output file; recursion levels (name'2) are summed into one. Code inlined
+# from another source file (a header's inline function) has a line of its
+# own, "file.h:function" without the object: it counts for the function,
+# in the object its own line names.
 def by_function(path)
-  out, st = Open3.capture2('callgrind_annotate', '--threshold=100', path)
+  out, st = Open3.capture2('callgrind_annotate', '--threshold=100', '--auto=no', path)
   raise "callgrind_annotate #{path} failed" unless st.success?
 
-  out.each_line.with_object(Hash.new(0)) do |line, counts|
-    next unless (m = line.match(/\A\s*([\d,]+)\s+\([^)]*\)\s+(?:[^:\s]*:)?(\S+?)(?:'\d+)?\s+\[(.+)\]\s*\z/))
+  objects = {}
+  lines = out.each_line.filter_map do |line|
+    m = line.match(/\A\s*([\d,]+)\s+\([^)]*\)\s+(?:[^:\s]*:)?(\S+?)(?:'\d+)?(?:\s+\[(.+)\])?\s*\z/)
+    next unless m
 
-    counts["#{m[2]} [#{File.basename(m[3])}]"] += Integer(m[1].delete(','))
+    objects[m[2]] ||= File.basename(m[3]) if m[3]
+    [m[2], Integer(m[1].delete(','))]
+  end
+  lines.each_with_object(Hash.new(0)) do |(function, n), counts|
+    counts["#{function} [#{objects.fetch(function, '?')}]"] += n
   end
 end
 

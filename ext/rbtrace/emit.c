@@ -303,7 +303,8 @@ void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t n
     uint32_t id;
 
     if (rbtrace.calls_ended) return;
-    /* A full ring (a client that stopped reading) costs no encoding. */
+    /* A full ring (a client that stopped reading) costs no encoding. An
+     * unallocated ring has no space. */
     if (!rbtrace.attached || rbtrace_ring_space(&rbtrace.ring, room) < room ||
         (id = emit_method_id(klass, mid)) == 0) {
         rbtrace.lost++;
@@ -314,7 +315,7 @@ void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t n
      * end) go through emit_push, which knows when to drop them. */
     now -= rbtrace.clock_origin_ns;
     if (!rbtrace.lost && !rbtrace.big_event && !rbtrace.sealed &&
-        (out = rbtrace_ring_reserve(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) != NULL) {
+        (out = rbtrace_ring_head_room(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) != NULL) {
         uint64_t thread = rbtrace_thread_id();
 
         rbtrace_ring_commit(&rbtrace.ring, rbtrace_event_encode_call_chained(

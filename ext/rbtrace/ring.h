@@ -44,16 +44,15 @@ static inline size_t rbtrace_ring_space(struct rbtrace_ring *ring, size_t want)
     return ring->size - (size_t)(ring->head - ring->tail_seen);
 }
 
-/* Producer, the hot path's way: room for up to len bytes, contiguous at
- * the head, to encode an event in place; NULL if there is not (full, or
- * the event would wrap: then push it). rbtrace_ring_commit publishes it. */
-static inline char *rbtrace_ring_reserve(struct rbtrace_ring *ring, size_t len)
+/* Producer, the hot path's way, once rbtrace_ring_space found room for
+ * len bytes: where they fit contiguously at the head, to encode an event
+ * in place; NULL at the ring's end (the event would wrap: push it then).
+ * rbtrace_ring_commit publishes them. */
+static inline char *rbtrace_ring_head_room(struct rbtrace_ring *ring, size_t len)
 {
     size_t at = (size_t)(ring->head & (ring->size - 1));
 
-    if (ring->buf == NULL || ring->size - at < len || rbtrace_ring_space(ring, len) < len)
-        return NULL;
-    return ring->buf + at;
+    return ring->size - at >= len ? ring->buf + at : NULL;
 }
 
 /* Publishes len bytes written at rbtrace_ring_reserve's pointer. */

@@ -48,6 +48,30 @@ static void test_all_or_nothing_and_wrap(void)
     rbtrace_ring_free(&r);
 }
 
+/* The hot path's in-place writes: contiguous room at the head, or NULL
+ * where an event would wrap; committed bytes come out like pushed ones. */
+static void test_head_room(void)
+{
+    struct rbtrace_ring r;
+    const char *data;
+    char *at;
+
+    CHECK(rbtrace_ring_init(&r, 16) == 0);
+    CHECK(rbtrace_ring_space(&r, 4) >= 4);
+    at = rbtrace_ring_head_room(&r, 4);
+    CHECK(at == r.buf);
+    memcpy(at, "wxyz", 4);
+    CHECK(rbtrace_ring_used(&r) == 0);   /* not published before the commit */
+    rbtrace_ring_commit(&r, 3);
+    CHECK(rbtrace_ring_used(&r) == 3);
+    CHECK(rbtrace_ring_push(&r, "0123456789", 10) == 0);   /* head at 13 */
+    CHECK(rbtrace_ring_head_room(&r, 3) == r.buf + 13);
+    CHECK(rbtrace_ring_head_room(&r, 4) == NULL);          /* would wrap */
+    CHECK(rbtrace_ring_peek(&r, &data) == 13 && memcmp(data, "wxy0123456789", 13) == 0);
+    rbtrace_ring_free(&r);
+    CHECK(rbtrace_ring_space(&r, 1) == 0);   /* freed: no room to ask for */
+}
+
 #define STREAM_BYTES (8u << 20)
 
 static void *consume_stream(void *p)
@@ -92,6 +116,7 @@ int main(void)
 {
     test_init();
     test_all_or_nothing_and_wrap();
+    test_head_room();
     test_two_threads();
     return check_report();
 }
