@@ -121,7 +121,9 @@ void rbtrace_event_pack_call_next(msgpack_packer *pk, enum rbtrace_event_type ty
 /* A msgpack unsigned integer in its shortest form, as msgpack-c packs it.
  * Inline, with the two encoders below: they run inside every traced call.
  * Always: with link-time optimisation GCC made it an out-of-line function
- * once the encoders had a few more callers, +28 instructions an event. */
+ * once the encoders had a few more callers, +28 instructions an event.
+ * __builtin_memcpy: ruby.h defines memcpy as a wrapper of its own, which
+ * GCC may leave as a call (and a stack protector for the copied value). */
 static inline __attribute__((always_inline)) size_t rbtrace_put_uint(char *out, uint64_t v)
 {
     if (v < 128) {
@@ -136,19 +138,19 @@ static inline __attribute__((always_inline)) size_t rbtrace_put_uint(char *out, 
     if (v <= UINT16_MAX) {
         uint16_t v16 = htobe16((uint16_t)v);
         out[0] = (char)0xcd;
-        memcpy(out + 1, &v16, 2);
+        __builtin_memcpy(out + 1, &v16, 2);
         return 3;
     }
     if (v <= UINT32_MAX) {
         uint32_t v32 = htobe32((uint32_t)v);
         out[0] = (char)0xce;
-        memcpy(out + 1, &v32, 4);
+        __builtin_memcpy(out + 1, &v32, 4);
         return 5;
     }
     {
         uint64_t v64 = htobe64(v);
         out[0] = (char)0xcf;
-        memcpy(out + 1, &v64, 8);
+        __builtin_memcpy(out + 1, &v64, 8);
         return 9;
     }
 }
@@ -192,8 +194,9 @@ static inline void rbtrace_call_chain_note(struct rbtrace_call_chain *c, uint64_
 }
 
 /* CALL_NEXT or RETURN_NEXT, the same bytes as rbtrace_event_pack_call_next. */
-static inline size_t rbtrace_event_encode_call_next(char *out, enum rbtrace_event_type type,
-                                                    uint64_t delta_ns, uint64_t method_id)
+static inline __attribute__((always_inline)) size_t
+rbtrace_event_encode_call_next(char *out, enum rbtrace_event_type type, uint64_t delta_ns,
+                               uint64_t method_id)
 {
     size_t n = 0;
 
@@ -209,13 +212,12 @@ static inline size_t rbtrace_event_encode_call_next(char *out, enum rbtrace_even
  * as a _NEXT when it follows the chain's last call event on the same
  * thread and not before it, else in full. Returns the length (at most
  * RBTRACE_CALL_EVENT_MAX). The chain is not changed: note the event once
- * it is in the stream.
+ * it is in the stream. Always inline: GCC made it a function of its own.
  */
-static inline size_t rbtrace_event_encode_call_chained(char *out,
-                                                       const struct rbtrace_call_chain *c,
-                                                       enum rbtrace_event_type type,
-                                                       uint64_t thread_id, uint64_t time_ns,
-                                                       uint64_t method_id)
+static inline __attribute__((always_inline)) size_t
+rbtrace_event_encode_call_chained(char *out, const struct rbtrace_call_chain *c,
+                                  enum rbtrace_event_type type, uint64_t thread_id,
+                                  uint64_t time_ns, uint64_t method_id)
 {
     if (c->started && thread_id == c->thread_id && time_ns >= c->time_ns)
         return rbtrace_event_encode_call_next(

@@ -2,8 +2,8 @@
  * emit.c - turns what the hooks and commands saw into protocol events in
  * the ring buffer that the writer thread drains.
  *
- * The hot path (rbtrace_emit_call) runs inside the app's traced calls: it
- * encodes a CALL or RETURN by hand on the stack and copies the bytes into
+ * The hot path (rbtrace_emit_call, inline from emit_call.h) runs inside
+ * the app's traced calls: it encodes a CALL or RETURN by hand, in place in
  * the ring. No malloc, no Ruby allocation, no syscall, no lock but the GVL
  * the caller holds. Rarer events of the hot path (names, expressions) are
  * packed by msgpack-c into a static scratch buffer, used only while the
@@ -19,6 +19,7 @@
  * the next event that fits.
  */
 #include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "emit_call.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -213,20 +214,12 @@ static int emit_forget_due(void)
     return 0;
 }
 
-/* The pairs asked for lately, direct-mapped by a cheap hash: the few
- * methods a loop calls skip the table (and a function call). */
-#define EMIT_RECENT 64
-static struct rbtrace_method_slot recent_methods[EMIT_RECENT];
+struct rbtrace_method_slot rbtrace_recent_methods[RBTRACE_RECENT_METHODS];
 
-static inline struct rbtrace_method_slot *emit_recent_slot(VALUE klass, VALUE mid)
-{
-    return &recent_methods[((klass >> 3) ^ (mid >> 8)) & (EMIT_RECENT - 1)];
-}
-
-/* emit_method_id when the pair is not the last one: the table, or a new
- * name. Out of line, so that the hot path keeps no name buffer (and no
- * stack protector) of its own. */
-static __attribute__((noinline)) uint32_t emit_method_id_lookup(VALUE klass, VALUE mid)
+/* rbtrace_emit_method_id (emit_call.h) when the pair is not a recent
+ * one: the table, or a new name. Out of line, so that the hot path keeps
+ * no name buffer (and no stack protector) of its own. */
+__attribute__((noinline)) uint32_t rbtrace_emit_method_id_lookup(VALUE klass, VALUE mid)
 {
     struct rbtrace_method_slot *slot;
     size_t i;
@@ -238,7 +231,7 @@ static __attribute__((noinline)) uint32_t emit_method_id_lookup(VALUE klass, VAL
         slot = &rbtrace.methods[i];
         if (slot->id == 0) break;
         if (slot->klass == klass && slot->mid == mid) {
-            *emit_recent_slot(klass, mid) = *slot;
+            *rbtrace_recent_method(klass, mid) = *slot;
             return slot->id;
         }
         i = (i + 1) & (rbtrace.method_slots - 1);
@@ -247,7 +240,7 @@ static __attribute__((noinline)) uint32_t emit_method_id_lookup(VALUE klass, VAL
     if (rbtrace.methods_used >= rbtrace.method_slots / 4 * 3) {
         if (emit_table_grow() != 0) {
             emit_table_clear();
-            memset(recent_methods, 0, sizeof(recent_methods));
+            memset(rbtrace_recent_methods, 0, sizeof(rbtrace_recent_methods));
         }
         for (i = emit_slot_of(klass, mid, rbtrace.method_slots); rbtrace.methods[i].id;
              i = (i + 1) & (rbtrace.method_slots - 1))
@@ -263,26 +256,15 @@ static __attribute__((noinline)) uint32_t emit_method_id_lookup(VALUE klass, VAL
     slot->mid = mid;
     slot->id = rbtrace.next_method_id++;
     rbtrace.methods_used++;
-    *emit_recent_slot(klass, mid) = *slot;
+    *rbtrace_recent_method(klass, mid) = *slot;
     return slot->id;
-}
-
-/* The id of (klass, mid), naming it first if it is new; 0 if the name
- * could not be sent (the caller's event is then dropped too). */
-static inline uint32_t emit_method_id(VALUE klass, VALUE mid)
-{
-    const struct rbtrace_method_slot *r = emit_recent_slot(klass, mid);
-
-    if (r->id && r->klass == klass && r->mid == mid) return r->id;
-    return emit_method_id_lookup(klass, mid);
 }
 
 /* ---- events ---- */
 
-
-/* An event that cannot be encoded in place (see rbtrace_emit_call). */
-static __attribute__((noinline)) void emit_call_pushed(enum rbtrace_event_type type, uint64_t time,
-                                                      uint32_t id)
+/* A CALL or RETURN that cannot be encoded in place (emit_call.h). */
+__attribute__((noinline)) void rbtrace_emit_call_pushed(enum rbtrace_event_type type,
+                                                        uint64_t time, uint32_t id)
 {
     char bytes[RBTRACE_CALL_EVENT_MAX];
     uint64_t thread = rbtrace_thread_id();
@@ -290,40 +272,6 @@ static __attribute__((noinline)) void emit_call_pushed(enum rbtrace_event_type t
     if (emit_push(bytes, rbtrace_event_encode_call_chained(bytes, &rbtrace.chain, type, thread,
                                                            time, id)) == 0)
         rbtrace_call_chain_note(&rbtrace.chain, thread, time);
-}
-
-/* Both event functions may be reached after a detach freed the tables:
- * trace expressions and wrapped methods can give up the GVL mid-call. */
-void rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t now)
-{
-    enum rbtrace_event_type type =
-        (event & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)) ? RBTRACE_EV_CALL : RBTRACE_EV_RETURN;
-    const size_t room = RBTRACE_CALL_EVENT_MAX + RBTRACE_LOST_EVENT_MAX;
-    char *out;
-    uint32_t id;
-
-    if (rbtrace.calls_ended) return;
-    /* A full ring (a client that stopped reading) costs no encoding. An
-     * unallocated ring has no space. */
-    if (!rbtrace.attached || rbtrace_ring_space(&rbtrace.ring, room) < room ||
-        (id = emit_method_id(klass, mid)) == 0) {
-        rbtrace.lost++;
-        return;
-    }
-    /* Most events are encoded in place, straight into the ring; the rest
-     * (a loss report due, a big event or DETACHED under way, the ring's
-     * end) go through emit_push, which knows when to drop them. */
-    now -= rbtrace.clock_origin_ns;
-    if (!rbtrace.lost && !rbtrace.big_event && !rbtrace.sealed &&
-        (out = rbtrace_ring_head_room(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) != NULL) {
-        uint64_t thread = rbtrace_thread_id();
-
-        rbtrace_ring_commit(&rbtrace.ring, rbtrace_event_encode_call_chained(
-            out, &rbtrace.chain, type, thread, now, id));
-        rbtrace_call_chain_note(&rbtrace.chain, thread, now);
-        return;
-    }
-    emit_call_pushed(type, now, id);
 }
 
 /* A CALL with the values of its trace expressions (Arrays of Strings). */
@@ -334,7 +282,7 @@ void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, V
     long i, n = RARRAY_LEN(exprs);
 
     if (rbtrace.calls_ended) return;
-    id = rbtrace.attached ? emit_method_id(klass, mid) : 0;
+    id = rbtrace.attached ? rbtrace_emit_method_id(klass, mid) : 0;
     if (id == 0) {
         rbtrace.lost++;
         return;
@@ -362,7 +310,7 @@ void rbtrace_emit_slow(VALUE klass, VALUE mid, uint64_t start_ns, uint64_t durat
     uint32_t id;
 
     if (rbtrace.calls_ended) return;
-    id = rbtrace.attached ? emit_method_id(klass, mid) : 0;
+    id = rbtrace.attached ? rbtrace_emit_method_id(klass, mid) : 0;
     if (id == 0) {
         rbtrace.lost++;
         return;
@@ -585,7 +533,7 @@ int rbtrace_emit_open(void)
     memset(&rbtrace.chain, 0, sizeof(rbtrace.chain));
     rbtrace.next_method_id = 1;
     rbtrace.forget_from = 0;
-    memset(recent_methods, 0, sizeof(recent_methods));
+    memset(rbtrace_recent_methods, 0, sizeof(rbtrace_recent_methods));
     rbtrace.lost = 0;
     rbtrace.big_event = 0;
     rbtrace.sealed = 0;

@@ -37,6 +37,11 @@ have_func('rb_class_attached_object', 'ruby.h')
 # since glibc 2.34, in librt before.
 have_func('timer_create', 'time.h') || (have_library('rt', 'timer_create', 'time.h') && have_func('timer_create', 'time.h'))
 
+# The thread an event is of, in one instruction (rbtrace.h, rbtrace_thread_id).
+if checking_for('__builtin_thread_pointer') { try_compile('int main(void) { return __builtin_thread_pointer() == 0; }') }
+  $defs << '-DRBTRACE_HAVE_THREAD_POINTER'
+end
+
 warnings = %w[-Wall -Wextra -Wno-unused-parameter]
 warnings << '-Werror' if ENV['RBTRACE_WERROR'] == '1' || ENV['CI']
 $CFLAGS << ' ' << (warnings + %w[-std=gnu99 -fvisibility=hidden]).join(' ')

@@ -19,6 +19,7 @@
  */
 #include <unistd.h>
 #include "rbtrace.h"
+#include "emit_call.h"
 
 /* RAW_ARG hooks take (data, trace_arg); the API types them as the old
  * five-argument hook, so the cast goes through a generic function type. */
@@ -80,8 +81,8 @@ static __attribute__((noinline)) void tracer_call_with_exprs(rb_trace_arg_t *tar
     rbtrace_emit_call_args(klass, mid, now, exprs, values);
 }
 
-static inline void tracer_event(rb_trace_arg_t *targ, const struct rbtrace_tracer *t, VALUE klass,
-                                VALUE mid);
+static inline __attribute__((always_inline)) void
+tracer_event(rb_trace_arg_t *targ, const struct rbtrace_tracer *t, VALUE klass, VALUE mid);
 
 /* The event hook (RAW_ARG): runs inside every call of the process. */
 static void tracer_hook_i(VALUE data, rb_trace_arg_t *targ)
@@ -98,8 +99,10 @@ static void tracer_hook_i(VALUE data, rb_trace_arg_t *targ)
 }
 
 /* A call or return of a traced method: encoded, with its expressions.
- * Inline: under --firehose it runs for every call and return. */
-static inline void tracer_event(rb_trace_arg_t *targ, const struct rbtrace_tracer *t, VALUE klass, VALUE mid)
+ * Inline, always (GCC would split it off): under --firehose it runs for
+ * every call and return. */
+static inline __attribute__((always_inline)) void
+tracer_event(rb_trace_arg_t *targ, const struct rbtrace_tracer *t, VALUE klass, VALUE mid)
 {
     rb_event_flag_t ev;
 

@@ -19,6 +19,7 @@
  * fast path for good), nor methods that look at their caller's frame.
  */
 #include "rbtrace.h"
+#include "emit_call.h"
 
 struct wrapper_entry {
     VALUE module;       /* the prepended module holding the wrapper */
