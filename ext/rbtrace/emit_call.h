@@ -34,7 +34,8 @@ static inline struct rbtrace_method_slot *rbtrace_recent_method(VALUE klass, VAL
 /* The id of (klass, mid), naming it first if it is new; 0 if the name
  * could not be sent (the caller's event is then dropped too). An empty
  * slot's mid is 0, which no method name (a Symbol) is. */
-static inline __attribute__((always_inline)) uint32_t rbtrace_emit_method_id(VALUE klass, VALUE mid)
+static inline __attribute__((always_inline)) uint32_t
+rbtrace_emit_method_id(VALUE klass, VALUE mid)
 {
     const struct rbtrace_method_slot *r = rbtrace_recent_method(klass, mid);
 
@@ -44,8 +45,8 @@ static inline __attribute__((always_inline)) uint32_t rbtrace_emit_method_id(VAL
 
 /* A CALL (event RUBY_EVENT_CALL or _C_CALL) or RETURN of (klass, mid) at
  * now (rbtrace_clock_ns), of the current thread. */
-static inline __attribute__((always_inline)) void rbtrace_emit_call(rb_event_flag_t event, VALUE klass,
-                                                                 VALUE mid, uint64_t now)
+static inline __attribute__((always_inline)) void
+rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t now)
 {
     enum rbtrace_event_type type =
         (event & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)) ? RBTRACE_EV_CALL : RBTRACE_EV_RETURN;
