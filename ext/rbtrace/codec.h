@@ -121,7 +121,7 @@ void rbtrace_event_pack_call_next(msgpack_packer *pk, enum rbtrace_event_type ty
 /* A msgpack unsigned integer in its shortest form, as msgpack-c packs it.
  * Inline, with the two encoders below: they run inside every traced call.
  * Always: with link-time optimisation GCC made it an out-of-line function
- * once the encoders had a few more callers, +28 instructions an event.
+ * once the encoders had a few more callers.
  * __builtin_memcpy: ruby.h defines memcpy as a wrapper of its own, which
  * GCC may leave as a call (and a stack protector for the copied value). */
 static inline __attribute__((always_inline)) size_t rbtrace_put_uint(char *out, uint64_t v)

@@ -6,8 +6,9 @@
  * ones, an event that cannot be encoded in place.
  *
  * No malloc, no Ruby allocation, no syscall, no lock but the GVL the
- * caller holds. Both may be reached after a detach freed the tables: trace
- * expressions and wrapped methods can give up the GVL mid-call.
+ * caller holds. It may be reached after a detach freed the ring and the
+ * tables (trace expressions and wrapped methods can give up the GVL
+ * mid-call): the attached flag and the freed ring's zero space stop it.
  */
 #ifndef RBTRACE_EMIT_CALL_H
 #define RBTRACE_EMIT_CALL_H

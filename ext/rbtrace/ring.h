@@ -55,7 +55,7 @@ static inline char *rbtrace_ring_head_room(struct rbtrace_ring *ring, size_t len
     return ring->size - at >= len ? ring->buf + at : NULL;
 }
 
-/* Publishes len bytes written at rbtrace_ring_reserve's pointer. */
+/* Publishes len bytes written at rbtrace_ring_head_room's pointer. */
 static inline void rbtrace_ring_commit(struct rbtrace_ring *ring, size_t len)
 {
     __atomic_store_n(&ring->head, ring->head + len, __ATOMIC_RELEASE);
