@@ -108,22 +108,51 @@ module RBTraceSpec
                                                       err: "#{@out_path}.err", in: :close)
     end
 
-    def stdout = File.exist?("#{@out_path}.out") ? File.read("#{@out_path}.out") : ''
-    def stderr = File.exist?("#{@out_path}.err") ? File.read("#{@out_path}.err") : ''
+    def stdout = File.exist?(path(:stdout)) ? File.read(path(:stdout)) : ''
+    def stderr = File.exist?(path(:stderr)) ? File.read(path(:stderr)) : ''
+
+    # A client's output a spec may read whole: past this a trace is running
+    # away (a target calling a traced method in a hot loop renders ~100 MB
+    # a second), and reading it would take the spec's memory with it.
+    OUTPUT_LIMIT = 64 << 20
 
     # Waits until the client's stdout (or stderr) matches pattern.
     def wait_for(pattern, stream: :stdout, timeout: 10)
       Timeout.timeout(timeout) do
-        sleep 0.02 until pattern === send(stream) || exited?
+        sleep 0.02 until pattern === bounded(stream) || exited?
       end
-      return if pattern === send(stream)
+      return if pattern === bounded(stream)
 
-      raise "client exited before #{stream} matched #{pattern.inspect}\nstdout: #{stdout}\nstderr: #{stderr}"
+      raise "client exited before #{stream} matched #{pattern.inspect}\n#{outputs}"
     rescue Timeout::Error
-      raise "client #{stream} never matched #{pattern.inspect}\nstdout: #{stdout}\nstderr: #{stderr}"
+      raise "client #{stream} never matched #{pattern.inspect}\n#{outputs}"
     end
 
     def attached = wait_for(/\*\*\* attached/, stream: :stderr)
+
+    # The stream's text, unless it grew past OUTPUT_LIMIT.
+    def bounded(stream)
+      size = File.size?(path(stream)).to_i
+      return send(stream) if size <= OUTPUT_LIMIT
+
+      raise "client #{stream} grew to #{size >> 20} MiB without matching: the trace runs away " \
+            "(bound what the target calls)\n#{outputs}"
+    end
+
+    # The ends of stdout and stderr, for an error message.
+    def outputs = "stdout: #{tail(:stdout)}\nstderr: #{tail(:stderr)}"
+
+    def tail(stream, bytes = 4096)
+      File.open(path(stream)) do |f|
+        skipped = [f.size - bytes, 0].max
+        f.seek(skipped)
+        skipped.positive? ? "[#{skipped} bytes before]...#{f.read}" : f.read
+      end
+    rescue Errno::ENOENT
+      ''
+    end
+
+    def path(stream) = "#{@out_path}.#{stream == :stdout ? 'out' : 'err'}"
 
     def exited?
       return true if @status
@@ -194,9 +223,22 @@ module RBTraceSpec
   end
 end
 
+# Should the runner itself die of a signal, RSpec prints no summary and a CI
+# log just stops: say which signal and in which example, and keep stdout
+# unbuffered so that the progress dots show how far it got.
+$stdout.sync = true
+at_exit do
+  if $!.is_a?(SignalException) && !$!.is_a?(Interrupt)
+    warn "rspec: killed by #{$!.message} during #{$rbtrace_spec_example || 'no example'}"
+  end
+end
+
 RSpec.configure do |config|
   config.include RBTraceSpec
-  config.before { @spec_processes = [] }
+  config.before do |example|
+    $rbtrace_spec_example = example.location
+    @spec_processes = []
+  end
   config.after { @spec_processes.reverse_each(&:kill) }
   config.expect_with(:rspec) { |c| c.syntax = :expect }
   config.order = :defined

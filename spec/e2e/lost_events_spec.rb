@@ -2,11 +2,15 @@ require_relative '../spec_helper'
 
 RSpec.describe 'a client that falls behind' do
   it 'never blocks the app: events are dropped, counted and reported' do
+    # Flat out until told (USR1), then a call a millisecond: the client,
+    # once it reads again, renders a bounded trace (flat out it would be
+    # ~100 MB a second) that still goes on, so the loss is reported.
     app = start_target(<<~'RUBY').ready
       $n = 0
+      Signal.trap('USR1') { $calm = true }
       puts "ready"
       Thread.new { loop { sleep 0.1; puts "progress #{$n}" } }
-      loop { $n += 1; Process.pid }
+      loop { $n += 1; Process.pid; sleep 0.001 if $calm }
     RUBY
     client = start_client('-p', app.pid, '-m', 'Process.pid')
     client.attached
@@ -18,6 +22,7 @@ RSpec.describe 'a client that falls behind' do
       last = app.drain.grep(/progress/).last[/\d+/].to_i
       expect(last).to be > first
     ensure
+      Process.kill(:USR1, app.pid)
       Process.kill(:CONT, client.pid)
     end
     client.wait_for(/\*\*\* \d+ events lost/)
