@@ -33,33 +33,55 @@ require 'hook_floor'
 
 def m(x) = x
 
-# CPU time of this thread for ITERS iterations (3 calls each: m, Integer#<, Integer#+).
-def loop_cpu
+H = { 1 => 2 }.freeze
+
+# CPU time of this thread for ITERS iterations of the loop of bench/per_call.rb
+# (3 calls each: the method, Integer#<, Integer#+): m(i), a Ruby method, or
+# H.key?(i), a C method.
+def loop_cpu(c_method)
   t = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
   i = 0
-  while i < ITERS
-    m(i)
-    i += 1
+  if c_method
+    while i < ITERS
+      H.key?(i)
+      i += 1
+    end
+  else
+    while i < ITERS
+      m(i)
+      i += 1
+    end
   end
   Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - t
 end
 
-def measure = BenchSupport.median(Array.new(RUNS) { loop_cpu })
+def measure(c_method) = BenchSupport.median(Array.new(RUNS) { loop_cpu(c_method) })
 
-loop_cpu # warm up
-base = measure
-puts "Floor of a global hook: #{ITERS} iterations of a Ruby method call, median of #{RUNS}, thread CPU time"
+def row(label, times, bases)
+  cells = times.zip(bases).map do |t, base|
+    base ? format('%.1f | %.1f ns', t * 1e9 / ITERS, (t - base) * 1e9 / ITERS / 3) : format('%.1f | -', t * 1e9 / ITERS)
+  end
+  puts "| #{label} | #{cells.join(' | ')} |"
+end
+
+LOOPS = [false, true].freeze
+LOOPS.each { |c| loop_cpu(c) } # warm up
+bases = LOOPS.map { |c| measure(c) }
+puts "Floor of a global hook: #{ITERS} iterations of a loop calling a Ruby method, then one calling a C method, median of #{RUNS}, thread CPU time"
 puts
 puts "- date: #{Time.now.utc.iso8601}"
 puts "- ruby: #{RUBY_DESCRIPTION}"
 puts
-puts '| hook | ns/iteration | added per call (2 events) |'
-puts '| --- | ---: | ---: |'
-puts format('| none | %.1f | - |', base * 1e9 / ITERS)
+puts '| hook | Ruby method: ns/iteration | added per call (2 events) | C method: ns/iteration | added per call (2 events) |'
+puts '| --- | ---: | ---: | ---: | ---: |'
+row('none', bases, [nil, nil])
 { empty: 'does nothing', names: 'reads method and class', names_clock: '... and clock_gettime',
   names_tsc: '... and the TSC (x86-64)' }.each do |kind, label|
   HookFloor.on(kind)
-  t = measure
+  times = LOOPS.map { |c| measure(c) }
   HookFloor.off(kind)
-  puts format('| %s | %.1f | %.1f ns |', label, t * 1e9 / ITERS, (t - base) * 1e9 / ITERS / 3)
+  row(label, times, bases)
 end
+puts
+puts 'Each iteration makes 3 calls a global hook sees (the method, Integer#<, Integer#+):'
+puts '"added per call" is a third of what an iteration gained, as in bench/per_call.rb.'
