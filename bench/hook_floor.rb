@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
 # bench/hook_floor.rb - the least a global call/return hook costs on this
-# Ruby: a tight loop of Ruby method calls (as bench/per_call.rb's), untraced,
-# then with a C hook on call, return, c_call and c_return (RAW_ARG, like
+# Ruby: the two loops of bench/per_call.rb (Ruby method calls, C method
+# calls), untraced, then with a C hook on call, return, c_call and c_return (RAW_ARG, like
 # rbtrace's) that does nothing, that reads the method and class, and that
 # also reads clock_gettime, or the TSC. What rbtrace's hook adds beyond these is its own
 # (bench/per_call.rb measures the whole). Builds bench/hook_floor/ (a tiny
