@@ -253,10 +253,13 @@ static void tracer_remove(VALUE selector)
     rbtrace.n_tracers = kept;
 }
 
-/* Adds the tracer of one selector: a wrapper, or an entry for the hook.
+/* Adds the tracer of one selector: a wrapper, or an entry for the hook,
+ * in which case *hook is set: the caller installs the hook once every
+ * selector of the command is in (the selectors after this one are parsed
+ * in Ruby, whose calls the hook would otherwise show as the app's).
  * A bad selector is skipped: reported, or its error stored in *error when
  * error is not NULL. Returns 1 if the selector is traced. */
-int rbtrace_tracer_add_one(VALUE sel, VALUE *error)
+static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
 {
     VALUE parsed, err = Qnil;
     struct rbtrace_tracer *t;
@@ -291,8 +294,16 @@ int rbtrace_tracer_add_one(VALUE sel, VALUE *error)
      * for) gets a TracePoint of its own; anything else, the global hook. */
     t->tp = RARRAY_LEN(parsed) > 4 && !NIL_P(RARRAY_AREF(parsed, 4))
             ? tracer_targeted(RARRAY_AREF(parsed, 4)) : 0;
-    if (!t->tp) tracer_install();
+    if (!t->tp) *hook = 1;
     return 1;
+}
+
+int rbtrace_tracer_add_one(VALUE sel, VALUE *error)
+{
+    int hook = 0, traced = tracer_add_one(sel, error, &hook);
+
+    if (hook) tracer_install();
+    return traced;
 }
 
 /* Adds one tracer per selector; a bad selector is reported and skipped
@@ -301,14 +312,15 @@ void rbtrace_tracer_add(VALUE selectors)
 {
     VALUE not_loaded = rbtrace_selector_error(id_NotLoaded), missing = rb_hash_new();
     long i;
+    int hook = 0;
 
     for (i = 0; i < RARRAY_LEN(selectors); i++) {
         VALUE sel = rb_str_new_frozen(RARRAY_AREF(selectors, i)), err = Qnil;
 
         if (rbtrace_devmode_watch(sel)) {
-            if (rbtrace_tracer_add_one(sel, &err)) rbtrace_devmode_traced(sel);
+            if (tracer_add_one(sel, &err, &hook)) rbtrace_devmode_traced(sel);
             else rbtrace_devmode_failed(sel, err);
-        } else if (!rbtrace_tracer_add_one(sel, &err)) {
+        } else if (!tracer_add_one(sel, &err, &hook)) {
             if (RTEST(rb_obj_is_kind_of(err, not_loaded)))
                 tracer_note_missing(missing, sel, err);
             else
@@ -317,6 +329,7 @@ void rbtrace_tracer_add(VALUE selectors)
     }
     rb_hash_foreach(missing, tracer_report_missing_i, Qnil);
     RB_GC_GUARD(missing);
+    if (hook) tracer_install();
 }
 
 void rbtrace_tracer_firehose(void)

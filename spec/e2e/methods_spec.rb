@@ -142,6 +142,21 @@ RSpec.describe 'tracing methods (-m)' do
     expect(app.drain.size).to be >= n
   end
 
+  it "shows none of rbtrace's own calls: a hooked selector's hook goes on after the later selectors are parsed" do
+    # Integer#+ cannot be wrapped (an operator of a core class): the global
+    # hook traces it. Parsing the selectors after it, in the app, makes
+    # calls of Integer#+ of rbtrace's own that must not show.
+    app = start_target(<<~'RUBY').ready
+      puts "ready"
+      loop { 3 + 4; "ab".upcase; sleep 0.05 }
+    RUBY
+    r = trace(app, '-m', 'Integer#+(self)', 'String#upcase(self)', 'Kernel#sleep',
+              until_output: ->(out) { out.scan('Kernel#sleep <').size >= 3 })
+    sums = r.stdout.lines.grep(/Integer#\+/)
+    expect(sums).not_to be_empty
+    expect(sums).to all(match(/\AInteger#\+\(self=3\) </))
+  end
+
   it 'traces a Ruby method with expressions by a TracePoint on it alone, removed on detach' do
     enabled = 'ObjectSpace.each_object(TracePoint).count(&:enabled?)'
     r = trace(app, '-m', 'String#multiply_vowels(num)', until_output: /multiply_vowels\(num=3\)/)
