@@ -2,11 +2,12 @@
 
 # bench/hook_floor.rb - the least a global call/return hook costs on this
 # Ruby: the two loops of bench/per_call.rb (Ruby method calls, C method
-# calls), untraced, then with a C hook on call, return, c_call and c_return (RAW_ARG, like
-# rbtrace's) that does nothing, that reads the method and class, and that
-# also reads clock_gettime, or the TSC. What rbtrace's hook adds beyond these is its own
-# (bench/per_call.rb measures the whole). Builds bench/hook_floor/ (a tiny
-# extension, not part of rbtrace) into tmp/ for the running Ruby.
+# calls), untraced, then with a C hook on call, return, c_call and c_return
+# (RAW_ARG, like rbtrace's) that does nothing, that reads the method and
+# class, and that also reads clock_gettime, or the TSC. What rbtrace's hook
+# adds beyond these is its own (bench/per_call.rb measures the whole).
+# Builds bench/hook_floor/ (a tiny extension, not part of rbtrace) into tmp/
+# for the running Ruby.
 #
 #   ruby bench/hook_floor.rb        # BENCH_RUNS (default 5), BENCH_ITERS (1_000_000)
 require 'fileutils'
@@ -37,7 +38,8 @@ H = { 1 => 2 }.freeze
 
 # CPU time of this thread for ITERS iterations of the loop of bench/per_call.rb
 # (3 calls each: the method, Integer#<, Integer#+): m(i), a Ruby method, or
-# H.key?(i), a C method.
+# H.key?(i), a C method. Two loops written out, not one taking a block: a
+# block would add a call of its own to every iteration.
 def loop_cpu(c_method)
   t = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
   i = 0
