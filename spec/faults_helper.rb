@@ -6,8 +6,6 @@
 require_relative 'spec_helper'
 
 module FaultsSpec
-  QUEUE_KEY_BASE = 0x52000000
-
   module_function
 
   # The target's threads (the kernel's count: Ruby threads and pthreads).
@@ -17,15 +15,8 @@ module FaultsSpec
 
   def rss_kb(pid) = File.read("/proc/#{pid}/status")[/^VmRSS:\s+(\d+) kB/, 1].to_i
 
-  # The message queues that are pid's: keyed by its pid, or private ones it
-  # read last (what the app makes when a foreign queue sits under its key).
-  # Each as [key, msqid].
-  def queues_of(pid)
-    File.readlines('/proc/sysvipc/msg').drop(1).filter_map do |line|
-      key, msqid, _perms, _cbytes, _qnum, _lspid, lrpid = line.split.map(&:to_i)
-      [key, msqid] if key == (QUEUE_KEY_BASE | pid) || (key.zero? && lrpid == pid)
-    end
-  end
+  # The message queues that are pid's (spec/queues_helper.rb).
+  def queues_of(pid, born: nil) = RBTraceSpec::Queues.of(pid, born: born)
 
   # Everything a session could leave behind in the target, seen from outside.
   def footprint(pid)

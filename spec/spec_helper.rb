@@ -6,6 +6,7 @@ require 'rspec'
 require 'timeout'
 require 'tmpdir'
 require 'fileutils'
+require_relative 'queues_helper'
 
 module RBTraceSpec
   ROOT = File.expand_path('..', __dir__)
@@ -22,7 +23,8 @@ module RBTraceSpec
   # A Ruby process under test. Its stdout is read line by line; it is
   # expected to print "ready" once its setup is done.
   class Target
-    attr_reader :pid, :lines
+    # started_at: epoch seconds, for Queues.of(born:).
+    attr_reader :pid, :lines, :started_at
 
     # prefix: a command that runs ruby, e.g. setpriv to run it as another user.
     def initialize(code, rbtrace: true, env: {}, ruby_args: [], prefix: [])
@@ -31,6 +33,7 @@ module RBTraceSpec
       args = [*prefix, 'ruby', '-I', LIB, *ruby_args]
       args << '-rrbtrace' if rbtrace
       args += ['-e', "$stdout.sync = true\n#{code}"]
+      @started_at = Time.now.to_i
       @pid = Process.spawn(SPAWN_ENV.merge(env), *args, out: out_w, err: @err_path, pgroup: true)
       out_w.close
       @lines = []
@@ -93,6 +96,7 @@ module RBTraceSpec
         Process.kill(:KILL, -pid) rescue Process.kill(:KILL, pid) rescue nil
         Process.wait(pid) rescue nil
       end
+      Queues.remove_left_by(pid, born: started_at)
       @out_r.close unless @out_r.closed?
       FileUtils.rm_f(@err_path)
     end

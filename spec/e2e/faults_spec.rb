@@ -138,7 +138,7 @@ RSpec.describe 'faults' do
       expect(status.exitstatus).to eq(3)
       expect(took).to be < 3
       expect(left).to eq([])
-      expect(queues_of(app.pid)).to eq([])
+      expect(queues_of(app.pid, born: app.started_at)).to eq([])
     end
 
     it 'exits by itself: the same' do
@@ -154,7 +154,7 @@ RSpec.describe 'faults' do
       expect(status.exitstatus).to eq(3)
       expect(took).to be < 3
       expect(left).to eq([])
-      expect(queues_of(app.pid)).to eq([])
+      expect(queues_of(app.pid, born: app.started_at)).to eq([])
     end
 
     it 'killed while the client waits for it to attach: the same, with no socket directory and no queue left' do
@@ -173,7 +173,7 @@ RSpec.describe 'faults' do
       expect(status).not_to be_success
       expect(monotonic - gone).to be < 3
       expect(Dir.children(tmp)).to eq([])
-      expect(queues_of(app.pid)).to eq([])
+      expect(queues_of(app.pid, born: app.started_at)).to eq([])
     ensure
       FileUtils.rm_rf(tmp) if tmp
     end
