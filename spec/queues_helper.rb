@@ -41,6 +41,19 @@ module RBTraceSpec
       end
     end
 
+    # A queue made under key as the spec's user would (ipcrm removes it).
+    def create(key, mode)
+      qid = msgget.call(key, 0o1000 | mode)   # IPC_CREAT
+      raise "msgget(0x#{key.to_s(16)}): errno #{Fiddle.last_error}" if qid.negative?
+
+      qid
+    end
+
+    def msgget
+      @msgget ||= Fiddle::Function.new(Fiddle.dlopen(nil)['msgget'], [Fiddle::TYPE_INT, Fiddle::TYPE_INT],
+                                       Fiddle::TYPE_INT)
+    end
+
     def msgctl
       @msgctl ||= Fiddle::Function.new(Fiddle.dlopen(nil)['msgctl'],
                                        [Fiddle::TYPE_INT, Fiddle::TYPE_INT, Fiddle::TYPE_VOIDP], Fiddle::TYPE_INT)

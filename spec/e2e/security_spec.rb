@@ -107,4 +107,44 @@ RSpec.describe 'security' do
       FileUtils.rm_rf(planter.lines.grep(/\Adir /).first&.split(' ', 2)&.last.to_s)
     end
   end
+
+  # A process that made a private queue (someone else's sat under its key)
+  # and was killed leaves it behind, last read by its pid; pids are reused.
+  # The next process of that pid must not be reached through it.
+  it 'takes no private queue left by a killed earlier process of the same pid for the target\'s' do
+    skip 'needs root: a pid is chosen through /proc/sys/kernel/ns_last_pid' unless Process.uid.zero?
+    first = start_target("puts 'ready'\nsleep").ready
+    pid = first.pid
+    planted = RBTraceSpec::Queues.create(0x52000000 | pid, 0o666)   # a queue open to all: not the app's
+    expect(rbtrace('-p', pid, '-e', '1')).to be_success   # through the private queue it made
+    stale = RBTraceSpec::Queues.of(pid).select { |key, _| key.zero? }
+    expect(stale.size).to eq(1)
+    Process.kill(:KILL, pid)
+    first.wait
+    sleep 3 # queue times count whole seconds: the next process begins well after
+    second = start_target_with_pid(pid, "puts 'ready'\nsleep")
+    2.times do   # its own private queue is made by the first attach, then found
+      r = rbtrace('-p', pid, '--timeout', '5', '-e', '6 * 7')
+      expect(r.stdout).to include('=> 42'), r.stderr
+      expect(r).to be_success
+    end
+    expect(RBTraceSpec::Queues.of(pid, born: second.started_at).size).to eq(2) # its own and the planted one
+    expect(RBTraceSpec::Queues.of(pid)).to include(*stale)
+  ensure
+    system('ipcrm', '-q', planted.to_s) if planted
+  end
+
+  # A target whose pid is pid: ns_last_pid names the pid before the next
+  # one the kernel hands out; any other process started meanwhile takes it
+  # first, so it is tried again.
+  def start_target_with_pid(pid, code)
+    20.times do
+      File.write('/proc/sys/kernel/ns_last_pid', (pid - 1).to_s)
+      target = start_target(code)
+      return target.ready if target.pid == pid
+
+      target.kill
+    end
+    raise "could not start a process with pid #{pid}: other processes keep taking it"
+  end
 end

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "attach.h"
+#include "procfs.h"
 
 /* Between SIGURGs while we wait for the queue or a queue slot. */
 #define ATTACH_RESIGNAL_MS 50
@@ -68,30 +69,9 @@ static double attach_timeout_s(const struct attach *a)
 
 /* ---- the target ---- */
 
-/* A zombie has exited; its parent just has not reaped it yet. */
-static int attach_is_zombie(pid_t pid)
-{
-    char path[64], buf[512];
-    const char *paren;
-    ssize_t n;
-    int fd;
-
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    buf[n] = '\0';
-    /* "pid (comm) S ...": comm may hold spaces and parentheses. */
-    paren = strrchr(buf, ')');
-    return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
-}
-
 int attach_target_alive(const struct attach *a)
 {
-    if (kill(a->pid, 0) < 0) return errno != ESRCH;
-    return !attach_is_zombie(a->pid);
+    return procfs_alive(a->pid);
 }
 
 /* Whether queue ds is one of rbtrace's, ours, and its target is gone. */
@@ -127,41 +107,6 @@ static void attach_sweep_stale_queues(void)
     }
 }
 
-static int attach_maps_scan(pid_t pid)
-{
-    static const char suffix[] = "rbtrace.so";
-    static const char deleted[] = " (deleted)";
-    char path[64], line[4096];
-    int found = 0;
-    FILE *maps;
-
-    snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-    maps = fopen(path, "re");
-    if (!maps) return -1;
-    while (!found && fgets(line, sizeof(line), maps)) {
-        size_t len = strcspn(line, "\n");
-        line[len] = '\0';
-        if (len >= sizeof(deleted) - 1 && !strcmp(line + len - (sizeof(deleted) - 1), deleted))
-            len -= sizeof(deleted) - 1;
-        found = len >= sizeof(suffix) - 1 &&
-                !strncmp(line + len - (sizeof(suffix) - 1), suffix, sizeof(suffix) - 1);
-    }
-    if (ferror(maps)) found = -1;
-    fclose(maps);
-    return found;
-}
-
-/* /proc/PID/maps is read a page at a time, and the kernel may skip lines
- * when the process maps or unmaps memory in between (a busy thread's GC):
- * a miss is read again before it is believed. */
-int attach_has_rbtrace(pid_t pid)
-{
-    int found = 0, tries;
-
-    for (tries = 0; tries < 3 && found == 0; tries++) found = attach_maps_scan(pid);
-    return found;
-}
-
 int attach_check_target(struct attach *a)
 {
     int pid = (int)a->pid;
@@ -175,7 +120,7 @@ int attach_check_target(struct attach *a)
                                "(run rbtrace as that user, or as root)", pid);
         return attach_fail_errno(a, "could not signal the process");
     }
-    if (attach_has_rbtrace(a->pid) == 0)
+    if (procfs_has_rbtrace(a->pid) == 0)
         return attach_fail(a, "process %d has not loaded rbtrace: add require 'rbtrace' to the "
                            "app, or start it with RUBYOPT=-rrbtrace", pid);
     return CLI_OK;
@@ -265,25 +210,6 @@ int attach_listen(struct attach *a)
 
 /* ---- the message queue ---- */
 
-/* The target's effective uid (the owner its queue must have); -1 if its
- * /proc entry cannot be read. */
-static int attach_target_euid(pid_t pid, uid_t *uid)
-{
-    char path[64], line[256];
-    unsigned long real, effective;
-    int found = 0;
-    FILE *f;
-
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    if ((f = fopen(path, "re")) == NULL) return -1;
-    while (!found && fgets(line, sizeof(line), f))
-        found = sscanf(line, "Uid: %lu %lu", &real, &effective) == 2;
-    fclose(f);
-    if (!found) return -1;
-    *uid = (uid_t)effective;
-    return 0;
-}
-
 /* Whether queue qid is the target's alone: created and owned by its euid
  * (and so by ours, unless we are root), granting nothing to others. We
  * never send into one that someone else could read. */
@@ -298,22 +224,34 @@ static int attach_queue_trusted(const struct attach *a, const struct msqid_ds *d
  * one (IPC_PRIVATE) and takes a marker message from it, so that the kernel
  * names it as the queue's last reader (lrpid). Only its own euid can have
  * created such a queue, so one that is ours and was last read by the
- * target is the target's. Linux's MSG_INFO/MSG_STAT walk; -1 if none.
+ * target's pid is the target's, unless an earlier process of that pid
+ * made it and was killed before it could remove it (README, "Known
+ * limits"): one made before the target began is not its, and of the rest
+ * the one read last is (a process that exec'd keeps its pid and start
+ * time). Linux's MSG_INFO/MSG_STAT walk; -1 if none.
  */
 static int attach_find_private_queue(const struct attach *a)
 {
     struct msginfo info;
-    struct msqid_ds ds;
-    int max, i;
+    struct msqid_ds ds, best;
+    int max, i, found = -1;
 
+    memset(&best, 0, sizeof(best));
     max = msgctl(0, MSG_INFO, (struct msqid_ds *)(void *)&info);
     for (i = 0; i <= max; i++) {
         int qid = msgctl(i, MSG_STAT, &ds);
-        if (qid >= 0 && ds.msg_perm.__key == IPC_PRIVATE && ds.msg_lrpid == a->pid &&
-            attach_queue_trusted(a, &ds))
-            return qid;
+        if (qid < 0 || ds.msg_perm.__key != IPC_PRIVATE || ds.msg_lrpid != a->pid ||
+            !attach_queue_trusted(a, &ds))
+            continue;
+        /* Both clocks count whole seconds: a second's slack each way. */
+        if (a->target_started && ds.msg_ctime + 2 < a->target_started) continue;
+        if (found < 0 || ds.msg_rtime > best.msg_rtime ||
+            (ds.msg_rtime == best.msg_rtime && ds.msg_ctime > best.msg_ctime)) {
+            found = qid;
+            best = ds;
+        }
     }
-    return -1;
+    return found;
 }
 
 /* Sets *qid to the queue under the target's key if it is the target's,
@@ -350,8 +288,9 @@ int attach_find_queue(struct attach *a)
     struct msqid_ds ds;
     int foreign = 0;
 
-    if (attach_target_euid(a->pid, &a->target_uid) != 0)
+    if (procfs_euid(a->pid, &a->target_uid) != 0)
         return attach_fail_errno(a, "could not read the owner of the process");
+    if (procfs_started(a->pid, &a->target_started) != 0) a->target_started = 0;   /* unknown */
     memset(&ds, 0, sizeof(ds));
     for (;;) {
         if (*a->stop) return CLI_INTERRUPTED;

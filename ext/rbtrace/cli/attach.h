@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/un.h>
+#include <time.h>
 #include "cli.h"
 #include "codec.h"
 
@@ -34,6 +35,7 @@ struct attach {
     int conn_fd;                    /* the target's connection, or -1 */
     int qid;                        /* the target's message queue, or -1 */
     uid_t target_uid;               /* the target's euid: its queue's owner */
+    time_t target_started;          /* when it began (wall clock, s); 0 if unknown */
     char errstr[CLI_ERRLEN];        /* why the last call failed */
 };
 
@@ -48,9 +50,6 @@ int attach_accept(struct attach *a);
 
 /* Sends SIGURG to the target: it then reads its queue. */
 int attach_signal(struct attach *a);
-
-/* Whether /proc/PID/maps names rbtrace.so: 1, 0, or -1 if unreadable. */
-int attach_has_rbtrace(pid_t pid);
 
 /* 1 while the target exists, 0 once it is gone. */
 int attach_target_alive(const struct attach *a);

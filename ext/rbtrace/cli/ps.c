@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "attach.h"
+#include "procfs.h"
 #include "ps.h"
 
 #define PS_CMDLINE_MAX 4096
@@ -66,7 +66,7 @@ static int ps_scan(const regex_t *re, struct ps_match *m, int *without_rbtrace)
         if (*end || pid <= 0 || (pid_t)pid == self) continue;
         if (!ps_cmdline((pid_t)pid, m[n].cmdline, sizeof(m[n].cmdline))) continue;
         if (regexec(re, m[n].cmdline, 0, NULL, 0) != 0) continue;
-        if (kill((pid_t)pid, 0) != 0 || attach_has_rbtrace((pid_t)pid) != 1) {
+        if (kill((pid_t)pid, 0) != 0 || procfs_has_rbtrace((pid_t)pid) != 1) {
             (*without_rbtrace)++;
             continue;
         }
