@@ -25,15 +25,24 @@
  */
 #include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
 #include "handoff.h"
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 struct rbtrace_handoff rbtrace_handoff;
 
+/* How long RBTrace.handoff_wait_started waits for a thread to start, at
+ * most (a thread starts in well under a millisecond), and how often it
+ * looks. The app waits meanwhile: it is the GVL's holder that waits. */
+#define HANDOFF_START_WAIT_NS 5000000L
+#define HANDOFF_START_POLL_NS 20000L
+
 static int handoff_ready;   /* the way of asking works here */
 static ID id_own_thread;    /* the mark of rbtrace's Ruby threads */
+static ID id_native_thread_id;
 
 /* A thread of ours is about to wait for the GVL (or, for an eval's thread
  * that is to start, the thread that starts it). GVL or not. */
@@ -91,15 +100,73 @@ int rbtrace_handoff_own_thread_p(void)
 }
 
 /*
- * call-seq: RBTrace.handoff_own_thread -> nil
+ * call-seq: RBTrace.handoff_own_thread(thread = Thread.current) -> nil
  *
- * Marks the current thread as rbtrace's (the helper, an eval's thread):
- * it is never asked to pass the GVL on, being what the GVL is passed to.
+ * Marks thread as rbtrace's (the helper, an eval's thread): it is never
+ * asked to pass the GVL on, being what the GVL is passed to. An eval's
+ * thread is marked by the thread that starts it, before it can run: its
+ * first interrupt check may run the job of the request made for it, and
+ * unmarked it would pass the GVL on to itself until the asking gave up.
  */
-static VALUE handoff_own_thread_m(VALUE self)
+static VALUE handoff_own_thread_m(int argc, VALUE *argv, VALUE self)
 {
-    rb_thread_local_aset(rb_thread_current(), id_own_thread, Qtrue);
+    VALUE thread = rb_check_arity(argc, 0, 1) ? argv[0] : rb_thread_current();
+
+    if (!rb_obj_is_kind_of(thread, rb_cThread))
+        rb_raise(rb_eTypeError, "RBTrace.handoff_own_thread: expected a Thread");
+    rb_thread_local_aset(thread, id_own_thread, Qtrue);
     return Qnil;
+}
+
+/* Whether native thread tid of ours sleeps (state S in its stat). Read
+ * with plain syscalls: Ruby's IO would let the GVL go. */
+static int handoff_task_sleeps(long tid)
+{
+    char path[64], buf[512];
+    const char *paren;
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/self/task/%ld/stat", tid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return 0;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    paren = strrchr(buf, ')');
+    return paren && paren[1] == ' ' && paren[2] == 'S';
+}
+
+/*
+ * call-seq: RBTrace.handoff_wait_started(thread) -> true or false
+ *
+ * Waits, GVL held (at most HANDOFF_START_WAIT_NS), until thread, just
+ * created, has started: its native thread sleeps, waiting for the GVL.
+ * false if it did not within that time, or this Ruby cannot tell (no
+ * Thread#native_thread_id before 3.1).
+ *
+ * Why: a native thread that starts points the VM's postponed jobs at its
+ * own thread (3.3+: ruby_thread_set_native sets the ractor's running_ec,
+ * GVL or not). Had this thread let the GVL go first, to a busy app
+ * thread, the hand-off's job would flag the new thread, which waits,
+ * instead of the busy one, until that one's time slice ends: a -e in
+ * three took ~120 ms against a busy app. Once the new thread waits, the
+ * next thread to take the GVL points them back at itself.
+ */
+static VALUE handoff_wait_started_m(VALUE self, VALUE thread)
+{
+    struct timespec pause = { 0, HANDOFF_START_POLL_NS };
+    long waited = 0;
+
+    if (!rb_respond_to(thread, id_native_thread_id)) return Qfalse;
+    for (;;) {
+        VALUE tid = rb_funcall(thread, id_native_thread_id, 0);
+
+        if (FIXNUM_P(tid) && handoff_task_sleeps(FIX2LONG(tid))) return Qtrue;
+        if (waited >= HANDOFF_START_WAIT_NS) return Qfalse;
+        nanosleep(&pause, NULL);
+        waited += HANDOFF_START_POLL_NS;
+    }
 }
 
 /*
@@ -131,7 +198,9 @@ void Init_rbtrace_handoff(VALUE mod)
 {
     rb_define_singleton_method(mod, "handoff_yield", handoff_yield_m, -1);
     id_own_thread = rb_intern("__rbtrace_own_thread");
-    rb_define_singleton_method(mod, "handoff_own_thread", handoff_own_thread_m, 0);
+    rb_define_singleton_method(mod, "handoff_own_thread", handoff_own_thread_m, -1);
+    id_native_thread_id = rb_intern("native_thread_id");
+    rb_define_singleton_method(mod, "handoff_wait_started", handoff_wait_started_m, 1);
     rb_define_singleton_method(mod, "handoff_yielder", handoff_yielder_m, 0);
     rb_define_singleton_method(mod, "handoff_request", handoff_request_m, 0);
     rb_define_singleton_method(mod, "handoff_done", handoff_done_m, 0);

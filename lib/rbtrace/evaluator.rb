@@ -22,11 +22,16 @@ module RBTrace
       rescue SyntaxError => e
         return [SYNTAX, e.message]
       end
+      worker = Thread.new { evaluate(code, format) }
+      # Marked as ours before it can run, so that it never passes the GVL on
+      # (to itself) in the hand-off's job; and started before this thread
+      # lets the GVL go (ext/rbtrace/handoff.c, handoff_wait_started).
+      RBTrace.handoff_own_thread(worker)
+      RBTrace.handoff_wait_started(worker)
       # Each side says when it is about to wait for the GVL, so that a busy
       # app thread passes it on at once (ext/rbtrace/handoff.c).
       RBTrace.handoff_request
       begin
-        worker = Thread.new { evaluate(code, format) }
         ended = wait(worker, timeout)
       ensure
         RBTrace.handoff_done
@@ -57,7 +62,6 @@ module RBTrace
     end
 
     def evaluate(code, format)
-      RBTrace.handoff_own_thread
       RBTrace.handoff_done
       Thread.current.name = 'rbtrace eval'
       Thread.current.report_on_exception = false

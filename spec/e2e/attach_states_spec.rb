@@ -24,6 +24,20 @@ RSpec.describe 'attaching whatever the target is doing' do
     end
   end
 
+  # An eval's thread is marked as rbtrace's, and has started (its native
+  # thread sleeps, waiting for the GVL), before the helper lets the GVL go
+  # (lib/rbtrace/evaluator.rb, ext/rbtrace/handoff.c): what those two calls
+  # say, checked in a real process.
+  it 'an eval thread is rbtrace\'s and has started before the helper lets the GVL go' do
+    app = start_target("puts 'ready'\nx = 0\nloop { x += 1 }").ready
+    code = 't = Thread.new { sleep }; RBTrace.handoff_own_thread(t); started = RBTrace.handoff_wait_started(t); ' \
+           '[started, File.read("/proc/self/task/#{t.native_thread_id}/stat")[/\) (\w)/, 1], t[:__rbtrace_own_thread]]'
+    r = rbtrace('-p', app.pid, '-e', code)
+    expect(r.stdout).to end_with("=> [true, \"S\", true]\n"), "stderr: #{r.stderr}"
+    r = rbtrace('-p', app.pid, '-e', 'RBTrace.handoff_own_thread(1)')
+    expect(r.stdout).to include('TypeError: RBTrace.handoff_own_thread: expected a Thread')
+  end
+
   # While another thread keeps the GVL, rbtrace asks a busy main thread to
   # pass it on (ext/rbtrace/handoff.c); a main thread that sleeps must never
   # be woken for that, or its ConditionVariable#wait returns early.
