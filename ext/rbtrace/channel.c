@@ -301,6 +301,7 @@ static void channel_unblock(void *unused)
  */
 static VALUE channel_helper_loop_m(VALUE self)
 {
+    rbtrace_handoff_helper_started();
     for (;;) {
         int state;
 

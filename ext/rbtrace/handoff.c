@@ -77,9 +77,15 @@ void rbtrace_handoff_install(void)
     handoff_ready = rbtrace_handoff_ask_install();
 }
 
+void rbtrace_handoff_helper_started(void)
+{
+    rbtrace_handoff.helper = (pid_t)syscall(SYS_gettid);
+}
+
 void rbtrace_handoff_after_fork(void)
 {
     rbtrace_handoff.wanted = 0;
+    rbtrace_handoff.helper = 0;   /* the child's starts anew */
     if (handoff_ready) handoff_ready = rbtrace_handoff_ask_after_fork();
 }
 

@@ -24,6 +24,7 @@
 struct rbtrace_handoff {
     volatile sig_atomic_t wanted;   /* a thread of ours waits for the GVL */
     volatile pid_t requester;       /* the native thread (tid) that said so */
+    volatile pid_t helper;          /* the helper thread's tid (0: none yet) */
 };
 
 extern struct rbtrace_handoff rbtrace_handoff;

@@ -144,14 +144,17 @@ static void handoff_arm(long ns)
 }
 
 /*
- * The timer, made to signal this thread: a signal sent to the process
- * could go to the main thread, which is then on a CPU (running the
- * handler) whatever it was doing. Returns 0, or -1.
+ * The timer, made to signal the helper thread (or, before it runs, this
+ * one): a signal sent to the process could go to the main thread, which is
+ * then on a CPU (running the handler) whatever it was doing. Not the
+ * requester: an eval's thread asks for the helper, which waits for it, and
+ * then ends; a timer aimed at it would tick into a thread that is gone,
+ * and the helper waited for the next time slice (100 ms). Returns 0, or -1.
  */
 static int handoff_timer(void)
 {
     struct sigevent sev;
-    pid_t tid = (pid_t)syscall(SYS_gettid);
+    pid_t tid = rbtrace_handoff.helper ? rbtrace_handoff.helper : (pid_t)syscall(SYS_gettid);
 
     if (trap_way.timer_pid == getpid() && trap_way.timer_tid == tid) return 0;
     if (trap_way.timer_pid == getpid()) timer_delete(trap_way.timer);
