@@ -124,8 +124,9 @@ static VALUE handoff_own_thread_m(int argc, VALUE *argv, VALUE self)
     return Qnil;
 }
 
-/* Whether native thread tid of ours sleeps (state S in its stat). Read
- * with plain syscalls: Ruby's IO would let the GVL go. */
+/* Whether native thread tid of ours sleeps (state S in its stat): 1, 0,
+ * or -1 if /proc cannot tell. Read with plain syscalls: Ruby's IO would
+ * let the GVL go. */
 static int handoff_task_sleeps(long tid)
 {
     char path[64], buf[512];
@@ -134,10 +135,10 @@ static int handoff_task_sleeps(long tid)
     int fd;
 
     snprintf(path, sizeof(path), "/proc/self/task/%ld/stat", tid);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return 0;
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return -1;
     n = read(fd, buf, sizeof(buf) - 1);
     close(fd);
-    if (n <= 0) return 0;
+    if (n <= 0) return -1;
     buf[n] = '\0';
     paren = strrchr(buf, ')');
     return paren && paren[1] == ' ' && paren[2] == 'S';
@@ -149,7 +150,7 @@ static int handoff_task_sleeps(long tid)
  * Waits, GVL held (at most HANDOFF_START_WAIT_NS), until thread, just
  * created, has started: its native thread sleeps, waiting for the GVL.
  * false if it did not within that time, or this Ruby cannot tell (no
- * Thread#native_thread_id before 3.1).
+ * Thread#native_thread_id before 3.1, no /proc).
  *
  * Why: a native thread that starts points the VM's postponed jobs at its
  * own thread (3.3+: ruby_thread_set_native sets the ractor's running_ec,
@@ -167,8 +168,9 @@ static VALUE handoff_wait_started_m(VALUE self, VALUE thread)
     if (!rb_respond_to(thread, id_native_thread_id)) return Qfalse;
     for (;;) {
         VALUE tid = rb_funcall(thread, id_native_thread_id, 0);
+        int sleeps = FIXNUM_P(tid) ? handoff_task_sleeps(FIX2LONG(tid)) : 0;
 
-        if (FIXNUM_P(tid) && handoff_task_sleeps(FIX2LONG(tid))) return Qtrue;
+        if (sleeps) return sleeps > 0 ? Qtrue : Qfalse;
         if (waited >= HANDOFF_START_WAIT_NS) return Qfalse;
         nanosleep(&pause, NULL);
         waited += HANDOFF_START_POLL_NS;
