@@ -243,8 +243,10 @@ static int attach_find_private_queue(const struct attach *a)
         if (qid < 0 || ds.msg_perm.__key != IPC_PRIVATE || ds.msg_lrpid != a->pid ||
             !attach_queue_trusted(a, &ds))
             continue;
-        /* Both clocks count whole seconds: a second's slack each way. */
-        if (a->target_started && ds.msg_ctime + 2 < a->target_started) continue;
+        /* Made a whole second (or more) before the target began: another
+         * process's. Both counts are whole seconds; the target's own queue
+         * may be made in the second it began. */
+        if (a->target_started && ds.msg_ctime + 1 < a->target_started) continue;
         if (found < 0 || ds.msg_rtime > best.msg_rtime ||
             (ds.msg_rtime == best.msg_rtime && ds.msg_ctime > best.msg_ctime)) {
             found = qid;

@@ -98,33 +98,22 @@ int procfs_euid(pid_t pid, uid_t *uid)
     return 0;
 }
 
-/* The boot's wall-clock time, from /proc/stat's btime line. */
-static int procfs_boot_time(time_t *btime)
-{
-    char line[512];
-    long long value;
-    int found = 0;
-    FILE *f = fopen("/proc/stat", "re");
-
-    if (!f) return -1;
-    while (!found && fgets(line, sizeof(line), f))
-        found = sscanf(line, "btime %lld", &value) == 1;
-    fclose(f);
-    if (!found) return -1;
-    *btime = (time_t)value;
-    return 0;
-}
-
+/*
+ * stat(5)'s starttime counts clock ticks of CLOCK_BOOTTIME; the wall clock
+ * at that moment is now's, less the boot time gone by since. Not /proc/
+ * stat's btime, a whole second that can be off by one.
+ */
 int procfs_started(pid_t pid, time_t *started)
 {
     char buf[1024];
     const char *p = procfs_stat_fields(pid, buf, sizeof(buf));
     unsigned long long ticks;
     long hz = sysconf(_SC_CLK_TCK);
-    time_t btime;
+    struct timespec boot_now, wall_now;
+    double since_start;
     int field;
 
-    if (!p || hz <= 0 || procfs_boot_time(&btime) != 0) return -1;
+    if (!p || hz <= 0) return -1;
     /* starttime is field 22 of stat(5); p is at field 3 (state). */
     for (field = 3; field < 22; field++) {
         p = strchr(p, ' ');
@@ -132,6 +121,11 @@ int procfs_started(pid_t pid, time_t *started)
         p++;
     }
     if (sscanf(p, "%llu", &ticks) != 1) return -1;
-    *started = btime + (time_t)(ticks / (unsigned long long)hz);
+    if (clock_gettime(CLOCK_BOOTTIME, &boot_now) != 0 ||
+        clock_gettime(CLOCK_REALTIME, &wall_now) != 0)
+        return -1;
+    since_start = (double)boot_now.tv_sec + boot_now.tv_nsec / 1e9 - (double)ticks / (double)hz;
+    if (since_start < 0) since_start = 0;
+    *started = (time_t)((double)wall_now.tv_sec + wall_now.tv_nsec / 1e9 - since_start);
     return 0;
 }

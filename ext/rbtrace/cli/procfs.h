@@ -17,8 +17,8 @@ int procfs_has_rbtrace(pid_t pid);
 /* pid's effective uid; -1 if its /proc entry cannot be read. */
 int procfs_euid(pid_t pid, uid_t *uid);
 
-/* When pid's process began, in wall-clock seconds (the clock of IPC
- * times), within a second; -1 if /proc cannot tell. */
+/* When pid's process began, in whole wall-clock seconds (the clock of
+ * IPC times), to a clock tick (10 ms); -1 if /proc cannot tell. */
 int procfs_started(pid_t pid, time_t *started);
 
 #endif
