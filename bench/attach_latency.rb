@@ -9,7 +9,8 @@
 #   PATH=/var/cache/rbtrace/ruby-3.3/bin:$PATH sh -c 'bundle exec rake compile && ruby bench/attach_latency.rb'
 #
 # Prints a Markdown table: per state, how many of the runs answered, the
-# median and the slowest. BENCH_RUNS sets the runs per state (default 20).
+# median and the slowest; then a busy app once more, with an eval that keeps
+# the GVL for a while (LONG_EVAL). BENCH_RUNS sets the runs per state (default 20).
 # Then the same for the original rbtrace gem (its `rbtrace -p PID -e
 # Process.pid`, in a few of the states; bench/original_gem.rb installs it, or
 # the report says why not), and the start-up of the bin/rbtrace stub (Ruby)
@@ -57,14 +58,18 @@ def start_target(code, original)
 end
 
 # Milliseconds of each run that answered, sorted.
-def measure(code, runs: RUNS, original: false)
+# An eval that keeps the GVL for a while (~10-20 ms here) before it answers:
+# rbtrace's thread then waits for the GVL again once it is done.
+LONG_EVAL = 'x = 0; 300_000.times { x += 1 }; Process.pid'
+
+def measure(code, runs: RUNS, original: false, eval: 'Process.pid')
   pid = start_target(code, original)
   client = original ? OriginalGem.client_command : [CLIENT, '--timeout', '5']
   times = []
   runs.times do
     t = now
     out, _err, st = OriginalGem.unbundled do
-      Open3.capture3(*(original ? [OriginalGem.env] : []), *client, '-p', pid.to_s, '-e', 'Process.pid')
+      Open3.capture3(*(original ? [OriginalGem.env] : []), *client, '-p', pid.to_s, '-e', eval)
     end
     times << (now - t) * 1000 if st.success? && out.include?("=> #{pid}")
   end
@@ -99,6 +104,7 @@ puts
 puts '| target state | answered | median | slowest |'
 puts '| --- | ---: | ---: | ---: |'
 STATES.each { |name, code| puts row(name, measure(code), RUNS) }
+puts row("busy in Ruby, and `-e '#{LONG_EVAL}'`", measure(STATES.fetch('busy in Ruby'), eval: LONG_EVAL), RUNS)
 
 ORIGINAL_STATES = ['busy in Ruby', 'sleep', 'pipe read'].freeze
 ORIGINAL_RUNS = [RUNS / 2, 3].max
