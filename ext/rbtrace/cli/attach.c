@@ -327,7 +327,9 @@ static int attach_send_chunk(struct attach *a, const struct rbtrace_msg *msg, si
         if (msgsnd(a->qid, msg, size, IPC_NOWAIT) == 0) return CLI_OK;
         if (errno == EINTR) continue;
         if (errno == EIDRM || errno == EINVAL)
-            return attach_fail(a, "the message queue of process %d was removed", (int)a->pid);
+            return attach_fail(a, "the message queue of process %d (id %d) was removed (%s) while "
+                               "in use: something else removed it (ipcrm?); run rbtrace again",
+                               (int)a->pid, a->qid, errno == EIDRM ? "EIDRM" : "EINVAL");
         if (errno != EAGAIN) return attach_fail_errno(a, "could not send a command");
         if (cli_now_ms() >= deadline)
             return attach_fail(a, "process %d does not read its commands (its queue stayed full "
