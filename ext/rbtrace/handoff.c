@@ -124,24 +124,22 @@ static VALUE handoff_own_thread_m(int argc, VALUE *argv, VALUE self)
     return Qnil;
 }
 
-/* Whether native thread tid of ours sleeps (state S in its stat): 1, 0,
- * or -1 if /proc cannot tell. Read with plain syscalls: Ruby's IO would
+/* The state letter of a /proc stat file (R, S, D, Z, ...), or 0 if it
+ * cannot be read. Plain syscalls: async-signal-safe (handoff_trap.c reads
+ * the main thread's from a signal handler), and no Ruby IO, which would
  * let the GVL go. */
-static int handoff_task_sleeps(long tid)
+char rbtrace_handoff_proc_state(const char *path)
 {
-    char path[64], buf[512];
-    const char *paren;
+    char buf[512];
     ssize_t n;
-    int fd;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
 
-    snprintf(path, sizeof(path), "/proc/self/task/%ld/stat", tid);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return -1;
-    n = read(fd, buf, sizeof(buf) - 1);
+    if (fd < 0) return 0;
+    n = read(fd, buf, sizeof(buf));
     close(fd);
-    if (n <= 0) return -1;
-    buf[n] = '\0';
-    paren = strrchr(buf, ')');
-    return paren && paren[1] == ' ' && paren[2] == 'S';
+    /* "pid (comm) S ...": the name may hold spaces and parentheses. */
+    while (n > 0 && buf[n - 1] != ')') n--;
+    return n > 0 && n + 1 < (ssize_t)sizeof(buf) && buf[n] == ' ' ? buf[n + 1] : 0;
 }
 
 /*
@@ -168,9 +166,16 @@ static VALUE handoff_wait_started_m(VALUE self, VALUE thread)
     if (!rb_respond_to(thread, id_native_thread_id)) return Qfalse;
     for (;;) {
         VALUE tid = rb_funcall(thread, id_native_thread_id, 0);
-        int sleeps = FIXNUM_P(tid) ? handoff_task_sleeps(FIX2LONG(tid)) : 0;
 
-        if (sleeps) return sleeps > 0 ? Qtrue : Qfalse;
+        if (FIXNUM_P(tid)) {
+            char path[64];
+            char state;
+
+            snprintf(path, sizeof(path), "/proc/self/task/%ld/stat", FIX2LONG(tid));
+            state = rbtrace_handoff_proc_state(path);
+            if (state == 'S') return Qtrue;
+            if (state == 0) return Qfalse;   /* /proc cannot tell */
+        }
         if (waited >= HANDOFF_START_WAIT_NS) return Qfalse;
         nanosleep(&pause, NULL);
         waited += HANDOFF_START_POLL_NS;

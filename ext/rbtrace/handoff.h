@@ -33,6 +33,9 @@ extern struct rbtrace_handoff rbtrace_handoff;
  * RBTrace.handoff_own_thread): those never pass the GVL on. GVL held. */
 int rbtrace_handoff_own_thread_p(void);
 
+/* The state letter of a /proc stat file, or 0. Async-signal-safe. */
+char rbtrace_handoff_proc_state(const char *path);
+
 /* Says once on stderr that `what` failed (err: an errno) and what it
  * costs: no asking, the GVL comes at Ruby's next time slice. */
 void rbtrace_handoff_report_unavailable(const char *what, int err);

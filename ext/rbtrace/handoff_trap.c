@@ -36,7 +36,6 @@
 
 #if !defined(HAVE_RB_POSTPONED_JOB_PREREGISTER) && defined(HAVE_TIMER_CREATE)
 #include <errno.h>
-#include <fcntl.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -66,31 +65,11 @@ static struct {
     volatile sig_atomic_t ticks;    /* of this request */
 } trap_way;
 
-/* Reads up to size - 1 bytes of a /proc file. Async-signal-safe. */
-static ssize_t handoff_read_proc(const char *path, char *buf, size_t size)
-{
-    ssize_t n;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-    if (fd < 0) return -1;
-    n = read(fd, buf, size - 1);
-    close(fd);
-    if (n < 0) return -1;
-    buf[n] = '\0';
-    return n;
-}
-
 /* Whether the main thread is on a CPU or waiting for one: state R in
  * /proc/self/stat, which is the main thread's. Async-signal-safe. */
 static int handoff_main_running(void)
 {
-    char buf[512];
-    ssize_t n = handoff_read_proc("/proc/self/stat", buf, sizeof(buf));
-
-    if (n <= 0) return 0;
-    /* "pid (comm) S ...": the name may hold spaces and parentheses. */
-    while (n > 0 && buf[n - 1] != ')') n--;
-    return n > 0 && n + 1 < (ssize_t)sizeof(buf) && buf[n] == ' ' && buf[n + 1] == 'R';
+    return rbtrace_handoff_proc_state("/proc/self/stat") == 'R';
 }
 
 /*
