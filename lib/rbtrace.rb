@@ -13,6 +13,15 @@ require 'rbtrace/reports'
 
 module RBTrace
   HELPER_NAME = 'rbtrace'
+  # The helper's Thread#priority: the highest. Ruby does not run a thread of
+  # higher priority more often; it lets it keep the GVL for more of Ruby's
+  # time-slice ticks (2**priority) before it must pass it on. Before 3.3,
+  # a thread that waits for the GVL and is woken sends that tick to
+  # whichever thread holds it then, often the helper between two steps of
+  # a command; at priority 0 the helper passed the GVL on and waited for it
+  # a whole time slice (~100 ms, one `-e` in ten against a busy app). Its
+  # work between two waits is short: the app loses nothing to it.
+  HELPER_PRIORITY = 3
 
   class << self
     # Starts the parked thread that serves commands (see ext/rbtrace/channel.c).
@@ -29,6 +38,7 @@ module RBTrace
         retry
       end
       @helper.name = HELPER_NAME
+      @helper.priority = HELPER_PRIORITY
       @helper.report_on_exception = false
       @helper
     end

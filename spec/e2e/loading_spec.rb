@@ -12,6 +12,13 @@ RSpec.describe 'loading rbtrace' do
     expect(r.stdout).to eq(%(>> Thread.list.map(&:name)\n=> [nil, "rbtrace", "rbtrace eval"]\n))
   end
 
+  it 'the helper runs at the highest Thread#priority, an eval at the default (lib/rbtrace.rb, HELPER_PRIORITY)' do
+    app = start_target("puts 'ready'\nsleep").ready
+    code = 'Thread.list.map { |t| [t.name, t.priority] }'
+    expect(rbtrace('-p', app.pid, '-e', code).stdout)
+      .to eq(%(>> #{code}\n=> [[nil, 0], ["rbtrace", 3], ["rbtrace eval", 0]]\n))
+  end
+
   it 'RUBYOPT=-rrbtrace loads it' do
     app = start_target("puts 'ready'\nsleep", rbtrace: false, env: { 'RUBYOPT' => '-rrbtrace' }).ready
     expect(rbtrace('-p', app.pid, '-e', 'defined?(RBTrace::VERSION)').stdout).to eq(%(>> defined?(RBTrace::VERSION)\n=> "constant"\n))
