@@ -79,10 +79,12 @@ if sanitize.empty? && try_link('int main(void) { return 0; }', '-flto=auto')
 end
 
 # Line editing and history for the client's -i: libedit (BSD licence;
-# Debian's libedit-dev), found by pkg-config and linked into the client only,
-# never the extension (so mkmf's pkg_config is asked for flags, which it
-# does not add to the extension's). Without it the client is built anyway and
-# its -i reads plain lines; --help says which.
+# Debian's libedit-dev), found by pkg-config, for the client only, never the
+# extension (so mkmf's pkg_config is asked for flags, which it does not add
+# to the extension's). The client is not linked with it: it loads it when -i
+# starts (cli/editline.c), by the soname found here, so that no other run
+# pays for loading it. Without it the client is built anyway and its -i
+# reads plain lines; --help says which.
 def find_libedit
   cflags = pkg_config('libedit', 'cflags')
   libs = pkg_config('libedit', 'libs')
@@ -91,6 +93,26 @@ def find_libedit
   src = "#include <stdio.h>\n#include <editline/readline.h>\n" \
         "int main(void) { rl_catch_signals = 0; return readline(\"\") == NULL; }\n"
   checking_for('libedit for the client') { try_link(src, "#{cflags} #{libs}") } ? [cflags, libs] : nil
+end
+
+# libedit's soname (libedit.so.2), read off the library pkg-config points at;
+# nil if that cannot be told (editline.c then tries the usual names).
+def libedit_soname
+  libdir = pkg_config('libedit', 'variable=libdir')
+  return nil unless libdir
+
+  out = IO.popen(['objdump', '-p', File.join(libdir, 'libedit.so')], err: File::NULL, &:read)
+  out[/^\s*SONAME\s+(\S+)/, 1]
+rescue SystemCallError
+  nil
+end
+
+# dlopen is in libc from glibc 2.34 on, in libdl before.
+def client_dl_libs
+  src = "#include <dlfcn.h>\nint main(void) { return dlopen(\"x\", RTLD_NOW) != 0; }\n"
+  return '' if try_link(src)
+
+  try_link(src, '-ldl') ? '-ldl' : nil
 end
 
 libedit_cflags, libedit_libs = find_libedit
@@ -105,9 +127,16 @@ create_makefile('rbtrace/rbtrace')
 # rules to the Makefile; `make` builds it, `make install` puts it beside the
 # extension, where bin/rbtrace looks for it.
 client_cflags = "#{warnings.join(' ')} -std=gnu99 -O2 -g #{sanitize.join(' ')} #{ENV['RBTRACE_CLIENT_CFLAGS']}"
-client_cflags << " -DRBTRACE_HAVE_LIBEDIT #{libedit_cflags}" if libedit_libs
 client_libs = $libs.include?('msgpack-c') ? '-lmsgpack-c' : '-lmsgpackc'
-client_libs << " #{libedit_libs}" if libedit_libs
+dl_libs = libedit_libs && client_dl_libs
+if dl_libs
+  soname = libedit_soname
+  client_cflags << " -DRBTRACE_HAVE_LIBEDIT #{libedit_cflags}"
+  client_cflags << %( -DRBTRACE_LIBEDIT_SONAME='"#{soname}"') if soname
+  client_libs << " #{dl_libs}"
+elsif libedit_libs
+  message "dlopen not found: rbtrace -i will read plain lines (no editing, no history).\n"
+end
 File.open('Makefile', 'a') do |mk|
   mk.puts <<~MAKE
 

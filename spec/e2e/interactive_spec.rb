@@ -33,8 +33,9 @@ RSpec.describe 'interactive (-i)' do
   class PtyClient
     attr_reader :pid, :output
 
-    def initialize(args, env)
-      @read, @write, @pid = PTY.spawn(env, RBTraceSpec::CLIENT, *args.map(&:to_s))
+    # program: the client, or a wrapper that runs it (args are then its own).
+    def initialize(args, env, program = RBTraceSpec::CLIENT)
+      @read, @write, @pid = PTY.spawn(env, program, *args.map(&:to_s))
       @output = +''
     end
 
@@ -223,6 +224,24 @@ RSpec.describe 'interactive (-i)' do
       expect(File.read(history)).to include('$n\\040+\\0401')
     ensure
       FileUtils.rm_rf(home) if home
+    end
+
+    # The client loads libedit only when -i starts (ext/rbtrace/cli/editline.c).
+    # Here libedit is hidden from it (an empty file mounted over the library, in
+    # a mount namespace of its own): it says so and reads plain lines.
+    it 'without a loadable libedit, says so and reads plain lines' do
+      lib = `ldconfig -p`[%r{=> (\S*/libedit\.so\.\d+)$}, 1]
+      skip 'needs root and unshare(1) to hide libedit' unless Process.uid.zero? && lib && system('unshare -m true')
+      script = "mount --bind /dev/null #{File.realpath(lib)} && exec #{RBTraceSpec::CLIENT} -p #{app.pid} -i"
+      pty = PtyClient.new(['-m', 'sh', '-c', script], { 'TERM' => 'xterm' }, 'unshare')
+      @spec_processes << pty
+      pty.wait_for(/could not load libedit \(.+\): lines are read plain/)
+      pty.wait_for(/rbtrace\(#{app.pid}\)> \z/)
+      pty.type("6 * 7\n")
+      pty.wait_for(/=> 42\r\n/)
+      pty.type("\x04")
+      pty.wait_for(/\*\*\* detached from process #{app.pid}/)
+      expect(pty.wait.exitstatus).to eq(0)
     end
 
     it 'takes a ^D typed while an entry still runs as the end, once the entry is done' do

@@ -10,6 +10,7 @@
  *   session.c  event loop: socket -> decoder -> renderer; signals; detach
  *   reports.c  -b, --memory, --heapdump, ...: the Ruby code each one runs
  *   repl.c     -i: read entries (libedit or plain lines), eval each, print
+ *   editline.c libedit, loaded when -i needs it (not linked)
  *   render.c   events -> rbtrace's text format on a FILE* (no other I/O)
  *   multi.c    several pids: one session each in a child, output merged
  *   ps.c       --ps: processes by command line

@@ -10,8 +10,9 @@
  * nothing runs twice.
  *
  * Lines come from libedit's readline() when stdin and stdout are terminals
- * and the client was built with it (RBTRACE_HAVE_LIBEDIT), else from
- * getline() on stdin (a pipe: no prompts).
+ * and the client was built with it (RBTRACE_HAVE_LIBEDIT; the library is
+ * loaded then, editline.c), else from getline() on stdin (a pipe: no
+ * prompts).
  *
  * Signals: the session counts SIGINT, SIGTERM and SIGHUP (session.c).
  * libedit's own handling is off (rl_catch_signals = 0) and it reads through
@@ -37,9 +38,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#ifdef RBTRACE_HAVE_LIBEDIT
-#include <editline/readline.h>
-#endif
+#include "editline.h"
 #include "protocol.h"
 #include "repl.h"
 #include "session.h"
@@ -269,6 +268,8 @@ static enum repl_read repl_plain_line(struct repl *r, const char *prompt)
 }
 
 #ifdef RBTRACE_HAVE_LIBEDIT
+static struct editline repl_editline;   /* libedit, once loaded */
+
 /* What repl_getc needs: libedit's hook takes no context. */
 static struct session *repl_getc_session;
 static sigset_t repl_getc_mask;   /* the signal mask outside readline() */
@@ -324,7 +325,7 @@ static char *repl_readline(const char *prompt)
         fprintf(stderr, "rbtrace: sigprocmask: %s\n", strerror(errno));
         return NULL;
     }
-    line = readline(prompt);
+    line = repl_editline.readline(prompt);
     if (sigprocmask(SIG_SETMASK, &repl_getc_mask, NULL) < 0)
         fprintf(stderr, "rbtrace: sigprocmask: %s\n", strerror(errno));
     return line;
@@ -338,7 +339,7 @@ static enum repl_read repl_edited_line(struct repl *r, const char *prompt)
     if (!line) return repl_getc_gone ? REPL_GONE : repl_no_line(r);
     rc = repl_append(r, line, strlen(line));
     if (rc == REPL_LINE && *line)
-        (void)add_history(line);   /* a line the history misses loses nothing else */
+        (void)repl_editline.add_history(line);   /* a line the history misses loses nothing else */
     free(line);
     return rc;
 }
@@ -431,9 +432,9 @@ static void repl_history_load(struct repl *r)
 {
     int err;
 
-    stifle_history(REPL_HISTORY_MAX);
+    repl_editline.stifle_history(REPL_HISTORY_MAX);
     if (!r->history[0]) return;
-    err = read_history(r->history);
+    err = repl_editline.read_history(r->history);
     if (err != 0 && err != ENOENT)
         fprintf(stderr, "rbtrace: could not read the history file %s: %s (it will be "
                 "written anew)\n", r->history, strerror(err));
@@ -459,20 +460,29 @@ static void repl_history_save(struct repl *r)
         err = errno;
         goto fail;
     }
-    if ((err = write_history(r->history)) == 0) return;
+    if ((err = repl_editline.write_history(r->history)) == 0) return;
 fail:
     fprintf(stderr, "rbtrace: could not write the history file %s: %s\n", r->history,
             strerror(err));
 }
 
-/* Before anything else of libedit's: it reads these once. */
-static void repl_editor_init(struct repl *r)
+/* Loads libedit and sets it up: these before anything else of libedit's,
+ * which reads them once. 0, or -1 (said so: lines are read plain). */
+static int repl_editor_init(struct repl *r)
 {
-    rl_readline_name = "rbtrace";   /* for "rbtrace:" lines in ~/.editrc */
-    rl_catch_signals = 0;           /* see the top of this file */
-    rl_getc_function = repl_getc;
+    char err[256];
+
+    if (editline_load(&repl_editline, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rbtrace: could not load libedit (%s): lines are read plain, "
+                "without editing or history; install libedit (Debian: libedit2) for them\n", err);
+        return -1;
+    }
+    *repl_editline.readline_name = "rbtrace";   /* for "rbtrace:" lines in ~/.editrc */
+    *repl_editline.catch_signals = 0;           /* see the top of this file */
+    *repl_editline.getc_function = repl_getc;
     repl_getc_session = r->session;
     repl_history_load(r);
+    return 0;
 }
 
 const char *repl_line_editing(void)
@@ -499,7 +509,7 @@ static void repl_init(struct repl *r, const struct options *opts, struct session
     repl_history_path(r);
 #ifdef RBTRACE_HAVE_LIBEDIT
     r->editing = r->tty && isatty(STDOUT_FILENO);
-    if (r->editing) repl_editor_init(r);
+    if (r->editing && repl_editor_init(r) < 0) r->editing = 0;
 #endif
 }
 
