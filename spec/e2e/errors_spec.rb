@@ -28,10 +28,14 @@ RSpec.describe 'errors' do
     expect(r).not_to be_success
   end
 
-  it 'another tracer is attached: the second is refused with the first one\'s pid' do
+  it 'another tracer is attached: the second is refused with the first one\'s pid, its code never runs' do
     first = start_client('-p', app.pid, '-m', 'Process.pid')
     first.attached
-    r = rbtrace('-p', app.pid, '-e', '1')
+    # -e's code goes into the queue right behind its ATTACH (cli/session.c,
+    # session_attach): refused, the target must drop it.
+    marker = File.join(Dir.tmpdir, "rbtrace-spec-refused-#{Process.pid}")
+    File.delete(marker) if File.exist?(marker)
+    r = rbtrace('-p', app.pid, '-e', "File.write(#{marker.inspect}, 'ran')")
     expect(r.stderr).to include("already traced by rbtrace (pid #{first.pid})")
     expect(r).not_to be_success
     # the first session is untouched
@@ -39,6 +43,7 @@ RSpec.describe 'errors' do
     sleep 0.3
     expect(first.stdout.size).to be > before
     expect(first.stop).to be_success
+    expect(File.exist?(marker)).to be(false)
   end
 
   it 'the target exits while traced' do

@@ -341,7 +341,7 @@ static int attach_send_chunk(struct attach *a, const struct rbtrace_msg *msg, si
 
 /*
  * One command in chunks (protocol.h): FIRST on the first, MORE on all but
- * the last, then SIGURG. Not interruptible: DETACH is sent after ^C.
+ * the last. Not interruptible: DETACH is sent after ^C.
  */
 static int attach_send_chunks(struct attach *a, const char *data, size_t len)
 {
@@ -359,29 +359,47 @@ static int attach_send_chunks(struct attach *a, const char *data, size_t len)
         if (attach_send_chunk(a, &msg, n + 1, deadline) != CLI_OK) return CLI_ERR;
         off += n;
     } while (off < len);
-    return attach_signal(a);
+    return CLI_OK;
+}
+
+/* cmd as msgpack into sbuf (initialised here; the caller destroys it). */
+static int attach_encode(struct attach *a, const struct rbtrace_command *cmd,
+                         msgpack_sbuffer *sbuf)
+{
+    msgpack_packer pk;
+
+    msgpack_sbuffer_init(sbuf);
+    msgpack_packer_init(&pk, sbuf, msgpack_sbuffer_write);
+    if (rbtrace_command_encode(&pk, cmd) != RBTRACE_OK)
+        return attach_fail(a, "could not encode command %d", (int)cmd->type);
+    if (sbuf->size > RBTRACE_COMMAND_MAX)
+        return attach_fail(a, "the command is too long (%zu bytes, at most %d)", sbuf->size,
+                           RBTRACE_COMMAND_MAX);
+    return CLI_OK;
 }
 
 int attach_send(struct attach *a, const struct rbtrace_command *cmd)
 {
-    msgpack_sbuffer sbuf;
-    msgpack_packer pk;
+    return attach_send_two(a, cmd, NULL);
+}
+
+/* Both are encoded before either is queued: a command that cannot be sent
+ * leaves nothing behind in the queue. */
+int attach_send_two(struct attach *a, const struct rbtrace_command *first,
+                    const struct rbtrace_command *then)
+{
+    msgpack_sbuffer one, two;
     int rc = CLI_ERR;
 
-    msgpack_sbuffer_init(&sbuf);
-    msgpack_packer_init(&pk, &sbuf, msgpack_sbuffer_write);
-    if (rbtrace_command_encode(&pk, cmd) != RBTRACE_OK) {
-        attach_fail(a, "could not encode command %d", (int)cmd->type);
-        goto free_sbuf;
-    }
-    if (sbuf.size > RBTRACE_COMMAND_MAX) {
-        attach_fail(a, "the command is too long (%zu bytes, at most %d)", sbuf.size,
-                    RBTRACE_COMMAND_MAX);
-        goto free_sbuf;
-    }
-    rc = attach_send_chunks(a, sbuf.data, sbuf.size);
-free_sbuf:
-    msgpack_sbuffer_destroy(&sbuf);
+    msgpack_sbuffer_init(&two);
+    if (attach_encode(a, first, &one) != CLI_OK) goto free_bufs;
+    if (then && attach_encode(a, then, &two) != CLI_OK) goto free_bufs;
+    if (attach_send_chunks(a, one.data, one.size) != CLI_OK) goto free_bufs;
+    if (then && attach_send_chunks(a, two.data, two.size) != CLI_OK) goto free_bufs;
+    rc = attach_signal(a);
+free_bufs:
+    msgpack_sbuffer_destroy(&one);
+    msgpack_sbuffer_destroy(&two);
     return rc;
 }
 

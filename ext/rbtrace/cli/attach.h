@@ -46,6 +46,10 @@ int attach_check_target(struct attach *a);
 int attach_listen(struct attach *a);
 int attach_find_queue(struct attach *a);
 int attach_send(struct attach *a, const struct rbtrace_command *cmd);
+/* Two commands, then one signal: the target reads both in one wake-up
+ * (then may be NULL). */
+int attach_send_two(struct attach *a, const struct rbtrace_command *first,
+                    const struct rbtrace_command *then);
 int attach_accept(struct attach *a);
 
 /* Sends SIGURG to the target: it then reads its queue. */
