@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 
 # bench/attach_latency.rb - how long `rbtrace-client -p PID -e Process.pid`
-# takes, from starting the compiled client to its exit with the answer,
+# takes, from starting the compiled client to the result on its stdout
+# (issue 4's measure), and to its exit once the target confirmed the detach,
 # against a target in each of the states a production app is usually in.
 # Runs on the Ruby that runs it (compile for that Ruby first):
 #
@@ -9,13 +10,12 @@
 #   PATH=/var/cache/rbtrace/ruby-3.3/bin:$PATH sh -c 'bundle exec rake compile && ruby bench/attach_latency.rb'
 #
 # Prints a Markdown table: per state, how many of the runs answered, the
-# median and the slowest; then a busy app once more, with an eval that keeps
+# median and the slowest to the result and to the exit; then a busy app once more, with an eval that keeps
 # the GVL for a while (LONG_EVAL). BENCH_RUNS sets the runs per state (default 20).
 # Then the same for the original rbtrace gem (its `rbtrace -p PID -e
 # Process.pid`, in a few of the states; bench/original_gem.rb installs it, or
 # the report says why not), and the start-up of the bin/rbtrace stub (Ruby)
 # that execs the compiled client, against the client alone (--version).
-require 'open3'
 require 'rbconfig'
 require 'time'
 
@@ -57,23 +57,46 @@ def start_target(code, original)
   pid
 end
 
-# Milliseconds of each run that answered, sorted.
 # An eval that keeps the GVL for a while (~10-20 ms here) before it answers:
 # rbtrace's thread then waits for the GVL again once it is done.
 LONG_EVAL = 'x = 0; 300_000.times { x += 1 }; Process.pid'
 
+# One client run: milliseconds from its start to the result on its stdout
+# (the line `=> PID`), and to its exit (after the detach); nil if it did
+# not answer within 10 s or failed.
+def run_client(command, env, pid)
+  out_r, out_w = IO.pipe
+  err_r, err_w = IO.pipe
+  t = now
+  client = OriginalGem.unbundled { spawn(env, *command, out: out_w, err: err_w) }
+  out_w.close
+  err_w.close
+  answered = nil
+  output = +''
+  until answered || !IO.select([out_r], nil, nil, 10)
+    chunk = out_r.read_nonblock(4096, exception: false)
+    break if chunk.nil?
+    next if chunk == :wait_readable
+
+    output << chunk
+    answered = now if output.include?("=> #{pid}\n")
+  end
+  Process.kill(:KILL, client) unless answered
+  err_r.read
+  _, status = Process.wait2(client)
+  exited = now
+  status.success? && answered ? [(answered - t) * 1000, (exited - t) * 1000] : nil
+ensure
+  out_r&.close
+  err_r&.close
+end
+
+# Per run that answered: milliseconds to the result and to the exit.
 def measure(code, runs: RUNS, original: false, eval: 'Process.pid')
   pid = start_target(code, original)
   client = original ? OriginalGem.client_command : [CLIENT, '--timeout', '5']
-  times = []
-  runs.times do
-    t = now
-    out, _err, st = OriginalGem.unbundled do
-      Open3.capture3(*(original ? [OriginalGem.env] : []), *client, '-p', pid.to_s, '-e', eval)
-    end
-    times << (now - t) * 1000 if st.success? && out.include?("=> #{pid}")
-  end
-  times.sort
+  env = original ? OriginalGem.env : {}
+  Array.new(runs) { run_client([*client, '-p', pid.to_s, '-e', eval], env, pid) }.compact
 ensure
   if pid
     Process.kill(:KILL, pid)
@@ -81,11 +104,17 @@ ensure
   end
 end
 
-def row(name, times, runs)
-  median = times.empty? ? '-' : format('%.1f ms', times[times.size / 2])
-  slowest = times.empty? ? '-' : format('%.1f ms', times.last)
-  "| #{name} | #{times.size}/#{runs} | #{median} | #{slowest} |"
+def row(name, results, runs)
+  cells = [0, 1].map do |i|
+    times = results.map { |r| r[i] }.sort
+    times.empty? ? '- | -' : format('%.1f ms | %.1f ms', times[times.size / 2], times.last)
+  end
+  "| #{name} | #{results.size}/#{runs} | #{cells.join(' | ')} |"
 end
+
+HEADER = "| target state | answered | to the result: median | slowest | to the exit: median | slowest |\n" \
+         '| --- | ---: | ---: | ---: | ---: | ---: |'
+
 
 # Median milliseconds of running command (an Array) RUNS times.
 def startup(command)
@@ -101,8 +130,7 @@ puts
 puts "- date: #{Time.now.utc.iso8601}"
 puts "- ruby: #{RUBY_DESCRIPTION}"
 puts
-puts '| target state | answered | median | slowest |'
-puts '| --- | ---: | ---: | ---: |'
+puts HEADER
 STATES.each { |name, code| puts row(name, measure(code), RUNS) }
 puts row("busy in Ruby, and `-e '#{LONG_EVAL}'`", measure(STATES.fetch('busy in Ruby'), eval: LONG_EVAL), RUNS)
 
@@ -113,8 +141,7 @@ if OriginalGem.find
   puts "The original rbtrace gem #{OriginalGem::VERSION}, `rbtrace -p PID -e Process.pid`, " \
        "#{ORIGINAL_RUNS} runs per state:"
   puts
-  puts '| target state | answered | median | slowest |'
-  puts '| --- | ---: | ---: | ---: |'
+  puts HEADER
   ORIGINAL_STATES.each do |name|
     puts row(name, measure(STATES.fetch(name), runs: ORIGINAL_RUNS, original: true), ORIGINAL_RUNS)
   end

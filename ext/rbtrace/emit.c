@@ -407,6 +407,8 @@ static int emit_push_big(const char *data, size_t len)
         done += chunk;
     }
     rbtrace.big_event = 0;
+    /* Big events are the ones a client waits on: deliver them now. */
+    if (done > 0) rbtrace_writer_nudge();
     if (done < len) {
         /* The stream cannot be resynchronised after half an event. */
         rbtrace.peer_gone = 1;
@@ -479,7 +481,7 @@ void rbtrace_emit_attached(void)
     emit_begin();
     rbtrace_event_pack_attached(&scratch_pk, (uint32_t)getpid(), ruby_description,
                                 rbtrace.clock_origin_ns, wall_ns);
-    emit_commit();
+    if (emit_commit() == 0) rbtrace_writer_nudge();
 }
 
 /*

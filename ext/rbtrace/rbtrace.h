@@ -190,6 +190,8 @@ void Init_rbtrace_session(VALUE mod);
 /* writer.c: ring -> socket */
 int rbtrace_writer_start(void);
 int rbtrace_writer_stop(void);
+void rbtrace_writer_nudge(void);
+void rbtrace_writer_after_fork(void);
 
 /* emit.c: encoding events into the ring */
 int rbtrace_emit_open(void);

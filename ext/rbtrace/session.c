@@ -166,7 +166,7 @@ void rbtrace_session_after_fork(void)
     rbtrace_session_drop_deferred();
     if (!rbtrace.attached) return;
     rbtrace_tracer_clear();
-    rbtrace.writer_running = 0;
+    rbtrace_writer_after_fork();
     rbtrace.attached = 0;
     close(rbtrace.sock);
     rbtrace.sock = -1;

@@ -8,12 +8,18 @@
  * millisecond, which also tells it when the client has gone (hang-up or
  * EOF: the client never writes). It then sets peer_gone and wakes the
  * helper thread, which detaches at the next safe point.
+ *
+ * Calls and returns wait for the next batch; the events a client waits on
+ * (the attach's answer, an eval's result, a message, DETACHED) and a stop
+ * nudge it awake through an eventfd, so that they do not wait out the
+ * sleep: up to a millisecond each, three times in every `rbtrace -e`.
  */
 #include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,6 +28,9 @@
 
 /* How long a stopping writer keeps trying to deliver what is left. */
 #define WRITER_DRAIN_MS 1000
+
+/* The writer's eventfd: written by Ruby threads to end its sleep. */
+static int writer_wake_fd = -1;
 
 static void writer_peer_gone(void)
 {
@@ -74,14 +83,31 @@ static int writer_flush(int fd)
     return 0;
 }
 
-/* Sleeps until the next batch; returns -1 if the client hung up. */
+/* Sleeps until the next batch or a nudge; returns -1 if the client hung up. */
 static int writer_sleep(int fd)
 {
-    struct pollfd p = { fd, POLLIN | POLLRDHUP, 0 };
-    int r = poll(&p, 1, WRITER_IDLE_MS);
+    struct pollfd p[2] = { { fd, POLLIN | POLLRDHUP, 0 }, { writer_wake_fd, POLLIN, 0 } };
+    int r = poll(p, 2, WRITER_IDLE_MS);
+    uint64_t nudges;
 
     if (r < 0) return errno == EINTR ? 0 : -1;
-    return r > 0 && writer_check_hangup(fd, p.revents) ? -1 : 0;
+    /* Resets the count; EAGAIN if a nudge was read already. */
+    if ((p[1].revents & POLLIN) && read(writer_wake_fd, &nudges, sizeof(nudges)) < 0 &&
+        errno != EAGAIN && errno != EINTR)
+        return -1;
+    return r > 0 && writer_check_hangup(fd, p[0].revents) ? -1 : 0;
+}
+
+/* Any Ruby thread: ends the writer's sleep, so that what was just pushed
+ * (or a stop) is seen now rather than at the next batch. */
+void rbtrace_writer_nudge(void)
+{
+    uint64_t one = 1;
+
+    if (!rbtrace.writer_running) return;
+    /* EAGAIN: the count is full, the writer is waking anyway. */
+    if (write(writer_wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN && errno != EINTR)
+        fprintf(stderr, "rbtrace: waking the writer thread: %s\n", strerror(errno));
 }
 
 /*
@@ -111,6 +137,20 @@ static void *writer_main(void *unused)
     return NULL;
 }
 
+static void writer_close_wake_fd(void)
+{
+    if (writer_wake_fd >= 0 && close(writer_wake_fd) != 0)
+        fprintf(stderr, "rbtrace: closing the writer's eventfd: %s\n", strerror(errno));
+    writer_wake_fd = -1;
+}
+
+/* In a forked child, where the writer thread does not exist. */
+void rbtrace_writer_after_fork(void)
+{
+    rbtrace.writer_running = 0;
+    writer_close_wake_fd();
+}
+
 /* Starts the writer on rbtrace.sock. Returns 0, or an errno value. */
 int rbtrace_writer_start(void)
 {
@@ -119,12 +159,15 @@ int rbtrace_writer_start(void)
 
     rbtrace.writer_stop = 0;
     rbtrace.peer_gone = 0;
+    if ((writer_wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) return errno;
     /* The writer must never run a signal handler meant for Ruby threads. */
     sigfillset(&all);
-    if ((err = pthread_sigmask(SIG_SETMASK, &all, &old)) != 0) return err;
-    err = pthread_create(&rbtrace.writer, NULL, writer_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if ((err = pthread_sigmask(SIG_SETMASK, &all, &old)) == 0) {
+        err = pthread_create(&rbtrace.writer, NULL, writer_main, NULL);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
     if (err == 0) rbtrace.writer_running = 1;
+    else writer_close_wake_fd();
     return err;
 }
 
@@ -150,8 +193,10 @@ int rbtrace_writer_stop(void)
 
     if (!rbtrace.writer_running) return 0;
     rbtrace.writer_stop = 1;
+    rbtrace_writer_nudge();
     rbtrace.writer_running = 0;
     state = rbtrace_nogvl(writer_join_nogvl, &joined, NULL, NULL);
     if (!joined) writer_join_nogvl(&joined);
+    writer_close_wake_fd();
     return state;
 }

@@ -25,15 +25,18 @@ RSpec.describe 'fork' do
     expect(rbtrace('-p', app.pid, '-e', '1').stdout).to eq(">> 1\n=> 1\n")
   end
 
-  it 'a child forked while its parent is traced starts detached' do
+  it 'a child forked while its parent is traced starts detached, without the writer\'s eventfd' do
     app = start_target(<<~'RUBY').ready
+      def eventfds = Dir.children('/proc/self/fd').count { |fd| File.readlink("/proc/self/fd/#{fd}").include?('eventfd') rescue false }
       puts "ready"
+      puts "eventfds untraced=#{eventfds}"
       $stdin.read(0)
       Signal.trap('USR1') { $go = true }
       loop do
         if $go
           $go = false
-          pid = fork { 5.times { Process.pid; sleep 0.02 }; exit!(RBTrace.attached? ? 1 : 0) }
+          puts "eventfds traced=#{eventfds}"
+          pid = fork { puts "eventfds child=#{eventfds}"; 5.times { Process.pid; sleep 0.02 }; exit!(RBTrace.attached? ? 1 : 0) }
           Process.wait(pid)
           puts "child attached=#{!$?.success?}"
         end
@@ -47,6 +50,10 @@ RSpec.describe 'fork' do
     end
     expect(app.lines).to include('child attached=false')
     expect(r).to be_success
+    counts = app.lines.grep(/^eventfds /).to_h { |l| l.split.last.split('=').then { |k, v| [k, Integer(v)] } }
+    # The writer's eventfd (writer.c) is open while traced, and the child closes its copy.
+    expect(counts['traced']).to eq(counts['untraced'] + 1)
+    expect(counts['child']).to eq(counts['untraced'])
   end
 
   it 'a child forked without a helper (--fork\'s middle process) has none, and its own child has one' do
