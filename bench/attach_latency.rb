@@ -9,6 +9,11 @@
 #   bundle exec rake compile && ruby bench/attach_latency.rb
 #   PATH=/var/cache/rbtrace/ruby-3.3/bin:$PATH sh -c 'bundle exec rake compile && ruby bench/attach_latency.rb'
 #
+# Each run starts after a pause of 0-100 ms (a seeded random), so that it
+# meets a busy target at any point of its work, as a user would: back to
+# back, a run starts just after the previous one's detach, and meets a loop
+# of long C calls at the start of one every time.
+#
 # Prints a Markdown table: per state, how many of the runs answered, the
 # median and the slowest to the result and to the exit; then a busy app once more, with an eval that keeps
 # the GVL for a while (LONG_EVAL). BENCH_RUNS sets the runs per state (default 20).
@@ -96,7 +101,11 @@ def measure(code, runs: RUNS, original: false, eval: 'Process.pid')
   pid = start_target(code, original)
   client = original ? OriginalGem.client_command : [CLIENT, '--timeout', '5']
   env = original ? OriginalGem.env : {}
-  Array.new(runs) { run_client([*client, '-p', pid.to_s, '-e', eval], env, pid) }.compact
+  phase = Random.new(RUNS)
+  Array.new(runs) do
+    sleep phase.rand(0.1)
+    run_client([*client, '-p', pid.to_s, '-e', eval], env, pid)
+  end.compact
 ensure
   if pid
     Process.kill(:KILL, pid)

@@ -8,7 +8,8 @@
  * passes the signal on to Ruby's own handler for SIGURG, whose trap
  * (installed here) runs RBTrace.handoff_yield on the main thread at its
  * next interrupt check: it passes the GVL on (Thread.pass) while one of
- * our threads wants it.
+ * our threads wants it. One trap at a time is queued: a main thread inside
+ * a long C call would otherwise run it once for every tick it missed.
  *
  * Why not a postponed job: before 3.3, rb_postponed_job_register_one from
  * another thread can race with a flush and run a stale job
@@ -63,6 +64,10 @@ static struct {
     volatile uint64_t main_cpu_ns;
     volatile uint64_t main_cpu_at;
     volatile sig_atomic_t ticks;    /* of this request */
+    /* Ruby's handler was run and the trap has not started yet: later ticks
+     * would only queue more runs of it (Ruby runs a trap once per signal),
+     * one a millisecond while the main thread is in a long C call. */
+    volatile sig_atomic_t trap_queued;
 } trap_way;
 
 /* Whether the main thread is on a CPU or waiting for one: state R in
@@ -157,6 +162,8 @@ void rbtrace_handoff_ask_start(void)
     if (handoff_timer() != 0) return;
     handoff_sample_main();
     trap_way.ticks = 0;
+    /* Each request may queue a trap, whatever became of the last one. */
+    trap_way.trap_queued = 0;
     handoff_arm(HANDOFF_TRAP_TICK_NS);
 }
 
@@ -185,7 +192,8 @@ int rbtrace_handoff_signal(int sig, siginfo_t *info, void *ctx)
         handoff_arm(0);
         return 1;
     }
-    if (!handoff_main_busy()) return 1;
+    if (trap_way.trap_queued || !handoff_main_busy()) return 1;
+    trap_way.trap_queued = 1;
     if (trap_way.ruby_urg.sa_flags & SA_SIGINFO)
         trap_way.ruby_urg.sa_sigaction(sig, info, ctx);
     else
@@ -199,6 +207,7 @@ VALUE rbtrace_handoff_ask_yield(void)
 {
     uint64_t start = rbtrace_now_ns();
 
+    trap_way.trap_queued = 0;
     while (rbtrace_handoff.wanted && rbtrace_now_ns() - start < RBTRACE_HANDOFF_YIELD_MAX_NS)
         rb_thread_schedule();
     return Qnil;

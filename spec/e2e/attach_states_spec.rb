@@ -89,6 +89,29 @@ RSpec.describe 'attaching whatever the target is doing' do
     end
   end
 
+  # Before 3.3 the hand-off's trap runs on the main thread at its next
+  # interrupt check; a main thread inside one long C call misses a tick a
+  # millisecond, and Ruby would run the trap once for each (ext/rbtrace/
+  # handoff_trap.c queues one at a time). Counted with a TracePoint in the
+  # app: a few runs of the trap for an eval, not one per missed tick.
+  it 'runs the hand-off\'s trap a few times, not once per tick, while the main thread is in long C calls' do
+    skip 'Ruby 3.3+ asks with a postponed job: no trap' if RUBY_VERSION >= '3.3'
+    app = start_target(<<~'RUBY').ready
+      traps = 0
+      TracePoint.new(:c_call) { |tp| traps += 1 if tp.method_id == :handoff_yield }.enable
+      Signal.trap('USR1') { puts "traps #{traps}" }
+      puts "ready"
+      loop { ("x" * 20_000_000).sum }
+    RUBY
+    sleep 0.1
+    r = rbtrace('-p', app.pid, '-e', 'Process.pid')
+    expect(r.stdout).to eq(">> Process.pid\n=> #{app.pid}\n"), "stderr: #{r.stderr}"
+    sleep 0.5 # the last of a missed tick's traps, if any, run after the next C call
+    Process.kill(:USR1, app.pid)
+    traps = Integer(app.wait_for(/^traps /)[/\d+/])
+    expect(traps).to be_between(1, 8)
+  end
+
   it 'traces while the main thread is blocked in a read and another thread works' do
     app = start_target(<<~'RUBY').ready
       r, _w = IO.pipe
