@@ -13,6 +13,12 @@
 #   bundle exec rake compile && ruby bench/per_call.rb
 #
 # BENCH_RUNS (default 5), BENCH_ITERS (default 1_000_000).
+# BENCH_APP_CPU=N: the app's looping (main) thread is pinned to CPU N
+# (taskset) before it runs, its writer thread and the client are not. The
+# two vCPUs of this project's VMs are not equal: a loop with memory traffic
+# ran 1.5x slower on one than on the other (bench/RESULTS.md, 2026-11-26
+# 07:10): unpinned, a run measures whichever the app landed on; pinned,
+# untraced and traced run on the same one. Compare runs pinned to each.
 # BENCH_CLIENT=stopped: the client is stopped (SIGSTOP) during the traced
 # runs, so the ring fills and events are dropped: what the app's thread
 # pays with no writer and no client at work on the other CPU (on a 2-vCPU
@@ -25,6 +31,7 @@ include BenchSupport # rubocop:disable Style/MixinUsage
 RUNS = Integer(ENV.fetch('BENCH_RUNS', '5'))
 ITERS = Integer(ENV.fetch('BENCH_ITERS', '1000000'))
 STOPPED = ENV['BENCH_CLIENT'] == 'stopped'
+APP_CPU = ENV['BENCH_APP_CPU']
 
 LOOPS = {
   'Ruby method' => 'def m(x) = x; while i < n; m(i); i += 1; end',
@@ -70,6 +77,11 @@ def measure(body)
   in_r.close
   out_w.close
   out_r.gets
+  # The main thread only (its tid is the pid): threads it starts later inherit its CPU, the
+  # helper (started at require) and the writer (started by the helper) do not.
+  if APP_CPU && !system('taskset', '-p', '-c', APP_CPU, pid.to_s, out: File::NULL)
+    abort "bench/per_call.rb: taskset -p -c #{APP_CPU} #{pid} failed"
+  end
   runs(in_w, out_r) # warm up
   untraced = median(runs(in_w, out_r))
   err_r, err_w = IO.pipe
@@ -103,6 +115,7 @@ puts
 puts "- date: #{Time.now.utc.iso8601}"
 puts "- ruby: #{RUBY_DESCRIPTION}#{ENV['RUBYOPT'].to_s.empty? ? '' : " (RUBYOPT=#{ENV['RUBYOPT']})"}"
 puts '- the client stopped during the traced runs (BENCH_CLIENT=stopped): events dropped' if STOPPED
+puts "- the app's looping thread pinned to CPU #{APP_CPU} (BENCH_APP_CPU)" if APP_CPU
 puts "- events' clock: #{clock_source}#{ENV['RBTRACE_CLOCK'] ? " (RBTRACE_CLOCK=#{ENV['RBTRACE_CLOCK']})" : ''}"
 puts
 puts '| loop | untraced (CPU ns/iteration) | traced (CPU ns/iteration) | added per iteration | added per traced call | bytes an event |'
