@@ -8,8 +8,8 @@
  * passes the signal on to Ruby's own handler for SIGURG, whose trap
  * (installed here) runs RBTrace.handoff_yield on the main thread at its
  * next interrupt check: it passes the GVL on (Thread.pass) while one of
- * our threads wants it. One trap at a time is queued: a main thread inside
- * a long C call would otherwise run it once for every tick it missed.
+ * our threads wants it. A request queues one trap at a time: a main thread
+ * inside a long C call would otherwise run it once for every tick it missed.
  *
  * Why not a postponed job: before 3.3, rb_postponed_job_register_one from
  * another thread can race with a flush and run a stale job
@@ -175,6 +175,7 @@ void rbtrace_handoff_ask_stop(void)
 int rbtrace_handoff_ask_after_fork(void)
 {
     trap_way.timer_pid = 0;   /* the parent's timer is not the child's */
+    trap_way.trap_queued = 0;
     return 1;
 }
 
@@ -192,7 +193,13 @@ int rbtrace_handoff_signal(int sig, siginfo_t *info, void *ctx)
         handoff_arm(0);
         return 1;
     }
-    if (trap_way.trap_queued || !handoff_main_busy()) return 1;
+    if (trap_way.trap_queued) {
+        /* Still sampled: once the trap has run, the next tick's look at the
+         * main thread covers the last millisecond, not the whole wait. */
+        handoff_sample_main();
+        return 1;
+    }
+    if (!handoff_main_busy()) return 1;
     trap_way.trap_queued = 1;
     if (trap_way.ruby_urg.sa_flags & SA_SIGINFO)
         trap_way.ruby_urg.sa_sigaction(sig, info, ctx);

@@ -4,9 +4,10 @@
  *
  * Threads and locks: all Ruby-facing state is touched only with the GVL
  * held. The writer pthread (writer.c) shares only the ring buffer (ring.h,
- * lock-free single producer / single consumer) and a few volatile int
+ * lock-free single producer / single consumer), a few volatile int
  * flags, each written by one side only (writer_stop by Ruby, peer_gone by
- * the writer). A Ruby thread that waits for room in the ring without the
+ * the writer), and the eventfd that wakes it (made before it starts,
+ * closed once it is joined). A Ruby thread that waits for room in the ring without the
  * GVL (emit.c, emit_wait_nogvl) reads only the consumer's tail.
  */
 #ifndef RBTRACE_H

@@ -92,7 +92,7 @@ static int session_busy(void)
 
 static void session_attach(const struct rbtrace_command *cmd)
 {
-    char why[128];
+    char why[256];
     int fd, flags, err;
 
     if (rbtrace.attached && cmd->client_pid == (uint32_t)rbtrace.client_pid) return;
@@ -121,10 +121,13 @@ static void session_attach(const struct rbtrace_command *cmd)
     rbtrace.attached = 1;
     if ((err = rbtrace_writer_start()) != 0) {
         fprintf(stderr, "rbtrace: cannot start the writer thread: %s\n", strerror(err));
+        snprintf(why, sizeof(why), "process %d cannot start its writer thread: %s (short of "
+                 "file descriptors or threads? try again once it has fewer)", (int)getpid(),
+                 strerror(err));
         rbtrace.attached = 0;
         rbtrace.sock = -1;
         rbtrace_emit_close();
-        close(fd);
+        session_refuse(fd, RBTRACE_REFUSED_PEER, 0, why);
         return;
     }
     rbtrace_emit_attached();

@@ -91,10 +91,9 @@ static int writer_sleep(int fd)
     uint64_t nudges;
 
     if (r < 0) return errno == EINTR ? 0 : -1;
-    /* Resets the count; EAGAIN if a nudge was read already. */
-    if ((p[1].revents & POLLIN) && read(writer_wake_fd, &nudges, sizeof(nudges)) < 0 &&
-        errno != EAGAIN && errno != EINTR)
-        return -1;
+    /* Resets the count. Should the read fail, the nudges only stay pending:
+     * the sleeps end at once until the next read succeeds. */
+    if (p[1].revents & POLLIN) (void)!read(writer_wake_fd, &nudges, sizeof(nudges));
     return r > 0 && writer_check_hangup(fd, p[0].revents) ? -1 : 0;
 }
 
@@ -102,12 +101,18 @@ static int writer_sleep(int fd)
  * (or a stop) is seen now rather than at the next batch. */
 void rbtrace_writer_nudge(void)
 {
+    static int reported;
     uint64_t one = 1;
 
     if (!rbtrace.writer_running) return;
-    /* EAGAIN: the count is full, the writer is waking anyway. */
-    if (write(writer_wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN && errno != EINTR)
-        fprintf(stderr, "rbtrace: waking the writer thread: %s\n", strerror(errno));
+    /* EAGAIN: the count is full, the writer is waking anyway. Otherwise
+     * the events wait for the next batch, a millisecond at most: said once. */
+    if (write(writer_wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN && errno != EINTR &&
+        !reported) {
+        reported = 1;
+        fprintf(stderr, "rbtrace: waking the writer thread: %s (events reach the client "
+                "up to 1 ms later)\n", strerror(errno));
+    }
 }
 
 /*
@@ -159,6 +164,7 @@ int rbtrace_writer_start(void)
 
     rbtrace.writer_stop = 0;
     rbtrace.peer_gone = 0;
+    writer_close_wake_fd();   /* none is open: a stop or a fork closed it */
     if ((writer_wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) return errno;
     /* The writer must never run a signal handler meant for Ruby threads. */
     sigfillset(&all);

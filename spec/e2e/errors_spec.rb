@@ -28,6 +28,31 @@ RSpec.describe 'errors' do
     expect(r).not_to be_success
   end
 
+  # The writer thread needs an eventfd (ext/rbtrace/writer.c): a target
+  # with one descriptor left connects back to the client, then has none.
+  it 'a target that cannot start its writer refuses with the reason, and attaches once it can' do
+    short = start_target(<<~'RUBY').ready
+      Process.setrlimit(:NOFILE, 64)
+      held = []
+      begin
+        loop { held << File.open(File::NULL) }
+      rescue Errno::EMFILE
+        held.pop.close
+      end
+      Signal.trap('USR1') { held.each(&:close); held.clear; puts 'freed' }
+      puts "ready"
+      loop { sleep 0.02 }
+    RUBY
+    r = rbtrace('-p', short.pid, '-e', '1 + 1')
+    expect(r.stderr).to include("process #{short.pid} cannot start its writer thread: Too many open files")
+    expect(r.stderr).to include('try again')
+    expect(r.stdout).not_to include('=> 2')
+    expect(r).not_to be_success
+    Process.kill(:USR1, short.pid)
+    short.wait_for('freed')
+    expect(rbtrace('-p', short.pid, '-e', '1 + 1').stdout).to eq(">> 1 + 1\n=> 2\n")
+  end
+
   it 'another tracer is attached: the second is refused with the first one\'s pid, its code never runs' do
     first = start_client('-p', app.pid, '-m', 'Process.pid')
     first.attached

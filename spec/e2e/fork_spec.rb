@@ -27,7 +27,9 @@ RSpec.describe 'fork' do
 
   it 'a child forked while its parent is traced starts detached, without the writer\'s eventfd' do
     app = start_target(<<~'RUBY').ready
-      def eventfds = Dir.children('/proc/self/fd').count { |fd| File.readlink("/proc/self/fd/#{fd}").include?('eventfd') rescue false }
+      def eventfds
+        Dir.children('/proc/self/fd').count { |fd| File.readlink("/proc/self/fd/#{fd}").include?('eventfd') rescue false }
+      end
       puts "ready"
       puts "eventfds untraced=#{eventfds}"
       $stdin.read(0)
