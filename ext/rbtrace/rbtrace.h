@@ -114,6 +114,7 @@ struct rbtrace_state {
 
     /* tracing (tracer.c) */
     int hook_installed;
+    int hook_raw;                    /* ... the RAW_ARG kind (trace expressions) */
     int firehose;
     int slow;                        /* --slow: the hook feeds slow.c */
     int in_expr;                     /* evaluating trace expressions */

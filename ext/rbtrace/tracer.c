@@ -23,7 +23,7 @@
 
 /* RAW_ARG hooks take (data, trace_arg); the API types them as the old
  * five-argument hook, so the cast goes through a generic function type. */
-#define TRACER_HOOK ((rb_event_hook_func_t)(void (*)(void))tracer_hook_i)
+#define TRACER_RAW_HOOK ((rb_event_hook_func_t)(void (*)(void))tracer_raw_hook_i)
 
 #define TRACER_EVENTS (RUBY_EVENT_CALL | RUBY_EVENT_RETURN | RUBY_EVENT_C_CALL | RUBY_EVENT_C_RETURN)
 
@@ -82,38 +82,66 @@ static __attribute__((noinline)) void tracer_call_with_exprs(rb_trace_arg_t *tar
 }
 
 static inline __attribute__((always_inline)) void
-tracer_event(rb_trace_arg_t *targ, const struct rbtrace_tracer *t, VALUE klass, VALUE mid);
+tracer_event(rb_trace_arg_t *targ, rb_event_flag_t ev, const struct rbtrace_tracer *t,
+             VALUE klass, VALUE mid);
 
-/* The event hook (RAW_ARG): runs inside every call of the process. */
-static void tracer_hook_i(VALUE data, rb_trace_arg_t *targ)
+/*
+ * The event hook: runs inside every call of the process. A plain hook,
+ * not RAW_ARG: the VM hands it the event, and for a C method (and a
+ * method made by define_method) its id and owner, which a RAW_ARG hook
+ * must ask for through three calls into the VM (rb_tracearg_event_flag,
+ * _method_id, _defined_class: ~35 instructions an event). For a Ruby
+ * method's call and return it passes no id; the method is then the
+ * current frame's, as rb_tracearg_method_id would find it.
+ */
+static void tracer_hook_i(rb_event_flag_t ev, VALUE data, VALUE self, ID id, VALUE klass)
 {
     const struct rbtrace_tracer *t = NULL;
+    VALUE mid;
+
+    if (!rbtrace.attached) return;
+    if (id == 0 && !rb_frame_method_id_and_class(&id, &klass)) id = 0;
+    mid = id ? ID2SYM(id) : Qnil;
+    /* As rb_tracearg_defined_class gives it: a module's method is its
+     * module's, not the class that includes it. */
+    if (!klass || !id) klass = Qnil;
+    else if (RB_TYPE_P(klass, T_ICLASS)) klass = RBASIC(klass)->klass;
+    if (rbtrace.slow) rbtrace_slow_event(ev, klass, mid);
+    if (!rbtrace.firehose && (t = tracer_match(klass, mid, 0)) == NULL) return;
+    /* No selector of this hook has expressions (tracer_install). */
+    tracer_event(NULL, ev, NULL, klass, mid);
+}
+
+/* The same hook with the trace arg (RAW_ARG), for selectors with trace
+ * expressions, which need the call's receiver and binding. */
+static void tracer_raw_hook_i(VALUE data, rb_trace_arg_t *targ)
+{
+    const struct rbtrace_tracer *t = NULL;
+    rb_event_flag_t ev;
     VALUE mid, klass;
 
     if (!rbtrace.attached) return;
+    ev = rb_tracearg_event_flag(targ);
     mid = rb_tracearg_method_id(targ);
     klass = rb_tracearg_defined_class(targ);
-    if (rbtrace.slow) rbtrace_slow_event(rb_tracearg_event_flag(targ), klass, mid);
+    if (rbtrace.slow) rbtrace_slow_event(ev, klass, mid);
     if (!rbtrace.firehose && (t = tracer_match(klass, mid, 0)) == NULL) return;
-    tracer_event(targ, t, klass, mid);
+    tracer_event(targ, ev, t, klass, mid);
 }
 
-/* A call or return of a traced method: encoded, with its expressions.
- * Inline, always (GCC would split it off): under --firehose it runs for
- * every call and return. */
+/* A call or return of a traced method: encoded, with its expressions
+ * (those need targ). Inline, always (GCC would split it off): under
+ * --firehose it runs for every call and return. */
 static inline __attribute__((always_inline)) void
-tracer_event(rb_trace_arg_t *targ, const struct rbtrace_tracer *t, VALUE klass, VALUE mid)
+tracer_event(rb_trace_arg_t *targ, rb_event_flag_t ev, const struct rbtrace_tracer *t,
+             VALUE klass, VALUE mid)
 {
-    rb_event_flag_t ev;
-
     if (rbtrace.in_expr) {
         /* Another thread is evaluating trace expressions (and gave up the
          * GVL): this event cannot be encoded now; count it. */
         rbtrace.lost++;
         return;
     }
-
-    ev = rb_tracearg_event_flag(targ);
     if (t && t->exprs != Qnil && (ev & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)))
         tracer_call_with_exprs(targ, klass, mid, t->exprs, rbtrace_clock_ns());
     else
@@ -133,7 +161,8 @@ static void tracer_targeted_i(VALUE tpval, void *data)
     if (!rbtrace.attached || rbtrace.firehose) return;
     mid = rb_tracearg_method_id(targ);
     klass = rb_tracearg_defined_class(targ);
-    if ((t = tracer_match(klass, mid, 1)) != NULL) tracer_event(targ, t, klass, mid);
+    if ((t = tracer_match(klass, mid, 1)) != NULL)
+        tracer_event(targ, rb_tracearg_event_flag(targ), t, klass, mid);
 }
 
 struct tracer_target_arg {
@@ -160,15 +189,44 @@ static VALUE tracer_targeted(VALUE method)
     return state ? 0 : a.tp;
 }
 
+/* Whether a selector the global hook watches has trace expressions,
+ * evaluated only where --firehose is off (tracer_hook_i). */
+static int tracer_hook_needs_targ(void)
+{
+    uint32_t i;
+
+    if (rbtrace.firehose) return 0;
+    for (i = 0; i < rbtrace.n_tracers; i++)
+        if (!rbtrace.tracers[i].tp && rbtrace.tracers[i].exprs != Qnil) return 1;
+    return 0;
+}
+
+static void tracer_remove_hook(void)
+{
+    if (!rbtrace.hook_installed) return;
+    rb_remove_event_hook(rbtrace.hook_raw ? TRACER_RAW_HOOK : tracer_hook_i);
+    rbtrace.hook_installed = 0;
+}
+
+/* Installs the global hook, or swaps it for the kind the selectors now
+ * need: the plain one, or the RAW_ARG one for trace expressions. */
 static void tracer_install(void)
 {
-    if (rbtrace.hook_installed) return;
-    rb_add_event_hook2(TRACER_HOOK, TRACER_EVENTS, Qnil,
-                       RUBY_EVENT_HOOK_FLAG_SAFE | RUBY_EVENT_HOOK_FLAG_RAW_ARG);
+    int raw = tracer_hook_needs_targ(), first = !rbtrace.hook_installed;
+
+    if (rbtrace.hook_installed && rbtrace.hook_raw == raw) return;
+    tracer_remove_hook();
+    if (raw)
+        rb_add_event_hook2(TRACER_RAW_HOOK, TRACER_EVENTS, Qnil,
+                           RUBY_EVENT_HOOK_FLAG_SAFE | RUBY_EVENT_HOOK_FLAG_RAW_ARG);
+    else
+        rb_add_event_hook2(tracer_hook_i, TRACER_EVENTS, Qnil, RUBY_EVENT_HOOK_FLAG_SAFE);
     rbtrace.hook_installed = 1;
-    rbtrace_emit_message(RBTRACE_EV_NOTICE,
-                         "tracing with global VM hooks: this process may stay somewhat "
-                         "slower after detach, until it restarts");
+    rbtrace.hook_raw = raw;
+    if (first)
+        rbtrace_emit_message(RBTRACE_EV_NOTICE,
+                             "tracing with global VM hooks: this process may stay somewhat "
+                             "slower after detach, until it restarts");
 }
 
 static VALUE tracer_parse_i(VALUE selector)
@@ -367,8 +425,7 @@ void rbtrace_tracer_clear(void)
     for (i = 0; i < rbtrace.n_tracers; i++)
         if (rbtrace.tracers[i].tp) rb_tracepoint_disable(rbtrace.tracers[i].tp);
     rbtrace_wrapper_clear();
-    if (rbtrace.hook_installed) rb_remove_event_hook(TRACER_HOOK);
-    rbtrace.hook_installed = 0;
+    tracer_remove_hook();
     rbtrace.firehose = 0;
     rbtrace.slow = 0;
     rbtrace.n_tracers = 0;
