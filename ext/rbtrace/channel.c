@@ -230,6 +230,7 @@ static VALUE channel_service_body(VALUE unused)
 static VALUE channel_service_done(VALUE unused)
 {
     rbtrace.servicing = 0;
+    rbtrace.servicing_thread = 0;
     rbtrace.in_job = 0;
     return Qnil;
 }
@@ -240,6 +241,10 @@ static void channel_service(void)
 {
     if (rbtrace.servicing) return;
     rbtrace.servicing = 1;
+    /* The calls rbtrace's own Ruby code makes meanwhile (parsing a command's
+     * selectors while an earlier command's hook is on) are not the app's:
+     * the hooks and wrappers pass over this thread's (RBTRACE_OWN_CALL). */
+    rbtrace.servicing_thread = rbtrace_thread_id();
     rb_ensure(channel_service_body, Qnil, channel_service_done, Qnil);
 }
 

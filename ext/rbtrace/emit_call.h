@@ -15,6 +15,10 @@
 
 #include "rbtrace.h"
 
+/* Whether the current call is rbtrace's own: made by the thread carrying
+ * out a command (channel.c). One load and one compare. */
+#define RBTRACE_OWN_CALL() (rbtrace_thread_id() == rbtrace.servicing_thread)
+
 /* The pairs asked for lately, direct-mapped by a cheap hash: the few
  * methods a loop calls skip the table (and a function call). Copies of
  * the table's slots; all zero when empty. */

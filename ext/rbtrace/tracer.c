@@ -99,7 +99,7 @@ static void tracer_hook_i(rb_event_flag_t ev, VALUE data, VALUE self, ID id, VAL
     const struct rbtrace_tracer *t = NULL;
     VALUE mid;
 
-    if (!rbtrace.attached) return;
+    if (!rbtrace.attached || RBTRACE_OWN_CALL()) return;
     if (id == 0 && !rb_frame_method_id_and_class(&id, &klass)) id = 0;
     mid = id ? ID2SYM(id) : Qnil;
     /* As rb_tracearg_defined_class gives it: a module's method is its
@@ -120,7 +120,7 @@ static void tracer_raw_hook_i(VALUE data, rb_trace_arg_t *targ)
     rb_event_flag_t ev;
     VALUE mid, klass;
 
-    if (!rbtrace.attached) return;
+    if (!rbtrace.attached || RBTRACE_OWN_CALL()) return;
     ev = rb_tracearg_event_flag(targ);
     mid = rb_tracearg_method_id(targ);
     klass = rb_tracearg_defined_class(targ);
@@ -158,7 +158,7 @@ static void tracer_targeted_i(VALUE tpval, void *data)
 
     (void)data;
     /* Under -f the global hook shows every call already. */
-    if (!rbtrace.attached || rbtrace.firehose) return;
+    if (!rbtrace.attached || rbtrace.firehose || RBTRACE_OWN_CALL()) return;
     mid = rb_tracearg_method_id(targ);
     klass = rb_tracearg_defined_class(targ);
     if ((t = tracer_match(klass, mid, 1)) != NULL)

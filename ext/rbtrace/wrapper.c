@@ -71,7 +71,7 @@ static VALUE wrapper_call_m(int argc, VALUE *argv, VALUE self)
     ID mid;
     VALUE module;
 
-    if (rbtrace.attached && rb_frame_method_id_and_class(&mid, &module))
+    if (rbtrace.attached && !RBTRACE_OWN_CALL() && rb_frame_method_id_and_class(&mid, &module))
         c.w = wrapper_find(module, ID2SYM(mid));
     if (c.w == NULL) return rb_call_super_kw(argc, argv, c.kw_splat);
     rbtrace_emit_call(RUBY_EVENT_C_CALL, c.w->owner, c.w->mid, rbtrace_clock_ns());

@@ -108,4 +108,18 @@ RSpec.describe 'slow calls (--slow, --slowcpu)' do
     app.wait_for(->(_) { app.lines.count('tick') >= seen + 2 })
     expect(app).to be_alive
   end
+
+  # --slow's hook is on before -m's selectors are parsed (the client sends
+  # --slow first), in Ruby, by rbtrace's thread: those calls are not the app's.
+  it 'shows none of rbtrace\'s own calls made while it parses the selectors that follow' do
+    app = start_target(<<~'RUBY').ready
+      puts "ready"
+      loop { "abc".upcase; sleep 0.01 }
+    RUBY
+    out = trace(app, '--slow', '0', '-m', 'String#upcase(self)',
+                until_output: /upcase\(self="abc"\)(.*\n)+(.*\n)*.*upcase\(self="abc"\)/).stdout
+    expect(out).to include('String#upcase(self="abc")')
+    calls = out.lines.map { |l| l[/([A-Z]\w*(?:::\w+)*[#.][^\s(<]+)/, 1] }.compact.uniq
+    expect(calls - ['String#upcase', 'Kernel#sleep']).to eq([]), out
+  end
 end
