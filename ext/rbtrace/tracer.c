@@ -85,6 +85,21 @@ static inline __attribute__((always_inline)) void
 tracer_event(rb_trace_arg_t *targ, rb_event_flag_t ev, const struct rbtrace_tracer *t,
              VALUE klass, VALUE mid);
 
+/* What both global hooks do with an event once they know its method:
+ * --slow's bookkeeping, then the selectors (or --firehose). targ is NULL
+ * for the plain hook, which records a call without its selector's
+ * expressions: a selector with some is only watched by it between being
+ * added and tracer_install swapping the hooks. */
+static inline __attribute__((always_inline)) void
+tracer_hooked(rb_trace_arg_t *targ, rb_event_flag_t ev, VALUE klass, VALUE mid)
+{
+    const struct rbtrace_tracer *t = NULL;
+
+    if (rbtrace.slow) rbtrace_slow_event(ev, klass, mid);
+    if (!rbtrace.firehose && (t = tracer_match(klass, mid, 0)) == NULL) return;
+    tracer_event(targ, ev, targ ? t : NULL, klass, mid);
+}
+
 /*
  * The event hook: runs inside every call of the process. A plain hook,
  * not RAW_ARG: the VM hands it the event, and for a C method (and a
@@ -96,7 +111,6 @@ tracer_event(rb_trace_arg_t *targ, rb_event_flag_t ev, const struct rbtrace_trac
  */
 static void tracer_hook_i(rb_event_flag_t ev, VALUE data, VALUE self, ID id, VALUE klass)
 {
-    const struct rbtrace_tracer *t = NULL;
     VALUE mid;
 
     if (!rbtrace.attached || RBTRACE_OWN_CALL()) return;
@@ -106,27 +120,16 @@ static void tracer_hook_i(rb_event_flag_t ev, VALUE data, VALUE self, ID id, VAL
      * module's, not the class that includes it. */
     if (!klass || !id) klass = Qnil;
     else if (RB_TYPE_P(klass, T_ICLASS)) klass = RBASIC(klass)->klass;
-    if (rbtrace.slow) rbtrace_slow_event(ev, klass, mid);
-    if (!rbtrace.firehose && (t = tracer_match(klass, mid, 0)) == NULL) return;
-    /* No selector of this hook has expressions (tracer_install). */
-    tracer_event(NULL, ev, NULL, klass, mid);
+    tracer_hooked(NULL, ev, klass, mid);
 }
 
 /* The same hook with the trace arg (RAW_ARG), for selectors with trace
  * expressions, which need the call's receiver and binding. */
 static void tracer_raw_hook_i(VALUE data, rb_trace_arg_t *targ)
 {
-    const struct rbtrace_tracer *t = NULL;
-    rb_event_flag_t ev;
-    VALUE mid, klass;
-
     if (!rbtrace.attached || RBTRACE_OWN_CALL()) return;
-    ev = rb_tracearg_event_flag(targ);
-    mid = rb_tracearg_method_id(targ);
-    klass = rb_tracearg_defined_class(targ);
-    if (rbtrace.slow) rbtrace_slow_event(ev, klass, mid);
-    if (!rbtrace.firehose && (t = tracer_match(klass, mid, 0)) == NULL) return;
-    tracer_event(targ, ev, t, klass, mid);
+    tracer_hooked(targ, rb_tracearg_event_flag(targ), rb_tracearg_defined_class(targ),
+                  rb_tracearg_method_id(targ));
 }
 
 /* A call or return of a traced method: encoded, with its expressions
