@@ -17,13 +17,20 @@
 # Instructions of every thread of the app are counted: the hook's, and the
 # writer thread's that sends the events (not the client's).
 #
+# No event may be lost, or the count mixes encoded events with dropped ones
+# (which cost less): under valgrind the app's threads take turns on one
+# CPU, and the writer drains the ring far slower than the loop fills it.
+# So the loops are short enough for the ring (1 MiB) to hold every event
+# of the longer run (2N = 20,000 iterations: 120,000 events of ~4.5 bytes
+# under -f), and the client's count of lost events is printed with them.
+#
 # Then where a traced call's instructions go: the same difference taken per
 # function (callgrind_annotate's self counts), summed by shared object
 # (rbtrace.so, libruby, libc, ...) and the functions that add the most.
 # Debian's libruby has no symbols (its static functions show as addresses);
 # a Ruby built from source (bench/matrix 3.3) names them.
 #
-#   bundle exec rake compile && ruby bench/per_call_callgrind.rb   # BENCH_ITERS (default 100_000)
+#   bundle exec rake compile && ruby bench/per_call_callgrind.rb   # BENCH_ITERS (default 10_000)
 require 'open3'
 require 'rbconfig'
 require 'tempfile'
@@ -31,7 +38,7 @@ require 'time'
 
 require_relative 'support'
 include BenchSupport # rubocop:disable Style/MixinUsage
-ITERS = Integer(ENV.fetch('BENCH_ITERS', '100000'))
+ITERS = Integer(ENV.fetch('BENCH_ITERS', '10000'))
 
 Loop = Struct.new(:label, :body, :tracer_args, :traced_calls)
 LOOPS = [
@@ -83,7 +90,7 @@ def by_function(path)
 end
 
 # Instructions of the app running iters iterations of loop, traced or not:
-# [the total, by function].
+# [the total, by function, events lost (nil untraced)].
 def count(loop, iters, traced)
   out = Tempfile.new('callgrind.out')
   app_in_r, app_in = IO.pipe
@@ -94,15 +101,17 @@ def count(loop, iters, traced)
               in: app_in_r, out: app_out_w, err: log.path)
   [app_in_r, app_out_w].each(&:close)
   app_out.gets # ready
-  client = traced && start_client(app, loop.tracer_args)
+  client, client_err = start_client(app, loop.tracer_args) if traced
   app_in.puts 'go'
   app_out.gets # done
-  stop_client(client) if client
+  lost = stop_client(client, client_err) if client
+  client = nil
   app_in.close
   Process.wait(app)
   app = nil
-  [Integer(File.read(log.path)[/Collected : (\d+)/, 1]), by_function(out.path)]
+  [Integer(File.read(log.path)[/Collected : (\d+)/, 1]), by_function(out.path), lost]
 ensure
+  client_err&.close
   [client, app].compact.each do |pid|
     Process.kill(:KILL, pid) rescue nil # rubocop:disable Style/RescueModifier
     Process.wait(pid) rescue nil # rubocop:disable Style/RescueModifier
@@ -111,26 +120,31 @@ ensure
   log&.close!
 end
 
+# [pid, its stderr]
 def start_client(pid, args)
   err_r, err_w = IO.pipe
-  client = spawn(CLIENT, '-p', pid.to_s, *args, '--timeout', '60', out: File::NULL, err: err_w)
+  client = spawn(CLIENT, '-p', pid.to_s, *args, '--stats', '--timeout', '60', out: File::NULL, err: err_w)
   err_w.close
   nil until err_r.gets.to_s.start_with?('*** attached')
-  err_r.close
   sleep 2 # the tracers are set up after "attached" (slowly, under valgrind)
-  client
+  [client, err_r]
 end
 
-def stop_client(pid)
+# Events the client counted lost (its --stats line).
+def stop_client(pid, err)
   Process.kill(:INT, pid)
   Process.wait(pid)
+  stats = err.read
+  Integer(stats[/(\d+) lost/, 1] || abort("bench/per_call_callgrind.rb: no --stats line from the client: #{stats}"))
 end
 
 # [instructions per iteration, by function per iteration]
+# [instructions per iteration, by function per iteration, events lost in the two runs]
 def per_iteration(loop, traced)
-  long_total, long = count(loop, 2 * ITERS, traced)
-  short_total, short = count(loop, ITERS, traced)
-  [(long_total - short_total).fdiv(ITERS), (long.keys | short.keys).to_h { |f| [f, (long[f] - short[f]).fdiv(ITERS)] }]
+  long_total, long, long_lost = count(loop, 2 * ITERS, traced)
+  short_total, short, short_lost = count(loop, ITERS, traced)
+  [(long_total - short_total).fdiv(ITERS), (long.keys | short.keys).to_h { |f| [f, (long[f] - short[f]).fdiv(ITERS)] },
+   traced ? short_lost + long_lost : 0]
 end
 
 # What the traced loop adds per traced call, by function.
@@ -159,12 +173,18 @@ puts "- date: #{Time.now.utc.iso8601}"
 puts "- ruby: #{RUBY_DESCRIPTION}"
 puts "- #{ITERS} and #{2 * ITERS} iterations of each loop, every thread of the app counted"
 puts
-puts '| loop | untraced per iteration | traced per iteration | added per traced call (a CALL and a RETURN event) |'
-puts '| --- | ---: | ---: | ---: |'
+puts '| loop | untraced per iteration | traced per iteration | added per traced call (a CALL and a RETURN event) | events lost |'
+puts '| --- | ---: | ---: | ---: | ---: |'
+lossy = false
 added = LOOPS.to_h do |loop|
   untraced, untraced_fs = per_iteration(loop, false)
-  traced, traced_fs = per_iteration(loop, true)
-  puts format('| %s | %.1f | %.1f | %.1f |', loop.label, untraced, traced, (traced - untraced) / loop.traced_calls)
+  traced, traced_fs, lost = per_iteration(loop, true)
+  lossy ||= lost.positive?
+  puts format('| %s | %.1f | %.1f | %.1f | %d |', loop.label, untraced, traced, (traced - untraced) / loop.traced_calls, lost)
   [loop, added_by_function(untraced_fs, traced_fs, loop.traced_calls)]
+end
+if lossy
+  puts
+  puts '**Events were lost: these counts mix encoded events with dropped ones (cheaper). Lower BENCH_ITERS.**'
 end
 added.each { |loop, fs| breakdown(loop, fs) }

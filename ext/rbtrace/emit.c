@@ -127,9 +127,9 @@ static VALUE emit_attached_object(VALUE singleton)
 }
 
 /* "Class#method", "Class.method" for singleton methods, or "method". */
-static size_t emit_format_name(char *out, VALUE klass, VALUE msym)
+static size_t emit_format_name(char *out, VALUE klass, ID mid)
 {
-    VALUE mname = RB_SYMBOL_P(msym) ? rb_sym2str(msym) : Qnil;
+    VALUE mname = mid ? rb_id2str(mid) : Qnil;
     size_t at = 0;
 
     if (klass && klass != Qnil && (RB_TYPE_P(klass, T_CLASS) || RB_TYPE_P(klass, T_MODULE))) {
@@ -148,7 +148,7 @@ static size_t emit_format_name(char *out, VALUE klass, VALUE msym)
     return emit_append(out, at, "(unknown)", 9);
 }
 
-static size_t emit_slot_of(VALUE klass, VALUE mid, size_t slots)
+static size_t emit_slot_of(VALUE klass, ID mid, size_t slots)
 {
     uint64_t h = ((uint64_t)klass >> 3) * 0x9E3779B97F4A7C15ull ^ (uint64_t)mid * 0xC2B2AE3D27D4EB4Full;
     return (size_t)(h >> 32) & (slots - 1);
@@ -219,7 +219,7 @@ struct rbtrace_method_slot rbtrace_recent_methods[RBTRACE_RECENT_METHODS];
 /* rbtrace_emit_method_id (emit_call.h) when the pair is not a recent
  * one: the table, or a new name. Out of line, so that the hot path keeps
  * no name buffer (and no stack protector) of its own. */
-__attribute__((noinline)) uint32_t rbtrace_emit_method_id_lookup(VALUE klass, VALUE mid)
+__attribute__((noinline)) uint32_t rbtrace_emit_method_id_lookup(VALUE klass, ID mid)
 {
     struct rbtrace_method_slot *slot;
     size_t i;
@@ -262,20 +262,26 @@ __attribute__((noinline)) uint32_t rbtrace_emit_method_id_lookup(VALUE klass, VA
 
 /* ---- events ---- */
 
-/* A CALL or RETURN that cannot be encoded in place (emit_call.h). */
+/* A CALL or RETURN that cannot be encoded in place (emit_call.h). A full
+ * ring (a client that stopped reading) costs no encoding. */
 __attribute__((noinline)) void rbtrace_emit_call_pushed(enum rbtrace_event_type type,
                                                         uint64_t time, uint32_t id)
 {
+    const size_t room = RBTRACE_CALL_EVENT_MAX + RBTRACE_LOST_EVENT_MAX;
     char bytes[RBTRACE_CALL_EVENT_MAX];
     uint64_t thread = rbtrace_thread_id();
 
+    if (rbtrace_ring_space(&rbtrace.ring, room) < room) {
+        rbtrace.lost++;
+        return;
+    }
     if (emit_push(bytes, rbtrace_event_encode_call_chained(bytes, &rbtrace.chain, type, thread,
                                                            time, id)) == 0)
         rbtrace_call_chain_note(&rbtrace.chain, thread, time);
 }
 
 /* A CALL with the values of its trace expressions (Arrays of Strings). */
-void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, VALUE values)
+void rbtrace_emit_call_args(VALUE klass, ID mid, uint64_t now, VALUE exprs, VALUE values)
 {
     uint64_t thread = rbtrace_thread_id(), time = now - rbtrace.clock_origin_ns;
     uint32_t id;
@@ -304,7 +310,7 @@ void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, V
 }
 
 /* A call slower than the --slow threshold (slow.c). */
-void rbtrace_emit_slow(VALUE klass, VALUE mid, uint64_t start_ns, uint64_t duration_ns,
+void rbtrace_emit_slow(VALUE klass, ID mid, uint64_t start_ns, uint64_t duration_ns,
                        uint32_t depth)
 {
     uint32_t id;

@@ -27,20 +27,21 @@ extern struct rbtrace_method_slot rbtrace_recent_methods[RBTRACE_RECENT_METHODS]
 
 /* emit.c: the id of (klass, mid) from the table, naming it first if it is
  * new; 0 if the name could not be sent. */
-uint32_t rbtrace_emit_method_id_lookup(VALUE klass, VALUE mid);
+uint32_t rbtrace_emit_method_id_lookup(VALUE klass, ID mid);
 /* emit.c: a CALL or RETURN through emit_push, which knows when to drop it. */
 void rbtrace_emit_call_pushed(enum rbtrace_event_type type, uint64_t time, uint32_t id);
 
-static inline struct rbtrace_method_slot *rbtrace_recent_method(VALUE klass, VALUE mid)
+/* An ID's low bits are its scope, the same for most method names. */
+static inline struct rbtrace_method_slot *rbtrace_recent_method(VALUE klass, ID mid)
 {
-    return &rbtrace_recent_methods[((klass >> 3) ^ (mid >> 8)) & (RBTRACE_RECENT_METHODS - 1)];
+    return &rbtrace_recent_methods[((klass >> 3) ^ (mid >> 4)) & (RBTRACE_RECENT_METHODS - 1)];
 }
 
 /* The id of (klass, mid), naming it first if it is new; 0 if the name
- * could not be sent (the caller's event is then dropped too). An empty
- * slot's mid is 0, which no method name (a Symbol) is. */
+ * could not be sent (the caller's event is then dropped too). klass is
+ * never 0 here (an empty slot's): an unknown owner is Qnil. */
 static inline __attribute__((always_inline)) uint32_t
-rbtrace_emit_method_id(VALUE klass, VALUE mid)
+rbtrace_emit_method_id(VALUE klass, ID mid)
 {
     const struct rbtrace_method_slot *r = rbtrace_recent_method(klass, mid);
 
@@ -48,39 +49,82 @@ rbtrace_emit_method_id(VALUE klass, VALUE mid)
     return rbtrace_emit_method_id_lookup(klass, mid);
 }
 
+static inline enum rbtrace_event_type rbtrace_call_event_type(rb_event_flag_t event)
+{
+    return (event & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)) ? RBTRACE_EV_CALL : RBTRACE_EV_RETURN;
+}
+
+/* Encodes a CALL or RETURN of the current thread at out, which
+ * rbtrace_ring_reserve gave for RBTRACE_CALL_EVENT_MAX bytes, and
+ * publishes it. time: since the session's origin. */
+static inline __attribute__((always_inline)) void
+rbtrace_emit_call_at(char *out, enum rbtrace_event_type type, uint32_t id, uint64_t time)
+{
+    uint64_t thread = rbtrace_thread_id();
+
+    rbtrace_ring_commit(&rbtrace.ring, rbtrace_event_encode_call_chained(
+        out, &rbtrace.chain, type, thread, time, id));
+    rbtrace_call_chain_note(&rbtrace.chain, thread, time);
+}
+
+/* A CALL (event RUBY_EVENT_CALL or _C_CALL) or RETURN of the method with
+ * id at now (rbtrace_clock_ns), of the current thread, for a caller that
+ * found attached set and big_event, sealed and calls_ended clear. Encoded
+ * in place, straight into the ring; pushed when it cannot be (a loss
+ * report due, the ring full or at its end). */
+static inline __attribute__((always_inline)) void
+rbtrace_emit_call_of(rb_event_flag_t event, uint32_t id, uint64_t now)
+{
+    char *out;
+
+    now -= rbtrace.clock_origin_ns;
+    if (!rbtrace.lost && (out = rbtrace_ring_reserve(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) != NULL)
+        rbtrace_emit_call_at(out, rbtrace_call_event_type(event), id, now);
+    else
+        rbtrace_emit_call_pushed(rbtrace_call_event_type(event), now, id);
+}
+
 /* A CALL (event RUBY_EVENT_CALL or _C_CALL) or RETURN of (klass, mid) at
  * now (rbtrace_clock_ns), of the current thread. */
 static inline __attribute__((always_inline)) void
-rbtrace_emit_call(rb_event_flag_t event, VALUE klass, VALUE mid, uint64_t now)
+rbtrace_emit_call(rb_event_flag_t event, VALUE klass, ID mid, uint64_t now)
 {
-    enum rbtrace_event_type type =
-        (event & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)) ? RBTRACE_EV_CALL : RBTRACE_EV_RETURN;
     const size_t room = RBTRACE_CALL_EVENT_MAX + RBTRACE_LOST_EVENT_MAX;
-    char *out;
     uint32_t id;
 
     if (rbtrace.calls_ended) return;
-    /* A full ring (a client that stopped reading) costs no encoding. An
+    /* A full ring (a client that stopped reading) costs no naming. An
      * unallocated ring has no space. */
-    if (!rbtrace.attached || rbtrace_ring_space(&rbtrace.ring, room) < room ||
+    if (!rbtrace.attached || rbtrace.big_event || rbtrace.sealed ||
+        rbtrace_ring_space(&rbtrace.ring, room) < room ||
         (id = rbtrace_emit_method_id(klass, mid)) == 0) {
         rbtrace.lost++;
         return;
     }
-    /* Most events are encoded in place, straight into the ring; the rest
-     * (a loss report due, a big event or DETACHED under way, the ring's
-     * end) are pushed. */
-    now -= rbtrace.clock_origin_ns;
-    if (!rbtrace.lost && !rbtrace.big_event && !rbtrace.sealed &&
-        (out = rbtrace_ring_head_room(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) != NULL) {
-        uint64_t thread = rbtrace_thread_id();
+    rbtrace_emit_call_of(event, id, now);
+}
 
-        rbtrace_ring_commit(&rbtrace.ring, rbtrace_event_encode_call_chained(
-            out, &rbtrace.chain, type, thread, now, id));
-        rbtrace_call_chain_note(&rbtrace.chain, thread, now);
-        return;
-    }
-    rbtrace_emit_call_pushed(type, now, id);
+/*
+ * --firehose's way, for a hook that found rbtrace_firehose_only: a CALL or
+ * RETURN of a method met lately, encoded in place now. 0 (nothing done)
+ * where anything more is needed (a method not met lately, a loss report
+ * due, the ring's limit passed, the clock's anchor due): the caller's
+ * general way then does it. No call: the hook needs no stack frame for
+ * this. mid is not 0 (which an empty slot would match).
+ */
+static inline __attribute__((always_inline)) int
+rbtrace_emit_recent_call(rb_event_flag_t event, VALUE klass, ID mid)
+{
+    const struct rbtrace_method_slot *r = rbtrace_recent_method(klass, mid);
+    uint64_t now;
+    char *out;
+
+    if (r->mid != mid || r->klass != klass || rbtrace.lost ||
+        (out = rbtrace_ring_reserve_quick(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) == NULL ||
+        !rbtrace_clock_ns_quick(&now))
+        return 0;
+    rbtrace_emit_call_at(out, rbtrace_call_event_type(event), r->id, now - rbtrace.clock_origin_ns);
+    return 1;
 }
 
 #endif

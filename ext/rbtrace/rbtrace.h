@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include "clock_tsc.h"
 #include "codec.h"
@@ -50,7 +51,7 @@ struct rbtrace_deferred {
 /* One method selector the user asked for (-m). */
 struct rbtrace_tracer {
     VALUE klass;        /* owner to match, or 0 for any */
-    VALUE mid;          /* method name Symbol to match, or 0 for any */
+    ID mid;             /* method name to match, or 0 for any */
     VALUE exprs;        /* Array of expression Strings, or Qnil */
     VALUE selector;     /* the selector's text, as the client sent it */
     VALUE tp;           /* a TracePoint on this Ruby method alone, or 0 (the
@@ -59,15 +60,17 @@ struct rbtrace_tracer {
 
 /* Whether a call of (klass, mid) is one a selector's pair names; 0 in the
  * pair means any class or any method. On the hot path: no call. */
-static inline int rbtrace_selects(VALUE want_klass, VALUE want_mid, VALUE klass, VALUE mid)
+static inline int rbtrace_selects(VALUE want_klass, ID want_mid, VALUE klass, ID mid)
 {
     return (want_mid == 0 || want_mid == mid) && (want_klass == 0 || want_klass == klass);
 }
 
-/* A slot of the method id table; klass == 0 means empty. */
+/* A slot of the method id table; klass == 0 means empty. Methods are
+ * named by ID, as the VM hands them to the hook: a Symbol would cost a
+ * lookup an event for the IDs that have no static Symbol (operators). */
 struct rbtrace_method_slot {
     VALUE klass;
-    VALUE mid;          /* method name Symbol */
+    ID mid;
     uint32_t id;
 };
 
@@ -87,8 +90,25 @@ struct rbtrace_state {
     size_t command_len, command_cap;
     int command_receiving;           /* between a FIRST chunk and the last */
 
+    /*
+     * What every traced event looks at, a byte each, 0 or 1, sharing one
+     * word: the global hook tells "--firehose and nothing else" with one
+     * compare (rbtrace_firehose_only).
+     */
+    union {
+        struct {
+            uint8_t attached;        /* session.c: a client is attached */
+            uint8_t firehose;        /* tracer.c: --firehose */
+            uint8_t slow;            /* tracer.c: --slow: the hook feeds slow.c */
+            uint8_t in_expr;         /* tracer.c: evaluating trace expressions */
+            uint8_t big_event;       /* emit.c: a large event is being pushed */
+            uint8_t sealed;          /* emit.c: DETACHED is in the ring: nothing may follow */
+            uint8_t calls_ended;     /* emit.c: detaching: calls and returns are not recorded */
+        };
+        uint64_t event_flags;
+    };
+
     /* session (session.c) */
-    int attached;
     pid_t client_pid;
     int sock;                        /* the client's socket, or -1 */
     uint64_t clock_origin_ns;
@@ -103,9 +123,6 @@ struct rbtrace_state {
 
     /* events (emit.c) */
     uint64_t lost;                   /* events dropped, not yet reported */
-    int big_event;                   /* a large event is being pushed */
-    int sealed;                      /* DETACHED is in the ring: nothing may follow */
-    int calls_ended;                 /* detaching: calls and returns are not recorded */
     struct rbtrace_method_slot *methods;
     uint32_t method_slots;           /* the table's size, a power of two */
     uint32_t methods_used;
@@ -116,14 +133,22 @@ struct rbtrace_state {
     /* tracing (tracer.c) */
     int hook_installed;
     int hook_raw;                    /* ... the RAW_ARG kind (trace expressions) */
-    int firehose;
-    int slow;                        /* --slow: the hook feeds slow.c */
-    int in_expr;                     /* evaluating trace expressions */
     struct rbtrace_tracer tracers[RBTRACE_SELECTORS_MAX];
     uint32_t n_tracers;
 };
 
 extern struct rbtrace_state rbtrace;
+
+/* Whether a client is attached with --firehose on and nothing else of
+ * event_flags set: the event_flags word then (a constant, folded). */
+static inline int rbtrace_firehose_only(void)
+{
+    union { uint8_t bytes[sizeof(uint64_t)]; uint64_t word; } want = { { 0 } };
+
+    want.bytes[offsetof(struct rbtrace_state, attached) - offsetof(struct rbtrace_state, event_flags)] = 1;
+    want.bytes[offsetof(struct rbtrace_state, firehose) - offsetof(struct rbtrace_state, event_flags)] = 1;
+    return rbtrace.event_flags == want.word;
+}
 extern VALUE rbtrace_mRBTrace;
 
 /* rbtrace.c */
@@ -160,6 +185,22 @@ static inline uint64_t rbtrace_clock_ns(void)
     if (rbtrace_clock_fresh(&rbtrace_clock, tsc)) return rbtrace_clock_ns_at(&rbtrace_clock, tsc);
 #endif
     return rbtrace_clock_renew();
+}
+
+/* rbtrace_clock_ns without a call: 0 (nothing in *now) where it needs one
+ * (the anchor is due, or there is no TSC). */
+static inline int rbtrace_clock_ns_quick(uint64_t *now)
+{
+#ifdef RBTRACE_HAVE_TSC
+    uint64_t tsc = __rdtsc();
+
+    if (rbtrace_clock_fresh(&rbtrace_clock, tsc)) {
+        *now = rbtrace_clock_ns_at(&rbtrace_clock, tsc);
+        return 1;
+    }
+#endif
+    (void)now;
+    return 0;
 }
 VALUE rbtrace_protect(VALUE (*func)(VALUE), VALUE arg, int *state, VALUE *error);
 int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg);
@@ -200,11 +241,11 @@ void rbtrace_writer_after_fork(void);
 int rbtrace_emit_open(void);
 void rbtrace_emit_close(void);
 /* rbtrace_emit_call: emit_call.h, inline */
-void rbtrace_emit_call_args(VALUE klass, VALUE mid, uint64_t now, VALUE exprs, VALUE values);
+void rbtrace_emit_call_args(VALUE klass, ID mid, uint64_t now, VALUE exprs, VALUE values);
 void rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void rbtrace_emit_eval_result(uint32_t eval_id, enum rbtrace_eval_status status, VALUE text);
-void rbtrace_emit_slow(VALUE klass, VALUE mid, uint64_t start_ns, uint64_t duration_ns,
+void rbtrace_emit_slow(VALUE klass, ID mid, uint64_t start_ns, uint64_t duration_ns,
                        uint32_t depth);
 void rbtrace_emit_gc(uint64_t thread, uint64_t start_ns, uint64_t mark_ns, uint64_t sweep_ns,
                      const char *major_by, const char *gc_by);
@@ -229,7 +270,7 @@ void Init_rbtrace_tracer(VALUE mod);
 /* slow.c: --slow, --slowcpu (fed by tracer.c's hook) */
 int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors);
 int rbtrace_slow_active(void);
-void rbtrace_slow_event(rb_event_flag_t ev, VALUE klass, VALUE mid);
+void rbtrace_slow_event(rb_event_flag_t ev, VALUE klass, ID mid);
 void rbtrace_slow_stop(void);
 void rbtrace_slow_mark(void);
 void Init_rbtrace_slow(VALUE mod);

@@ -23,7 +23,7 @@ int rbtrace_ring_init(struct rbtrace_ring *ring, size_t size)
         return -1;
     }
     ring->size = size;
-    ring->head = ring->tail = ring->tail_seen = 0;
+    ring->head = ring->tail = ring->tail_seen = ring->reserve_limit = 0;
     return 0;
 }
 
@@ -33,7 +33,20 @@ void rbtrace_ring_free(struct rbtrace_ring *ring)
     if (ring->buf) (void)munmap(ring->buf, ring->size);
     ring->buf = NULL;
     ring->size = 0;
-    ring->head = ring->tail = ring->tail_seen = 0;
+    ring->head = ring->tail = ring->tail_seen = ring->reserve_limit = 0;
+}
+
+char *rbtrace_ring_reserve_again(struct rbtrace_ring *ring, size_t len)
+{
+    uint64_t lap_end, limit;
+
+    if (ring->buf == NULL) return NULL;
+    ring->tail_seen = __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
+    lap_end = (ring->head & ~(uint64_t)(ring->size - 1)) + ring->size;
+    limit = ring->tail_seen + ring->size;
+    ring->reserve_limit = limit < lap_end ? limit : lap_end;
+    if (ring->head + len > ring->reserve_limit) return NULL;
+    return ring->buf + (size_t)(ring->head & (ring->size - 1));
 }
 
 int rbtrace_ring_push(struct rbtrace_ring *ring, const void *data, size_t len)

@@ -25,6 +25,9 @@ struct rbtrace_ring {
     uint64_t head __attribute__((aligned(RBTRACE_CACHE_LINE)));
                         /* bytes ever pushed (producer-owned) */
     uint64_t tail_seen; /* the producer's last look at tail */
+    uint64_t reserve_limit;
+                        /* head may grow up to here without a wrap or an
+                           overrun (rbtrace_ring_reserve; 0: look again) */
     uint64_t tail __attribute__((aligned(RBTRACE_CACHE_LINE)));
                         /* bytes ever consumed (consumer-owned) */
     char pad[RBTRACE_CACHE_LINE - sizeof(uint64_t)];
@@ -44,15 +47,29 @@ static inline size_t rbtrace_ring_space(struct rbtrace_ring *ring, size_t want)
     return ring->size - (size_t)(ring->head - ring->tail_seen);
 }
 
-/* Producer, the hot path's way, once rbtrace_ring_space found room for
- * len bytes: where they fit contiguously at the head, to encode an event
- * in place; NULL at the ring's end (the event would wrap: push it then).
- * rbtrace_ring_commit publishes them. */
-static inline char *rbtrace_ring_head_room(struct rbtrace_ring *ring, size_t len)
-{
-    size_t at = (size_t)(ring->head & (ring->size - 1));
+/* rbtrace_ring_reserve when the last limit is passed (ring.c). */
+char *rbtrace_ring_reserve_again(struct rbtrace_ring *ring, size_t len);
 
-    return ring->size - at >= len ? ring->buf + at : NULL;
+/* rbtrace_ring_reserve without a call: NULL also where the bytes may fit
+ * but the limit must be worked out again first. */
+static inline char *rbtrace_ring_reserve_quick(struct rbtrace_ring *ring, size_t len)
+{
+    if (ring->head + len > ring->reserve_limit) return NULL;
+    return ring->buf + (size_t)(ring->head & (ring->size - 1));
+}
+
+/* Producer, the hot path's way: where len bytes fit contiguously at the
+ * head, to encode an event in place; NULL if they do not (the ring is
+ * full, or they would wrap: push the event then). One compare, against a
+ * limit worked out when it is passed: the lesser of the ring's end and
+ * the tail last seen a lap on. Pushes only move head towards it, and the
+ * consumer only moves the tail away, so the limit stays safe until
+ * passed. rbtrace_ring_commit publishes the bytes. */
+static inline char *rbtrace_ring_reserve(struct rbtrace_ring *ring, size_t len)
+{
+    char *at = rbtrace_ring_reserve_quick(ring, len);
+
+    return at ? at : rbtrace_ring_reserve_again(ring, len);
 }
 
 /* Publishes len bytes written at rbtrace_ring_head_room's pointer. */

@@ -29,7 +29,7 @@
 
 struct slow_frame {
     VALUE klass;
-    VALUE mid;
+    ID mid;
     uint64_t start_ns;     /* CLOCK_MONOTONIC */
     uint64_t start_cpu;    /* thread CPU time, with --slowcpu */
 };
@@ -45,7 +45,7 @@ struct slow_stack {
 /* One selector of --slow-methods: owner and method name, 0 for any. */
 struct slow_filter {
     VALUE klass;
-    VALUE mid;
+    ID mid;
 };
 
 static struct {
@@ -69,7 +69,7 @@ static uint64_t slow_cpu_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int slow_watched(VALUE klass, VALUE mid)
+static int slow_watched(VALUE klass, ID mid)
 {
     uint32_t i;
 
@@ -104,7 +104,7 @@ static struct slow_stack *slow_stack_of(VALUE thread, int create)
     return slow.last;
 }
 
-static void slow_push(struct slow_stack *s, VALUE klass, VALUE mid)
+static void slow_push(struct slow_stack *s, VALUE klass, ID mid)
 {
     struct slow_frame *f;
 
@@ -129,7 +129,7 @@ static void slow_push(struct slow_stack *s, VALUE klass, VALUE mid)
     f->start_cpu = slow.cpu ? slow_cpu_ns() : 0;
 }
 
-static void slow_pop(struct slow_stack *s, VALUE klass, VALUE mid)
+static void slow_pop(struct slow_stack *s, VALUE klass, ID mid)
 {
     uint64_t now, start;
     uint32_t i;
@@ -159,7 +159,7 @@ static void slow_pop(struct slow_stack *s, VALUE klass, VALUE mid)
 
 /* Out of line (the build uses LTO): inlined, its stack frame and stack
  * protector would be set up in every call of the firehose's hook too. */
-__attribute__((noinline)) void rbtrace_slow_event(rb_event_flag_t ev, VALUE klass, VALUE mid)
+__attribute__((noinline)) void rbtrace_slow_event(rb_event_flag_t ev, VALUE klass, ID mid)
 {
     struct slow_stack *s;
     int call = (ev & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)) != 0;
@@ -202,7 +202,7 @@ int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors)
                                  (int)RSTRING_LEN(sel), RSTRING_PTR(sel));
         f = &slow.filters[slow.n_filters++];
         f->klass = NIL_P(RARRAY_AREF(parsed, 0)) ? 0 : RARRAY_AREF(parsed, 0);
-        f->mid = NIL_P(RARRAY_AREF(parsed, 1)) ? 0 : RARRAY_AREF(parsed, 1);
+        f->mid = NIL_P(RARRAY_AREF(parsed, 1)) ? 0 : SYM2ID(RARRAY_AREF(parsed, 1));
     }
     if (n > 0 && slow.n_filters == 0) {
         rbtrace_emit_message(RBTRACE_EV_ERROR, "no --slow-methods selector could be used: "
@@ -232,17 +232,15 @@ void rbtrace_slow_stop(void)
     slow.active = 0;
 }
 
-/* The filters compare classes by address: keep them alive and pinned.
- * Stack frames hold only classes and method names the filters or the
- * running calls keep alive; they are compared, never dereferenced. */
+/* The filters compare classes by address: keep them alive and pinned
+ * (a method name's ID needs nothing: SYM2ID made its Symbol permanent).
+ * Stack frames hold only classes the filters or the running calls keep
+ * alive; they are compared, never dereferenced. */
 void rbtrace_slow_mark(void)
 {
     uint32_t i;
 
-    for (i = 0; i < slow.n_filters; i++) {
-        rb_gc_mark(slow.filters[i].klass);
-        rb_gc_mark(slow.filters[i].mid);
-    }
+    for (i = 0; i < slow.n_filters; i++) rb_gc_mark(slow.filters[i].klass);
 }
 
 void Init_rbtrace_slow(VALUE mod)

@@ -31,7 +31,7 @@ static ID id_parse_selector, id_trace_exprs, id_enable_targeted, id_Selector, id
 
 /* The tracer of (klass, mid): among those the global hook watches, or
  * (targeted) those with a TracePoint of their own. */
-static const struct rbtrace_tracer *tracer_match(VALUE klass, VALUE mid, int targeted)
+static const struct rbtrace_tracer *tracer_match(VALUE klass, ID mid, int targeted)
 {
     uint32_t i;
 
@@ -60,7 +60,7 @@ static VALUE tracer_exprs_i(VALUE p)
 
 /* A call with trace expressions: evaluate them (slow path; allocates).
  * Out of line, for the same reason as rbtrace_slow_event. */
-static __attribute__((noinline)) void tracer_call_with_exprs(rb_trace_arg_t *targ, VALUE klass, VALUE mid,
+static __attribute__((noinline)) void tracer_call_with_exprs(rb_trace_arg_t *targ, VALUE klass, ID mid,
                                    VALUE exprs, uint64_t now)
 {
     struct tracer_expr_arg arg = { targ, exprs };
@@ -83,7 +83,7 @@ static __attribute__((noinline)) void tracer_call_with_exprs(rb_trace_arg_t *tar
 
 static inline __attribute__((always_inline)) void
 tracer_event(rb_trace_arg_t *targ, rb_event_flag_t ev, const struct rbtrace_tracer *t,
-             VALUE klass, VALUE mid);
+             VALUE klass, ID mid);
 
 /* What both global hooks do with an event once they know its method:
  * --slow's bookkeeping, then the selectors (or --firehose). targ is NULL
@@ -91,13 +91,24 @@ tracer_event(rb_trace_arg_t *targ, rb_event_flag_t ev, const struct rbtrace_trac
  * expressions: a selector with some is only watched by it between being
  * added and tracer_install swapping the hooks. */
 static inline __attribute__((always_inline)) void
-tracer_hooked(rb_trace_arg_t *targ, rb_event_flag_t ev, VALUE klass, VALUE mid)
+tracer_hooked(rb_trace_arg_t *targ, rb_event_flag_t ev, VALUE klass, ID mid)
 {
     const struct rbtrace_tracer *t = NULL;
 
     if (rbtrace.slow) rbtrace_slow_event(ev, klass, mid);
     if (!rbtrace.firehose && (t = tracer_match(klass, mid, 0)) == NULL) return;
     tracer_event(targ, ev, targ ? t : NULL, klass, mid);
+}
+
+/* The plain hook's events past --firehose's way: the method's owner as
+ * rb_tracearg_defined_class gives it (a module's method is its module's,
+ * not the class that includes it; Qnil if unknown), then tracer_hooked.
+ * Out of line, so that the firehose's way keeps a small frame. */
+static __attribute__((noinline)) void tracer_hook_named(rb_event_flag_t ev, VALUE klass, ID mid)
+{
+    if (!klass || !mid) klass = Qnil;
+    else if (RB_TYPE_P(klass, T_ICLASS)) klass = RBASIC(klass)->klass;
+    tracer_hooked(NULL, ev, klass, mid);
 }
 
 /*
@@ -108,28 +119,49 @@ tracer_hooked(rb_trace_arg_t *targ, rb_event_flag_t ev, VALUE klass, VALUE mid)
  * _method_id, _defined_class: ~35 instructions an event). For a Ruby
  * method's call and return it passes no id; the method is then the
  * current frame's, as rb_tracearg_method_id would find it.
+ *
+ * Under --firehose alone, a method met lately (the recent pairs, keyed
+ * by the owner as the VM gives it) is encoded at once: one compare of
+ * the event flags, the pair's lookup, the ring's one compare.
  */
+static inline __attribute__((always_inline)) void
+tracer_hook_known(rb_event_flag_t ev, VALUE klass, ID mid)
+{
+    if (rbtrace_firehose_only() && rbtrace_emit_recent_call(ev, klass, mid)) return;
+    tracer_hook_named(ev, klass, mid);
+}
+
+/* A Ruby method's call or return: the method is the current frame's. Out
+ * of line, so that a C method's event needs no stack frame for it. */
+static __attribute__((noinline)) void tracer_hook_frame(rb_event_flag_t ev)
+{
+    ID mid;
+    VALUE klass;
+
+    if (!rb_frame_method_id_and_class(&mid, &klass)) {
+        tracer_hook_named(ev, Qnil, 0);
+        return;
+    }
+    tracer_hook_known(ev, klass, mid);
+}
+
 static void tracer_hook_i(rb_event_flag_t ev, VALUE data, VALUE self, ID id, VALUE klass)
 {
-    VALUE mid;
-
     if (!rbtrace.attached || RBTRACE_OWN_CALL()) return;
-    if (id == 0 && !rb_frame_method_id_and_class(&id, &klass)) id = 0;
-    mid = id ? ID2SYM(id) : Qnil;
-    /* As rb_tracearg_defined_class gives it: a module's method is its
-     * module's, not the class that includes it. */
-    if (!klass || !id) klass = Qnil;
-    else if (RB_TYPE_P(klass, T_ICLASS)) klass = RBASIC(klass)->klass;
-    tracer_hooked(NULL, ev, klass, mid);
+    if (id == 0) tracer_hook_frame(ev);
+    else tracer_hook_known(ev, klass, id);
 }
 
 /* The same hook with the trace arg (RAW_ARG), for selectors with trace
  * expressions, which need the call's receiver and binding. */
 static void tracer_raw_hook_i(VALUE data, rb_trace_arg_t *targ)
 {
+    VALUE mid;
+
     if (!rbtrace.attached || RBTRACE_OWN_CALL()) return;
+    mid = rb_tracearg_method_id(targ);
     tracer_hooked(targ, rb_tracearg_event_flag(targ), rb_tracearg_defined_class(targ),
-                  rb_tracearg_method_id(targ));
+                  NIL_P(mid) ? 0 : SYM2ID(mid));
 }
 
 /* A call or return of a traced method: encoded, with its expressions
@@ -137,7 +169,7 @@ static void tracer_raw_hook_i(VALUE data, rb_trace_arg_t *targ)
  * --firehose it runs for every call and return. */
 static inline __attribute__((always_inline)) void
 tracer_event(rb_trace_arg_t *targ, rb_event_flag_t ev, const struct rbtrace_tracer *t,
-             VALUE klass, VALUE mid)
+             VALUE klass, ID mid)
 {
     if (rbtrace.in_expr) {
         /* Another thread is evaluating trace expressions (and gave up the
@@ -157,12 +189,14 @@ static void tracer_targeted_i(VALUE tpval, void *data)
 {
     rb_trace_arg_t *targ = rb_tracearg_from_tracepoint(tpval);
     const struct rbtrace_tracer *t;
-    VALUE mid, klass;
+    VALUE sym, klass;
+    ID mid;
 
     (void)data;
     /* Under -f the global hook shows every call already. */
     if (!rbtrace.attached || rbtrace.firehose || RBTRACE_OWN_CALL()) return;
-    mid = rb_tracearg_method_id(targ);
+    sym = rb_tracearg_method_id(targ);
+    mid = NIL_P(sym) ? 0 : SYM2ID(sym);
     klass = rb_tracearg_defined_class(targ);
     if ((t = tracer_match(klass, mid, 1)) != NULL)
         tracer_event(targ, rb_tracearg_event_flag(targ), t, klass, mid);
@@ -348,7 +382,7 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
     }
     t = &rbtrace.tracers[rbtrace.n_tracers++];
     t->klass = NIL_P(RARRAY_AREF(parsed, 0)) ? 0 : RARRAY_AREF(parsed, 0);
-    t->mid = NIL_P(RARRAY_AREF(parsed, 1)) ? 0 : RARRAY_AREF(parsed, 1);
+    t->mid = NIL_P(RARRAY_AREF(parsed, 1)) ? 0 : SYM2ID(RARRAY_AREF(parsed, 1));
     t->exprs = RARRAY_AREF(parsed, 2);
     t->selector = sel;
     /* A Ruby method (with expressions, or one a wrapper may not stand in
@@ -439,14 +473,14 @@ void rbtrace_tracer_clear(void)
 }
 
 /* The hook compares these VALUEs by address: keep them alive and pinned
- * (rb_gc_mark, not rb_gc_mark_movable), or compaction would move them. */
+ * (rb_gc_mark, not rb_gc_mark_movable), or compaction would move them.
+ * A method name's ID needs nothing: SYM2ID made its Symbol permanent. */
 void rbtrace_tracer_mark(void)
 {
     uint32_t i;
 
     for (i = 0; i < rbtrace.n_tracers; i++) {
         rb_gc_mark(rbtrace.tracers[i].klass);
-        rb_gc_mark(rbtrace.tracers[i].mid);
         rb_gc_mark(rbtrace.tracers[i].exprs);
         rb_gc_mark(rbtrace.tracers[i].selector);
         rb_gc_mark(rbtrace.tracers[i].tp);

@@ -23,7 +23,7 @@
 
 struct wrapper_entry {
     VALUE module;       /* the prepended module holding the wrapper */
-    VALUE mid;          /* method name Symbol */
+    ID mid;             /* method name */
     VALUE owner;        /* the wrapped method's owner, for event names */
 };
 
@@ -33,7 +33,7 @@ static uint32_t n_wrappers;
 /* owner => its prepended module (identity Hash; lives forever) */
 static VALUE wrapper_modules;
 
-static const struct wrapper_entry *wrapper_find(VALUE module, VALUE mid)
+static const struct wrapper_entry *wrapper_find(VALUE module, ID mid)
 {
     uint32_t i;
 
@@ -72,7 +72,7 @@ static VALUE wrapper_call_m(int argc, VALUE *argv, VALUE self)
     VALUE module;
 
     if (rbtrace.attached && !RBTRACE_OWN_CALL() && rb_frame_method_id_and_class(&mid, &module))
-        c.w = wrapper_find(module, ID2SYM(mid));
+        c.w = wrapper_find(module, mid);
     if (c.w == NULL) return rb_call_super_kw(argc, argv, c.kw_splat);
     rbtrace_emit_call(RUBY_EVENT_C_CALL, c.w->owner, c.w->mid, rbtrace_clock_ns());
     return rb_ensure(wrapper_super_i, (VALUE)&c, wrapper_return_i, (VALUE)&c);
@@ -106,7 +106,7 @@ void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility)
         return;
     }
     module = wrapper_module_for(owner);
-    if (wrapper_find(module, mid)) return;
+    if (wrapper_find(module, SYM2ID(mid))) return;
     name = rb_id2name(SYM2ID(mid));
     if (visibility == ID2SYM(rb_intern("private")))
         rb_define_private_method(module, name, wrapper_call_m, -1);
@@ -116,7 +116,7 @@ void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility)
         rb_define_method(module, name, wrapper_call_m, -1);
     w = &wrappers[n_wrappers++];
     w->module = module;
-    w->mid = mid;
+    w->mid = SYM2ID(mid);
     w->owner = owner;
 }
 
@@ -125,12 +125,13 @@ void rbtrace_wrapper_clear(void)
 {
     while (n_wrappers > 0) {
         struct wrapper_entry *w = &wrappers[--n_wrappers];
-        rb_remove_method_id(w->module, SYM2ID(w->mid));
+        rb_remove_method_id(w->module, w->mid);
     }
 }
 
-/* wrapper_find compares addresses: keep the modules, owners and names of
- * active wrappers pinned (rb_gc_mark, not rb_gc_mark_movable). */
+/* wrapper_find compares addresses: keep the modules and owners of active
+ * wrappers pinned (rb_gc_mark, not rb_gc_mark_movable). A method name's
+ * ID needs nothing: SYM2ID made its Symbol permanent. */
 void rbtrace_wrapper_mark(void)
 {
     uint32_t i;
@@ -138,7 +139,6 @@ void rbtrace_wrapper_mark(void)
     for (i = 0; i < n_wrappers; i++) {
         rb_gc_mark(wrappers[i].module);
         rb_gc_mark(wrappers[i].owner);
-        rb_gc_mark(wrappers[i].mid);
     }
 }
 

@@ -49,27 +49,41 @@ static void test_all_or_nothing_and_wrap(void)
 }
 
 /* The hot path's in-place writes: contiguous room at the head, or NULL
- * where an event would wrap; committed bytes come out like pushed ones. */
-static void test_head_room(void)
+ * where an event would wrap or the ring is full; committed bytes come out
+ * like pushed ones, and room comes back as the consumer reads. */
+static void test_reserve(void)
 {
     struct rbtrace_ring r;
     const char *data;
     char *at;
 
     CHECK(rbtrace_ring_init(&r, 16) == 0);
-    CHECK(rbtrace_ring_space(&r, 4) >= 4);
-    at = rbtrace_ring_head_room(&r, 4);
+    at = rbtrace_ring_reserve(&r, 4);
     CHECK(at == r.buf);
     memcpy(at, "wxyz", 4);
     CHECK(rbtrace_ring_used(&r) == 0);   /* not published before the commit */
     rbtrace_ring_commit(&r, 3);
     CHECK(rbtrace_ring_used(&r) == 3);
     CHECK(rbtrace_ring_push(&r, "0123456789", 10) == 0);   /* head at 13 */
-    CHECK(rbtrace_ring_head_room(&r, 3) == r.buf + 13);
-    CHECK(rbtrace_ring_head_room(&r, 4) == NULL);          /* would wrap */
+    CHECK(rbtrace_ring_reserve(&r, 3) == r.buf + 13);
+    CHECK(rbtrace_ring_reserve(&r, 4) == NULL);            /* would wrap */
     CHECK(rbtrace_ring_peek(&r, &data) == 13 && memcmp(data, "wxy0123456789", 13) == 0);
+    CHECK(rbtrace_ring_push(&r, "abc", 3) == 0);           /* full: head 16, tail 0 */
+    CHECK(rbtrace_ring_reserve(&r, 1) == NULL);
+    rbtrace_ring_consume(&r, 5);                           /* tail 5 */
+    CHECK(rbtrace_ring_reserve(&r, 5) == r.buf);           /* the next lap */
+    CHECK(rbtrace_ring_reserve(&r, 6) == NULL);            /* past the tail */
+    memcpy(rbtrace_ring_reserve(&r, 2), "AB", 2);
+    rbtrace_ring_commit(&r, 2);                            /* head 18 */
+    CHECK(rbtrace_ring_reserve(&r, 3) == r.buf + 2);
+    CHECK(rbtrace_ring_reserve(&r, 4) == NULL);
+    rbtrace_ring_consume(&r, 11);                          /* everything up to the lap */
+    CHECK(rbtrace_ring_peek(&r, &data) == 2 && memcmp(data, "AB", 2) == 0);
+    CHECK(rbtrace_ring_reserve(&r, 14) == r.buf + 2);      /* to the ring's end */
+    CHECK(rbtrace_ring_reserve(&r, 15) == NULL);
     rbtrace_ring_free(&r);
     CHECK(rbtrace_ring_space(&r, 1) == 0);   /* freed: no room to ask for */
+    CHECK(rbtrace_ring_reserve(&r, 1) == NULL);
 }
 
 #define STREAM_BYTES (8u << 20)
@@ -116,7 +130,7 @@ int main(void)
 {
     test_init();
     test_all_or_nothing_and_wrap();
-    test_head_room();
+    test_reserve();
     test_two_threads();
     return check_report();
 }
