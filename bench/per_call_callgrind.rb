@@ -10,9 +10,12 @@
 #   per iteration = (count(2N) - count(N)) / N
 #   per traced call = (traced - untraced per iteration) / traced calls per iteration
 #
-# Two loops: Ruby method calls (`m(i)`) under `rbtrace -f`, which reports 3
-# calls an iteration (m, Integer#< and Integer#+); and `h.key?(i)` under
-# `rbtrace -m 'Hash#key?'` (a wrapped C method: 1 traced call an iteration).
+# Three loops: Ruby method calls (`m(i)`) under `rbtrace -f`, which reports 3
+# calls an iteration (m, Integer#< and Integer#+); operators (Array#[],
+# Integer#+ - * / %) under `-f`, 8 calls an iteration: their IDs are their
+# characters, which the hook's recent methods must tell apart; and
+# `h.key?(i)` under `rbtrace -m 'Hash#key?'` (a wrapped C method: 1 traced
+# call an iteration).
 #
 # Instructions of every thread of the app are counted: the hook's, and the
 # writer thread's that sends the events (not the client's).
@@ -40,10 +43,15 @@ require_relative 'support'
 include BenchSupport # rubocop:disable Style/MixinUsage
 ITERS = Integer(ENV.fetch('BENCH_ITERS', '10000'))
 
-Loop = Struct.new(:label, :body, :tracer_args, :traced_calls)
+# iters: the shorter run's iterations (the longer runs twice as many).
+Loop = Struct.new(:label, :body, :tracer_args, :traced_calls, :iters)
 LOOPS = [
-  Loop.new('`m(i); i += 1` under `-f`', 'm(i)', ['-f'], 3),
-  Loop.new("`h.key?(i); i += 1` under `-m 'Hash#key?'`", 'h.key?(i)', ['-m', 'Hash#key?'], 1)
+  Loop.new('`m(i); i += 1` under `-f`', 'm(i)', ['-f'], 3, ITERS),
+  # Operators (8 traced calls an iteration: half as many iterations keep
+  # the longer run's events in the ring).
+  Loop.new('`(a[0] + 7 - 3) * 2 / 4 % 5; i += 1` under `-f`', '(a[0] + 7 - 3) * 2 / 4 % 5', ['-f'], 8,
+           ITERS / 2),
+  Loop.new("`h.key?(i); i += 1` under `-m 'Hash#key?'`", 'h.key?(i)', ['-m', 'Hash#key?'], 1, ITERS)
 ].freeze
 
 def app(body)
@@ -51,6 +59,7 @@ def app(body)
     $stdout.sync = true
     def m(x) = x
     h = { 1 => 2 }
+    a = [1]
     n = Integer(ARGV[0])
     puts "ready"
     $stdin.gets
@@ -138,12 +147,12 @@ def stop_client(pid, err)
   Integer(stats[/(\d+) lost/, 1] || abort("bench/per_call_callgrind.rb: no --stats line from the client: #{stats}"))
 end
 
-# [instructions per iteration, by function per iteration]
 # [instructions per iteration, by function per iteration, events lost in the two runs]
 def per_iteration(loop, traced)
-  long_total, long, long_lost = count(loop, 2 * ITERS, traced)
-  short_total, short, short_lost = count(loop, ITERS, traced)
-  [(long_total - short_total).fdiv(ITERS), (long.keys | short.keys).to_h { |f| [f, (long[f] - short[f]).fdiv(ITERS)] },
+  long_total, long, long_lost = count(loop, 2 * loop.iters, traced)
+  short_total, short, short_lost = count(loop, loop.iters, traced)
+  [(long_total - short_total).fdiv(loop.iters),
+   (long.keys | short.keys).to_h { |f| [f, (long[f] - short[f]).fdiv(loop.iters)] },
    traced ? short_lost + long_lost : 0]
 end
 
@@ -171,7 +180,7 @@ puts 'Per traced call, in instructions (callgrind; bench/per_call_callgrind.rb)'
 puts
 puts "- date: #{Time.now.utc.iso8601}"
 puts "- ruby: #{RUBY_DESCRIPTION}"
-puts "- #{ITERS} and #{2 * ITERS} iterations of each loop, every thread of the app counted"
+puts "- #{ITERS} and #{2 * ITERS} iterations of each loop (of the operators' loop half as many), every thread of the app counted"
 puts
 puts '| loop | untraced per iteration | traced per iteration | added per traced call (a CALL and a RETURN event) | events lost |'
 puts '| --- | ---: | ---: | ---: | ---: |'

@@ -85,7 +85,8 @@ static int clock_cpu_tsc_invariant(void)
 {
     unsigned int eax, ebx, ecx, edx;
 
-    if (__get_cpuid_max(0x80000000u, NULL) < 0x80000007u) return 0;
+    /* unsigned in GCC's cpuid.h, int in clang's */
+    if ((unsigned int)__get_cpuid_max(0x80000000u, NULL) < 0x80000007u) return 0;
     if (!__get_cpuid(0x80000007u, &eax, &ebx, &ecx, &edx)) return 0;
     return (edx >> 8) & 1;
 }

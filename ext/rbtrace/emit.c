@@ -262,6 +262,14 @@ __attribute__((noinline)) uint32_t rbtrace_emit_method_id_lookup(VALUE klass, ID
 
 /* ---- events ---- */
 
+/* rbtrace_emit_recent_call's, where the clock needs a call: out of line,
+ * so that the hook keeps no stack frame for it. */
+__attribute__((noinline)) void rbtrace_emit_call_at_now(char *out, enum rbtrace_event_type type,
+                                                        uint32_t id)
+{
+    rbtrace_emit_call_at(out, type, id, rbtrace_clock_ns() - rbtrace.clock_origin_ns);
+}
+
 /* A CALL or RETURN that cannot be encoded in place (emit_call.h). A full
  * ring (a client that stopped reading) costs no encoding. */
 __attribute__((noinline)) void rbtrace_emit_call_pushed(enum rbtrace_event_type type,

@@ -30,11 +30,16 @@ extern struct rbtrace_method_slot rbtrace_recent_methods[RBTRACE_RECENT_METHODS]
 uint32_t rbtrace_emit_method_id_lookup(VALUE klass, ID mid);
 /* emit.c: a CALL or RETURN through emit_push, which knows when to drop it. */
 void rbtrace_emit_call_pushed(enum rbtrace_event_type type, uint64_t time, uint32_t id);
+/* emit.c: a CALL or RETURN encoded at out (rbtrace_ring_reserve's), now by
+ * rbtrace_clock_ns. */
+void rbtrace_emit_call_at_now(char *out, enum rbtrace_event_type type, uint32_t id);
 
-/* An ID's low bits are its scope, the same for most method names. */
+/* An ID's low bits are its scope, the same for most method names, and
+ * an operator's ID is its character (`+` 43, `-` 45, `*` 42): both the
+ * low bits and the rest count. */
 static inline struct rbtrace_method_slot *rbtrace_recent_method(VALUE klass, ID mid)
 {
-    return &rbtrace_recent_methods[((klass >> 3) ^ (mid >> 4)) & (RBTRACE_RECENT_METHODS - 1)];
+    return &rbtrace_recent_methods[((klass >> 3) ^ mid ^ (mid >> 4)) & (RBTRACE_RECENT_METHODS - 1)];
 }
 
 /* The id of (klass, mid), naming it first if it is new; 0 if the name
@@ -108,9 +113,10 @@ rbtrace_emit_call(rb_event_flag_t event, VALUE klass, ID mid, uint64_t now)
  * --firehose's way, for a hook that found rbtrace_firehose_only: a CALL or
  * RETURN of a method met lately, encoded in place now. 0 (nothing done)
  * where anything more is needed (a method not met lately, a loss report
- * due, the ring's limit passed, the clock's anchor due): the caller's
- * general way then does it. No call: the hook needs no stack frame for
- * this. mid is not 0 (which an empty slot would match).
+ * due, the ring's limit passed): the caller's general way then does it.
+ * No call but a tail call (a clock without the TSC, or its anchor due):
+ * the hook needs no stack frame for this. klass and mid are not both 0
+ * (an empty slot's pair).
  */
 static inline __attribute__((always_inline)) int
 rbtrace_emit_recent_call(rb_event_flag_t event, VALUE klass, ID mid)
@@ -120,10 +126,12 @@ rbtrace_emit_recent_call(rb_event_flag_t event, VALUE klass, ID mid)
     char *out;
 
     if (r->mid != mid || r->klass != klass || rbtrace.lost ||
-        (out = rbtrace_ring_reserve_quick(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) == NULL ||
-        !rbtrace_clock_ns_quick(&now))
+        (out = rbtrace_ring_reserve_quick(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) == NULL)
         return 0;
-    rbtrace_emit_call_at(out, rbtrace_call_event_type(event), r->id, now - rbtrace.clock_origin_ns);
+    if (rbtrace_clock_ns_quick(&now))
+        rbtrace_emit_call_at(out, rbtrace_call_event_type(event), r->id, now - rbtrace.clock_origin_ns);
+    else
+        rbtrace_emit_call_at_now(out, rbtrace_call_event_type(event), r->id);
     return 1;
 }
 

@@ -93,7 +93,8 @@ struct rbtrace_state {
     /*
      * What every traced event looks at, a byte each, 0 or 1, sharing one
      * word: the global hook tells "--firehose and nothing else" with one
-     * compare (rbtrace_firehose_only).
+     * compare (rbtrace_firehose_only). calls_ended stays the last (the
+     * assertion after the struct).
      */
     union {
         struct {
@@ -105,7 +106,7 @@ struct rbtrace_state {
             uint8_t sealed;          /* emit.c: DETACHED is in the ring: nothing may follow */
             uint8_t calls_ended;     /* emit.c: detaching: calls and returns are not recorded */
         };
-        uint64_t event_flags;
+        uint64_t event_flags;   /* the bytes above, all at once */
     };
 
     /* session (session.c) */
@@ -138,6 +139,10 @@ struct rbtrace_state {
 };
 
 extern struct rbtrace_state rbtrace;
+
+/* A flag added past the word's end would go unseen by rbtrace_firehose_only. */
+_Static_assert(offsetof(struct rbtrace_state, calls_ended) - offsetof(struct rbtrace_state, event_flags)
+               < sizeof(uint64_t), "the event flags fit in event_flags");
 
 /* Whether a client is attached with --firehose on and nothing else of
  * event_flags set: the event_flags word then (a constant, folded). */

@@ -72,7 +72,7 @@ static inline char *rbtrace_ring_reserve(struct rbtrace_ring *ring, size_t len)
     return at ? at : rbtrace_ring_reserve_again(ring, len);
 }
 
-/* Publishes len bytes written at rbtrace_ring_head_room's pointer. */
+/* Publishes len bytes written at rbtrace_ring_reserve's pointer. */
 static inline void rbtrace_ring_commit(struct rbtrace_ring *ring, size_t len)
 {
     __atomic_store_n(&ring->head, ring->head + len, __ATOMIC_RELEASE);

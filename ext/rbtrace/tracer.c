@@ -3,9 +3,10 @@
  *
  * Selectors are parsed and resolved in Ruby (RBTrace.parse_selector in
  * lib/rbtrace/selector.rb): class names by constant lookup, never by evaluating
- * text. Each becomes an (owner, method name) pair of VALUEs, pinned
- * against compaction, that the hook compares by address against every
- * call: an unmatched call costs a few comparisons and no allocation.
+ * text. Each becomes an (owner, method name) pair: the owner a VALUE,
+ * pinned against compaction, the name an ID (as the VM names a call's
+ * method), that the hook compares against every call: an unmatched call
+ * costs a few comparisons and no allocation.
  *
  * A selector naming one method of one class is traced by a wrapper
  * (wrapper.c), which costs nothing elsewhere. Every other selector and
@@ -120,9 +121,11 @@ static __attribute__((noinline)) void tracer_hook_named(rb_event_flag_t ev, VALU
  * method's call and return it passes no id; the method is then the
  * current frame's, as rb_tracearg_method_id would find it.
  *
- * Under --firehose alone, a method met lately (the recent pairs, keyed
- * by the owner as the VM gives it) is encoded at once: one compare of
- * the event flags, the pair's lookup, the ring's one compare.
+ * Under --firehose alone, a method met lately (the recent pairs) is
+ * encoded at once: one compare of the event flags, the pair's lookup,
+ * the ring's one compare. The pairs hold the owner as the general way
+ * names it: a module's method called through a class that includes it
+ * (the VM hands over the ICLASS) always takes the general way.
  */
 static inline __attribute__((always_inline)) void
 tracer_hook_known(rb_event_flag_t ev, VALUE klass, ID mid)
@@ -382,6 +385,8 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
     }
     t = &rbtrace.tracers[rbtrace.n_tracers++];
     t->klass = NIL_P(RARRAY_AREF(parsed, 0)) ? 0 : RARRAY_AREF(parsed, 0);
+    /* SYM2ID makes a dynamic Symbol permanent: a name the user typed
+     * stays in the symbol table (no method of that name may exist yet). */
     t->mid = NIL_P(RARRAY_AREF(parsed, 1)) ? 0 : SYM2ID(RARRAY_AREF(parsed, 1));
     t->exprs = RARRAY_AREF(parsed, 2);
     t->selector = sel;

@@ -1,18 +1,34 @@
 require_relative '../spec_helper'
 
 RSpec.describe 'firehose (-f)' do
-  it 'shows every method call in the process, nested' do
+  # The hook's quick way (a method met lately, the TSC) and the way where the
+  # clock needs a call (no TSC, or its anchor due) must give the same trace.
+  [{}, { 'RBTRACE_CLOCK' => 'clock_gettime' }].each do |env|
+    it "shows every method call in the process, nested#{env.empty? ? '' : ' (clock_gettime)'}" do
+      app = start_target(<<~'RUBY', env: env).ready
+        class Shop
+          def buy(n) = price(n) * 2
+          def price(n) = n.to_s.size
+        end
+        puts "ready"
+        loop { Shop.new.buy(42); sleep 0.05 }
+      RUBY
+      out = trace(app, '-f', until_output: /^Shop#buy <.*^Kernel#sleep <0\.0/m).stdout
+      expect(out).to match(/^Shop#buy\n  Shop#price\n    Integer#to_s <\d+\.\d{6}>\n    String#size <\d+\.\d{6}>\n  Shop#price <\d+\.\d{6}>\n  Integer#\* <\d+\.\d{6}>\nShop#buy <\d+\.\d{6}>\n/)
+      expect(out).to match(/^Kernel#sleep <0\.0/)
+    end
+  end
+
+  # Operators' IDs are their characters (+ 43, - 45, * 42, / 47): they must
+  # each keep their own name among the recent methods.
+  it 'names each operator of a loop right' do
     app = start_target(<<~'RUBY').ready
-      class Shop
-        def buy(n) = price(n) * 2
-        def price(n) = n.to_s.size
-      end
+      def calc(a) = (a[0] + 7 - 3) * 2 / 4 % 5
       puts "ready"
-      loop { Shop.new.buy(42); sleep 0.05 }
+      loop { calc([1]); sleep 0.02 }
     RUBY
-    out = trace(app, '-f', until_output: /^Shop#buy <.*^Kernel#sleep <0\.0/m).stdout
-    expect(out).to match(/^Shop#buy\n  Shop#price\n    Integer#to_s <\d+\.\d{6}>\n    String#size <\d+\.\d{6}>\n  Shop#price <\d+\.\d{6}>\n  Integer#\* <\d+\.\d{6}>\nShop#buy <\d+\.\d{6}>\n/)
-    expect(out).to match(/^Kernel#sleep <0\.0/)
+    out = trace(app, '-f', until_output: /^Object#calc <.*^Object#calc </m).stdout
+    expect(out).to match(/^Object#calc\n  Array#\[\] <[\d.]+>\n  Integer#\+ <[\d.]+>\n  Integer#- <[\d.]+>\n  Integer#\* <[\d.]+>\n  Integer#\/ <[\d.]+>\n  Integer#% <[\d.]+>\nObject#calc </)
   end
 end
 
