@@ -534,6 +534,23 @@ int rbtrace_emit_detached(void)
     return state;
 }
 
+/*
+ * The method table's classes are compared by address: they are kept alive,
+ * and in place (rb_gc_mark pins), while the table names them, until the
+ * session ends or the table starts afresh. Otherwise a class freed (an
+ * anonymous one, a constant removed) or moved (GC.compact) would leave its
+ * address to another class, which would be shown under the first one's
+ * name.
+ */
+void rbtrace_emit_mark(void)
+{
+    uint32_t i;
+
+    if (rbtrace.methods == NULL) return;
+    for (i = 0; i < rbtrace.method_slots; i++)
+        if (rbtrace.methods[i].id) rb_gc_mark(rbtrace.methods[i].klass);
+}
+
 /* Allocates the ring and the method table for a new session. */
 int rbtrace_emit_open(void)
 {

@@ -23,11 +23,13 @@ struct rbtrace_state rbtrace;
 VALUE rbtrace_mRBTrace;
 
 /* The objects the C state refers to (tracers' classes and expressions,
- * wrappers' modules) are marked, and pinned, through this one object. */
+ * wrappers' modules, the classes the session has named) are marked, and
+ * pinned, through this one object. */
 static void rbtrace_roots_mark(void *unused)
 {
     rbtrace_tracer_mark();
     rbtrace_wrapper_mark();
+    rbtrace_emit_mark();
 }
 
 static const rb_data_type_t rbtrace_roots_type = {

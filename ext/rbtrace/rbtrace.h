@@ -245,6 +245,7 @@ void rbtrace_writer_after_fork(void);
 /* emit.c: encoding events into the ring */
 int rbtrace_emit_open(void);
 void rbtrace_emit_close(void);
+void rbtrace_emit_mark(void);
 /* rbtrace_emit_call: emit_call.h, inline */
 void rbtrace_emit_call_args(VALUE klass, ID mid, uint64_t now, VALUE exprs, VALUE values);
 void rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)

@@ -67,3 +67,34 @@ RSpec.describe 'firehose over more methods than the method table holds' do
     expect(out.scan(/Big#m(\d+)\b/).flatten.map(&:to_i)).to eq((0...30_000).to_a)
   end
 end
+
+RSpec.describe 'firehose over classes that come and go' do
+  # The target names a (class, method) pair once, by the class's address.
+  # A class freed while traced must not leave its name to a class that GC
+  # later puts at the same address: each is named by its own (this showed
+  # K1#go for K3, K5, K7... before the session kept its named classes).
+  it 'names each class by its own name, though freed ones leave their addresses' do
+    go = File.join(Dir.mktmpdir('rbtrace-classes'), 'go')
+    app = start_target(<<~RUBY).ready
+      puts "ready"
+      sleep 0.01 until File.exist?(#{go.inspect})
+      60.times do |i|
+        k = Class.new { def go = nil }
+        Object.const_set("K\#{i}", k)
+        k.new.go
+        Object.send(:remove_const, "K\#{i}")
+        k = nil
+        GC.start
+      end
+      puts "done"
+      sleep
+    RUBY
+    client = start_client('-p', app.pid, '-f', '-n')
+    client.attached
+    FileUtils.touch(go)
+    app.wait_for('done', timeout: 60)
+    client.wait_for(/K59#go\b/, timeout: 30)
+    client.stop(:INT)
+    expect(client.stdout.scan(/^\s*(\S+)#go\b/).flatten).to eq(Array.new(60) { |i| "K#{i}" })
+  end
+end
