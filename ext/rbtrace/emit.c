@@ -216,6 +216,12 @@ static int emit_forget_due(void)
 
 struct rbtrace_method_slot rbtrace_recent_methods[RBTRACE_RECENT_METHODS];
 
+/* The classes of the table's pairs, in the order they were named (the
+ * table holds at most EMIT_NAMED_MAX pairs before it starts afresh):
+ * what rbtrace_emit_mark keeps. mmap'd, like the table. */
+#define EMIT_NAMED_MAX (RBTRACE_METHOD_SLOTS_MAX / 4 * 3)
+static VALUE *named_classes;
+
 /* rbtrace_emit_method_id (emit_call.h) when the pair is not a recent
  * one: the table, or a new name. Out of line, so that the hot path keeps
  * no name buffer (and no stack protector) of its own. */
@@ -255,7 +261,7 @@ __attribute__((noinline)) uint32_t rbtrace_emit_method_id_lookup(VALUE klass, ID
     slot->klass = klass;
     slot->mid = mid;
     slot->id = rbtrace.next_method_id++;
-    rbtrace.methods_used++;
+    named_classes[rbtrace.methods_used++] = klass;
     *rbtrace_recent_method(klass, mid) = *slot;
     return slot->id;
 }
@@ -540,15 +546,22 @@ int rbtrace_emit_detached(void)
  * session ends or the table starts afresh. Otherwise a class freed (an
  * anonymous one, a constant removed) or moved (GC.compact) would leave its
  * address to another class, which would be shown under the first one's
- * name.
+ * name. Marked from the list of the pairs' classes: a walk of the table
+ * would cost every GC, minor ones too, a pass over 8,192 slots or more.
  */
 void rbtrace_emit_mark(void)
 {
     uint32_t i;
 
-    if (rbtrace.methods == NULL) return;
-    for (i = 0; i < rbtrace.method_slots; i++)
-        if (rbtrace.methods[i].id) rb_gc_mark(rbtrace.methods[i].klass);
+    if (named_classes == NULL) return;
+    for (i = 0; i < rbtrace.methods_used; i++) rb_gc_mark(named_classes[i]);
+}
+
+static void emit_named_classes_free(void)
+{
+    /* munmap fails only for a bad range, which ours never is. */
+    if (named_classes) (void)munmap(named_classes, EMIT_NAMED_MAX * sizeof(VALUE));
+    named_classes = NULL;
 }
 
 /* Allocates the ring and the method table for a new session. */
@@ -557,12 +570,16 @@ int rbtrace_emit_open(void)
     rbtrace.methods = emit_table_alloc(RBTRACE_METHOD_SLOTS);
     if (rbtrace.methods == NULL) return -1;
     rbtrace.method_slots = RBTRACE_METHOD_SLOTS;
-    if (rbtrace_ring_init(&rbtrace.ring, RBTRACE_RING_SIZE) != 0) {
+    rbtrace.methods_used = 0;
+    named_classes = mmap(NULL, EMIT_NAMED_MAX * sizeof(VALUE), PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (named_classes == MAP_FAILED) named_classes = NULL;
+    if (named_classes == NULL || rbtrace_ring_init(&rbtrace.ring, RBTRACE_RING_SIZE) != 0) {
+        emit_named_classes_free();
         emit_table_free(rbtrace.methods, rbtrace.method_slots);
         rbtrace.methods = NULL;
         return -1;
     }
-    rbtrace.methods_used = 0;
     memset(&rbtrace.chain, 0, sizeof(rbtrace.chain));
     rbtrace.next_method_id = 1;
     rbtrace.forget_from = 0;
@@ -583,4 +600,6 @@ void rbtrace_emit_close(void)
     rbtrace_ring_free(&rbtrace.ring);
     emit_table_free(rbtrace.methods, rbtrace.method_slots);
     rbtrace.methods = NULL;
+    rbtrace.methods_used = 0;
+    emit_named_classes_free();
 }
