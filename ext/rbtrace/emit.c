@@ -193,7 +193,8 @@ static int emit_table_grow(void)
     return 0;
 }
 
-/* Full and as large as it may be: forget every pair. Ids keep growing, so
+/* Full, and as large as it may be (or no memory left to grow it): forget
+ * every pair. Ids keep growing, so
  * an old one never means a new method; the client is told to drop the
  * names of the old ones (emit_forget_due) before the next is named. */
 static void emit_table_clear(void)
@@ -216,11 +217,37 @@ static int emit_forget_due(void)
 
 struct rbtrace_method_slot rbtrace_recent_methods[RBTRACE_RECENT_METHODS];
 
+/* The pairs a table of slots holds before it grows or starts afresh. */
+#define EMIT_TABLE_FILL(slots) ((slots) / 4 * 3)
+
 /* The classes of the table's pairs, in the order they were named (the
  * table holds at most EMIT_NAMED_MAX pairs before it starts afresh):
  * what rbtrace_emit_mark keeps. mmap'd, like the table. */
-#define EMIT_NAMED_MAX (RBTRACE_METHOD_SLOTS_MAX / 4 * 3)
+#define EMIT_NAMED_MAX EMIT_TABLE_FILL(RBTRACE_METHOD_SLOTS_MAX)
 static VALUE *named_classes;
+
+/*
+ * The table's key for klass, and in *kept the class rbtrace_emit_mark
+ * keeps for it. A singleton class of an object that is not a class or
+ * module (def obj.x, define_singleton_method, OpenStruct's accessors)
+ * lives only as long as its object, and keeping it would keep the object,
+ * with all it holds: such a pair's key is the object's class with bit 0
+ * set (no object's address has it), as its name says ("Class.method").
+ * Any other class is its own key.
+ */
+static VALUE emit_key_of(VALUE klass, VALUE *kept)
+{
+    if (RB_TYPE_P(klass, T_CLASS) && FL_TEST(klass, FL_SINGLETON)) {
+        VALUE obj = emit_attached_object(klass);
+
+        if (!RB_TYPE_P(obj, T_CLASS) && !RB_TYPE_P(obj, T_MODULE)) {
+            *kept = rb_obj_class(obj);
+            return *kept | 1;
+        }
+    }
+    *kept = klass;
+    return klass;
+}
 
 /* rbtrace_emit_method_id (emit_call.h) when the pair is not a recent
  * one: the table, or a new name. Out of line, so that the hot path keeps
@@ -231,24 +258,27 @@ __attribute__((noinline)) uint32_t rbtrace_emit_method_id_lookup(VALUE klass, ID
     size_t i;
     char name[EMIT_NAME_MAX];
     size_t len;
+    VALUE kept, key = emit_key_of(klass, &kept);
 
-    i = emit_slot_of(klass, mid, rbtrace.method_slots);
+    /* The recent pairs hold only classes that are their own keys: they
+     * are matched against the class the VM gives. */
+    i = emit_slot_of(key, mid, rbtrace.method_slots);
     for (;;) {
         slot = &rbtrace.methods[i];
         if (slot->id == 0) break;
-        if (slot->klass == klass && slot->mid == mid) {
-            *rbtrace_recent_method(klass, mid) = *slot;
+        if (slot->klass == key && slot->mid == mid) {
+            if (key == klass) *rbtrace_recent_method(klass, mid) = *slot;
             return slot->id;
         }
         i = (i + 1) & (rbtrace.method_slots - 1);
     }
     /* A new pair: the table may first have to grow, or start afresh. */
-    if (rbtrace.methods_used >= rbtrace.method_slots / 4 * 3) {
+    if (rbtrace.methods_used >= EMIT_TABLE_FILL(rbtrace.method_slots)) {
         if (emit_table_grow() != 0) {
             emit_table_clear();
             memset(rbtrace_recent_methods, 0, sizeof(rbtrace_recent_methods));
         }
-        for (i = emit_slot_of(klass, mid, rbtrace.method_slots); rbtrace.methods[i].id;
+        for (i = emit_slot_of(key, mid, rbtrace.method_slots); rbtrace.methods[i].id;
              i = (i + 1) & (rbtrace.method_slots - 1))
             ;
         slot = &rbtrace.methods[i];
@@ -258,11 +288,11 @@ __attribute__((noinline)) uint32_t rbtrace_emit_method_id_lookup(VALUE klass, ID
     emit_begin();
     rbtrace_event_pack_method(&scratch_pk, rbtrace.next_method_id, name, len);
     if (emit_commit() != 0) return 0;
-    slot->klass = klass;
+    slot->klass = key;
     slot->mid = mid;
     slot->id = rbtrace.next_method_id++;
-    named_classes[rbtrace.methods_used++] = klass;
-    *rbtrace_recent_method(klass, mid) = *slot;
+    named_classes[rbtrace.methods_used++] = kept;
+    if (key == klass) *rbtrace_recent_method(klass, mid) = *slot;
     return slot->id;
 }
 
@@ -546,8 +576,9 @@ int rbtrace_emit_detached(void)
  * session ends or the table starts afresh. Otherwise a class freed (an
  * anonymous one, a constant removed) or moved (GC.compact) would leave its
  * address to another class, which would be shown under the first one's
- * name. Marked from the list of the pairs' classes: a walk of the table
- * would cost every GC, minor ones too, a pass over 8,192 slots or more.
+ * name. (A plain object's singleton class is not kept: emit_key_of.)
+ * Marked from the list of the pairs' classes: a walk of the table would
+ * cost every GC, minor ones too, a pass over 8,192 slots or more.
  */
 void rbtrace_emit_mark(void)
 {

@@ -93,8 +93,8 @@ struct rbtrace_state {
     /*
      * What every traced event looks at, a byte each, 0 or 1, sharing one
      * word: the global hook tells "--firehose and nothing else" with one
-     * compare (rbtrace_firehose_only). calls_ended stays the last (the
-     * assertion after the struct).
+     * compare (rbtrace_firehose_only). No more than eight (the assertion
+     * after the struct).
      */
     union {
         struct {
@@ -140,9 +140,10 @@ struct rbtrace_state {
 
 extern struct rbtrace_state rbtrace;
 
-/* A flag added past the word's end would go unseen by rbtrace_firehose_only. */
-_Static_assert(offsetof(struct rbtrace_state, calls_ended) - offsetof(struct rbtrace_state, event_flags)
-               < sizeof(uint64_t), "the event flags fit in event_flags");
+/* A flag added past the word's end would go unseen by rbtrace_firehose_only:
+ * the union is one word (client_pid is the member after it). */
+_Static_assert(offsetof(struct rbtrace_state, client_pid) - offsetof(struct rbtrace_state, event_flags)
+               == sizeof(uint64_t), "the event flags fit in event_flags");
 
 /* Whether a client is attached with --firehose on and nothing else of
  * event_flags set: the event_flags word then (a constant, folded). */

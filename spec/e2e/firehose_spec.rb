@@ -98,3 +98,34 @@ RSpec.describe 'firehose over classes that come and go' do
     expect(client.stdout.scan(/^\s*(\S+)#go\b/).flatten).to eq(Array.new(60) { |i| "K#{i}" })
   end
 end
+
+RSpec.describe 'firehose over objects with singleton methods' do
+  # A method defined on one object belongs to its singleton class, which
+  # holds the object: the target must not keep such classes (and so their
+  # objects, with all they hold) for the names it sent.
+  it 'names them after their class and lets the objects go' do
+    go = File.join(Dir.mktmpdir('rbtrace-singletons'), 'go')
+    app = start_target(<<~RUBY).ready
+      class Payload
+        def initialize = @data = "x" * 100_000
+      end
+      puts "ready"
+      sleep 0.01 until File.exist?(#{go.inspect})
+      200.times do
+        o = Payload.new
+        def o.hi = nil
+        o.hi
+      end
+      GC.start
+      puts "live \#{ObjectSpace.each_object(Payload).count}"
+      sleep
+    RUBY
+    client = start_client('-p', app.pid, '-f', '-n')
+    client.attached
+    FileUtils.touch(go)
+    live = Integer(app.wait_for(/^live \d+/, timeout: 60)[/live (\d+)/, 1])
+    client.stop(:INT)
+    expect(client.stdout.scan(/^\s*Payload\.hi$/).size).to be >= 200
+    expect(live).to be < 20
+  end
+end
