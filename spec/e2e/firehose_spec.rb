@@ -32,20 +32,38 @@ RSpec.describe 'firehose (-f)' do
   end
 end
 
+# The examples below have the app make its calls only once the client is
+# attached: after setup, the app waits for a file the client's side makes.
+module FirehoseGate
+  def gated_target(body, setup: '')
+    go = File.join(Dir.mktmpdir('rbtrace-gate'), 'go')
+    app = start_target(<<~RUBY).ready
+      #{setup}
+      puts "ready"
+      sleep 0.01 until File.exist?(#{go.inspect})
+      #{body}
+    RUBY
+    [app, go]
+  end
+
+  # `rbtrace -f -n` attached to app, then the app let go.
+  def start_firehose(app, go)
+    client = start_client('-p', app.pid, '-f', '-n')
+    client.attached
+    FileUtils.touch(go)
+    client
+  end
+end
+
 RSpec.describe 'firehose over more methods than the method table holds' do
+  include FirehoseGate
+
   # The target names each (class, method) once and keeps up to 24,576 pairs
   # (RBTRACE_METHOD_SLOTS_MAX x 3/4); past that it starts afresh and tells
   # the client to drop the old names. 30,000 methods called in order must
   # still each show under its own name, once, in order.
   it 'names every method right after the table starts afresh' do
-    go = File.join(Dir.mktmpdir('rbtrace-forget'), 'go')
-    app = start_target(<<~RUBY).ready
-      class Big; end
-      names = Array.new(30_000) { |i| :"m\#{i}" }
-      names.each { |n| Big.class_eval("def \#{n} = nil") }
-      b = Big.new
-      puts "ready"
-      sleep 0.01 until File.exist?(#{go.inspect})
+    app, go = gated_target(<<~'RUBY', setup: <<~'SETUP')
       i = 0
       while i < 30_000
         b.__send__(names[i])
@@ -55,9 +73,12 @@ RSpec.describe 'firehose over more methods than the method table holds' do
       puts "done"
       sleep
     RUBY
-    client = start_client('-p', app.pid, '-f', '-n')
-    client.attached
-    FileUtils.touch(go)
+      class Big; end
+      names = Array.new(30_000) { |i| :"m#{i}" }
+      names.each { |n| Big.class_eval("def #{n} = nil") }
+      b = Big.new
+    SETUP
+    client = start_firehose(app, go)
     app.wait_for('done', timeout: 60)
     client.wait_for(/Big#m29999\b/, timeout: 30)
     client.stop(:INT)
@@ -69,29 +90,26 @@ RSpec.describe 'firehose over more methods than the method table holds' do
 end
 
 RSpec.describe 'firehose over classes that come and go' do
+  include FirehoseGate
+
   # The target names a (class, method) pair once, by the class's address.
   # A class freed while traced must not leave its name to a class that GC
   # later puts at the same address: each is named by its own (this showed
   # K1#go for K3, K5, K7... before the session kept its named classes).
   it 'names each class by its own name, though freed ones leave their addresses' do
-    go = File.join(Dir.mktmpdir('rbtrace-classes'), 'go')
-    app = start_target(<<~RUBY).ready
-      puts "ready"
-      sleep 0.01 until File.exist?(#{go.inspect})
+    app, go = gated_target(<<~'RUBY')
       60.times do |i|
         k = Class.new { def go = nil }
-        Object.const_set("K\#{i}", k)
+        Object.const_set("K#{i}", k)
         k.new.go
-        Object.send(:remove_const, "K\#{i}")
+        Object.send(:remove_const, "K#{i}")
         k = nil
         GC.start
       end
       puts "done"
       sleep
     RUBY
-    client = start_client('-p', app.pid, '-f', '-n')
-    client.attached
-    FileUtils.touch(go)
+    client = start_firehose(app, go)
     app.wait_for('done', timeout: 60)
     client.wait_for(/K59#go\b/, timeout: 30)
     client.stop(:INT)
@@ -100,29 +118,23 @@ RSpec.describe 'firehose over classes that come and go' do
 end
 
 RSpec.describe 'firehose over objects with singleton methods' do
+  include FirehoseGate
+
   # A method defined on one object belongs to its singleton class, which
   # holds the object: the target must not keep such classes (and so their
   # objects, with all they hold) for the names it sent.
   it 'names them after their class and lets the objects go' do
-    go = File.join(Dir.mktmpdir('rbtrace-singletons'), 'go')
-    app = start_target(<<~RUBY).ready
-      class Payload
-        def initialize = @data = "x" * 100_000
-      end
-      puts "ready"
-      sleep 0.01 until File.exist?(#{go.inspect})
+    app, go = gated_target(<<~'RUBY', setup: 'class Payload; def initialize = @data = "x" * 100_000; end')
       200.times do
         o = Payload.new
         def o.hi = nil
         o.hi
       end
       GC.start
-      puts "live \#{ObjectSpace.each_object(Payload).count}"
+      puts "live #{ObjectSpace.each_object(Payload).count}"
       sleep
     RUBY
-    client = start_client('-p', app.pid, '-f', '-n')
-    client.attached
-    FileUtils.touch(go)
+    client = start_firehose(app, go)
     live = Integer(app.wait_for(/^live \d+/, timeout: 60)[/live (\d+)/, 1])
     client.stop(:INT)
     expect(client.stdout.scan(/^\s*Payload\.hi$/).size).to be >= 200
