@@ -109,6 +109,9 @@ static __attribute__((noinline)) void tracer_hook_named(rb_event_flag_t ev, VALU
 {
     if (!klass || !mid) klass = Qnil;
     else if (RB_TYPE_P(klass, T_ICLASS)) klass = RBASIC(klass)->klass;
+    /* A wrapper's own method (wrapper.c) is rbtrace's: never named, so
+     * never among the recent methods either. */
+    if (rbtrace_wrapper_module_p(klass)) return;
     tracer_hooked(NULL, ev, klass, mid);
 }
 
@@ -159,12 +162,13 @@ static void tracer_hook_i(rb_event_flag_t ev, VALUE data, VALUE self, ID id, VAL
  * expressions, which need the call's receiver and binding. */
 static void tracer_raw_hook_i(VALUE data, rb_trace_arg_t *targ)
 {
-    VALUE mid;
+    VALUE mid, klass;
 
     if (!rbtrace.attached || RBTRACE_OWN_CALL()) return;
+    klass = rb_tracearg_defined_class(targ);
+    if (rbtrace_wrapper_module_p(klass)) return;   /* rbtrace's (tracer_hook_named) */
     mid = rb_tracearg_method_id(targ);
-    tracer_hooked(targ, rb_tracearg_event_flag(targ), rb_tracearg_defined_class(targ),
-                  NIL_P(mid) ? 0 : SYM2ID(mid));
+    tracer_hooked(targ, rb_tracearg_event_flag(targ), klass, NIL_P(mid) ? 0 : SYM2ID(mid));
 }
 
 /* A call or return of a traced method: encoded, with its expressions

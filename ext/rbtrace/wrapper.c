@@ -64,14 +64,27 @@ static VALUE wrapper_return_i(VALUE p)
     return Qnil;
 }
 
-/* The body of every wrapper method. */
+/* Whether klass holds active wrappers: their calls are rbtrace's, which
+ * the global hook (--firehose, --slow) does not show. */
+int rbtrace_wrapper_module_p(VALUE klass)
+{
+    uint32_t i;
+
+    for (i = 0; i < n_wrappers; i++)
+        if (wrappers[i].module == klass) return 1;
+    return 0;
+}
+
+/* The body of every wrapper method. Under --firehose it records nothing:
+ * the global hook shows the wrapped method's every call already. */
 static VALUE wrapper_call_m(int argc, VALUE *argv, VALUE self)
 {
     struct wrapper_call c = { argc, argv, rb_keyword_given_p(), NULL };
     ID mid;
     VALUE module;
 
-    if (rbtrace.attached && !RBTRACE_OWN_CALL() && rb_frame_method_id_and_class(&mid, &module))
+    if (rbtrace.attached && !rbtrace.firehose && !RBTRACE_OWN_CALL() &&
+        rb_frame_method_id_and_class(&mid, &module))
         c.w = wrapper_find(module, mid);
     if (c.w == NULL) return rb_call_super_kw(argc, argv, c.kw_splat);
     rbtrace_emit_call(RUBY_EVENT_C_CALL, c.w->owner, c.w->mid, rbtrace_clock_ns());

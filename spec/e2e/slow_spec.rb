@@ -122,4 +122,18 @@ RSpec.describe 'slow calls (--slow, --slowcpu)' do
     calls = out.lines.map { |l| l[/([A-Z]\w*(?:::\w+)*[#.][^\s(<]+)/, 1] }.compact.uniq
     expect(calls - ['String#upcase', 'Kernel#sleep']).to eq([]), out
   end
+
+  # -m 'String#upcase' is a wrapper (a prepended module's C method): --slow's
+  # global hook must not show that method, which is rbtrace's, as the app's.
+  it 'shows a wrapped method\'s calls, not the wrapper\'s own' do
+    app = start_target(<<~'RUBY').ready
+      puts "ready"
+      loop { "abc".upcase; sleep 0.01 }
+    RUBY
+    out = trace(app, '--slow', '0', '-m', 'String#upcase',
+                until_output: /(String#upcase <[^\n]*\n(.*\n)*){4}/).stdout
+    expect(out).not_to include('#<Module:'), out
+    calls = out.lines.map { |l| l[/([A-Z]\w*(?:::\w+)*[#.][^\s(<]+)/, 1] }.compact.uniq
+    expect(calls - ['String#upcase', 'Kernel#sleep']).to eq([]), out
+  end
 end
