@@ -109,31 +109,31 @@ RSpec.describe 'slow calls (--slow, --slowcpu)' do
     expect(app).to be_alive
   end
 
+  # An app calling String#upcase, and the methods a trace of it shows.
+  UPCASE_LOOP = <<~'RUBY'.freeze
+    puts "ready"
+    loop { "abc".upcase; sleep 0.01 }
+  RUBY
+
+  def methods_shown(out) = out.lines.map { |l| l[/([A-Z]\w*(?:::\w+)*[#.][^\s(<]+)/, 1] }.compact.uniq
+
   # --slow's hook is on before -m's selectors are parsed (the client sends
   # --slow first), in Ruby, by rbtrace's thread: those calls are not the app's.
   it 'shows none of rbtrace\'s own calls made while it parses the selectors that follow' do
-    app = start_target(<<~'RUBY').ready
-      puts "ready"
-      loop { "abc".upcase; sleep 0.01 }
-    RUBY
+    app = start_target(UPCASE_LOOP).ready
     out = trace(app, '--slow', '0', '-m', 'String#upcase(self)',
                 until_output: /upcase\(self="abc"\)(.*\n)+(.*\n)*.*upcase\(self="abc"\)/).stdout
     expect(out).to include('String#upcase(self="abc")')
-    calls = out.lines.map { |l| l[/([A-Z]\w*(?:::\w+)*[#.][^\s(<]+)/, 1] }.compact.uniq
-    expect(calls - ['String#upcase', 'Kernel#sleep']).to eq([]), out
+    expect(methods_shown(out) - ['String#upcase', 'Kernel#sleep']).to eq([]), out
   end
 
   # -m 'String#upcase' is a wrapper (a prepended module's C method): --slow's
   # global hook must not show that method, which is rbtrace's, as the app's.
   it 'shows a wrapped method\'s calls, not the wrapper\'s own' do
-    app = start_target(<<~'RUBY').ready
-      puts "ready"
-      loop { "abc".upcase; sleep 0.01 }
-    RUBY
+    app = start_target(UPCASE_LOOP).ready
     out = trace(app, '--slow', '0', '-m', 'String#upcase',
                 until_output: /(String#upcase <[^\n]*\n(.*\n)*){4}/).stdout
     expect(out).not_to include('#<Module:'), out
-    calls = out.lines.map { |l| l[/([A-Z]\w*(?:::\w+)*[#.][^\s(<]+)/, 1] }.compact.uniq
-    expect(calls - ['String#upcase', 'Kernel#sleep']).to eq([]), out
+    expect(methods_shown(out) - ['String#upcase', 'Kernel#sleep']).to eq([]), out
   end
 end
