@@ -194,9 +194,9 @@ static int emit_table_grow(void)
 }
 
 /* Full, and as large as it may be (or no memory left to grow it): forget
- * every pair. Ids keep growing, so
- * an old one never means a new method; the client is told to drop the
- * names of the old ones (emit_forget_due) before the next is named. */
+ * every pair. Ids keep growing, so an old one never means a new method;
+ * the client is told to drop the names of the old ones (emit_forget_due)
+ * before the next is named. */
 static void emit_table_clear(void)
 {
     memset(rbtrace.methods, 0, sizeof(*rbtrace.methods) * rbtrace.method_slots);

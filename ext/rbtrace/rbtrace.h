@@ -58,6 +58,13 @@ struct rbtrace_tracer {
                            global hook watches it) */
 };
 
+/* A method name Symbol (or nil) as the ID the hooks compare (0 for nil).
+ * SYM2ID makes a dynamic Symbol permanent: it then needs no marking. */
+static inline ID rbtrace_method_id_of(VALUE sym)
+{
+    return NIL_P(sym) ? 0 : SYM2ID(sym);
+}
+
 /* Whether a call of (klass, mid) is one a selector's pair names; 0 in the
  * pair means any class or any method. On the hot path: no call. */
 static inline int rbtrace_selects(VALUE want_klass, ID want_mid, VALUE klass, ID mid)

@@ -45,8 +45,7 @@ char *rbtrace_ring_reserve_again(struct rbtrace_ring *ring, size_t len)
     lap_end = (ring->head & ~(uint64_t)(ring->size - 1)) + ring->size;
     limit = ring->tail_seen + ring->size;
     ring->reserve_limit = limit < lap_end ? limit : lap_end;
-    if (ring->head + len > ring->reserve_limit) return NULL;
-    return ring->buf + (size_t)(ring->head & (ring->size - 1));
+    return rbtrace_ring_reserve_quick(ring, len);
 }
 
 int rbtrace_ring_push(struct rbtrace_ring *ring, const void *data, size_t len)

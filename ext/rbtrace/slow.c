@@ -202,7 +202,7 @@ int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors)
                                  (int)RSTRING_LEN(sel), RSTRING_PTR(sel));
         f = &slow.filters[slow.n_filters++];
         f->klass = NIL_P(RARRAY_AREF(parsed, 0)) ? 0 : RARRAY_AREF(parsed, 0);
-        f->mid = NIL_P(RARRAY_AREF(parsed, 1)) ? 0 : SYM2ID(RARRAY_AREF(parsed, 1));
+        f->mid = rbtrace_method_id_of(RARRAY_AREF(parsed, 1));
     }
     if (n > 0 && slow.n_filters == 0) {
         rbtrace_emit_message(RBTRACE_EV_ERROR, "no --slow-methods selector could be used: "
@@ -233,7 +233,7 @@ void rbtrace_slow_stop(void)
 }
 
 /* The filters compare classes by address: keep them alive and pinned
- * (a method name's ID needs nothing: SYM2ID made its Symbol permanent).
+ * (a method name's ID needs nothing: rbtrace_method_id_of).
  * Stack frames hold only classes the filters or the running calls keep
  * alive; they are compared, never dereferenced. */
 void rbtrace_slow_mark(void)

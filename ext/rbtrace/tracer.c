@@ -96,6 +96,9 @@ tracer_hooked(rb_trace_arg_t *targ, rb_event_flag_t ev, VALUE klass, ID mid)
 {
     const struct rbtrace_tracer *t = NULL;
 
+    /* A wrapper's own method (wrapper.c, a C method) is rbtrace's: not
+     * shown, nor named, so never among the recent methods either. */
+    if ((ev & (RUBY_EVENT_C_CALL | RUBY_EVENT_C_RETURN)) && rbtrace_wrapper_module_p(klass)) return;
     if (rbtrace.slow) rbtrace_slow_event(ev, klass, mid);
     if (!rbtrace.firehose && (t = tracer_match(klass, mid, 0)) == NULL) return;
     tracer_event(targ, ev, targ ? t : NULL, klass, mid);
@@ -109,9 +112,6 @@ static __attribute__((noinline)) void tracer_hook_named(rb_event_flag_t ev, VALU
 {
     if (!klass || !mid) klass = Qnil;
     else if (RB_TYPE_P(klass, T_ICLASS)) klass = RBASIC(klass)->klass;
-    /* A wrapper's own method (wrapper.c) is rbtrace's: never named, so
-     * never among the recent methods either. */
-    if (rbtrace_wrapper_module_p(klass)) return;
     tracer_hooked(NULL, ev, klass, mid);
 }
 
@@ -162,13 +162,9 @@ static void tracer_hook_i(rb_event_flag_t ev, VALUE data, VALUE self, ID id, VAL
  * expressions, which need the call's receiver and binding. */
 static void tracer_raw_hook_i(VALUE data, rb_trace_arg_t *targ)
 {
-    VALUE mid, klass;
-
     if (!rbtrace.attached || RBTRACE_OWN_CALL()) return;
-    klass = rb_tracearg_defined_class(targ);
-    if (rbtrace_wrapper_module_p(klass)) return;   /* rbtrace's (tracer_hook_named) */
-    mid = rb_tracearg_method_id(targ);
-    tracer_hooked(targ, rb_tracearg_event_flag(targ), klass, NIL_P(mid) ? 0 : SYM2ID(mid));
+    tracer_hooked(targ, rb_tracearg_event_flag(targ), rb_tracearg_defined_class(targ),
+                  rbtrace_method_id_of(rb_tracearg_method_id(targ)));
 }
 
 /* A call or return of a traced method: encoded, with its expressions
@@ -196,14 +192,13 @@ static void tracer_targeted_i(VALUE tpval, void *data)
 {
     rb_trace_arg_t *targ = rb_tracearg_from_tracepoint(tpval);
     const struct rbtrace_tracer *t;
-    VALUE sym, klass;
+    VALUE klass;
     ID mid;
 
     (void)data;
     /* Under -f the global hook shows every call already. */
     if (!rbtrace.attached || rbtrace.firehose || RBTRACE_OWN_CALL()) return;
-    sym = rb_tracearg_method_id(targ);
-    mid = NIL_P(sym) ? 0 : SYM2ID(sym);
+    mid = rbtrace_method_id_of(rb_tracearg_method_id(targ));
     klass = rb_tracearg_defined_class(targ);
     if ((t = tracer_match(klass, mid, 1)) != NULL)
         tracer_event(targ, rb_tracearg_event_flag(targ), t, klass, mid);
@@ -389,9 +384,9 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
     }
     t = &rbtrace.tracers[rbtrace.n_tracers++];
     t->klass = NIL_P(RARRAY_AREF(parsed, 0)) ? 0 : RARRAY_AREF(parsed, 0);
-    /* SYM2ID makes a dynamic Symbol permanent: a name the user typed
-     * stays in the symbol table (no method of that name may exist yet). */
-    t->mid = NIL_P(RARRAY_AREF(parsed, 1)) ? 0 : SYM2ID(RARRAY_AREF(parsed, 1));
+    /* A name the user typed stays in the symbol table (rbtrace_method_id_of):
+     * no method of that name may exist yet. */
+    t->mid = rbtrace_method_id_of(RARRAY_AREF(parsed, 1));
     t->exprs = RARRAY_AREF(parsed, 2);
     t->selector = sel;
     /* A Ruby method (with expressions, or one a wrapper may not stand in
@@ -483,7 +478,7 @@ void rbtrace_tracer_clear(void)
 
 /* The hook compares these VALUEs by address: keep them alive and pinned
  * (rb_gc_mark, not rb_gc_mark_movable), or compaction would move them.
- * A method name's ID needs nothing: SYM2ID made its Symbol permanent. */
+ * A method name's ID needs nothing (rbtrace_method_id_of). */
 void rbtrace_tracer_mark(void)
 {
     uint32_t i;

@@ -112,6 +112,7 @@ void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility)
     VALUE module;
     const char *name;
     struct wrapper_entry *w;
+    ID id = rbtrace_method_id_of(mid);
 
     if (n_wrappers >= RBTRACE_SELECTORS_MAX) {
         rbtrace_emit_message(RBTRACE_EV_ERROR, "too many wrapped methods (at most %d)",
@@ -119,8 +120,8 @@ void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility)
         return;
     }
     module = wrapper_module_for(owner);
-    if (wrapper_find(module, SYM2ID(mid))) return;
-    name = rb_id2name(SYM2ID(mid));
+    if (wrapper_find(module, id)) return;
+    name = rb_id2name(id);
     if (visibility == ID2SYM(rb_intern("private")))
         rb_define_private_method(module, name, wrapper_call_m, -1);
     else if (visibility == ID2SYM(rb_intern("protected")))
@@ -129,7 +130,7 @@ void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility)
         rb_define_method(module, name, wrapper_call_m, -1);
     w = &wrappers[n_wrappers++];
     w->module = module;
-    w->mid = SYM2ID(mid);
+    w->mid = id;
     w->owner = owner;
 }
 
@@ -144,7 +145,7 @@ void rbtrace_wrapper_clear(void)
 
 /* wrapper_find compares addresses: keep the modules and owners of active
  * wrappers pinned (rb_gc_mark, not rb_gc_mark_movable). A method name's
- * ID needs nothing: SYM2ID made its Symbol permanent. */
+ * ID needs nothing (rbtrace_method_id_of). */
 void rbtrace_wrapper_mark(void)
 {
     uint32_t i;
