@@ -99,8 +99,10 @@ def measure(body)
   Process.kill(:INT, client)
   Process.wait(client)
   client = nil
-  received = err_r.read[/(\d+) events received/, 1].to_i
-  [untraced, traced, received.positive? ? read.to_f / received : nil]
+  stats = err_r.read
+  received = stats[/(\d+) events received/, 1].to_i
+  lost = stats[/events received, (\d+) lost/, 1]
+  [untraced, traced, received.positive? ? read.to_f / received : nil, lost]
 ensure
   Process.kill(:KILL, client) rescue nil if client
   in_w&.close
@@ -118,16 +120,20 @@ puts '- the client stopped during the traced runs (BENCH_CLIENT=stopped): events
 puts "- the app's looping thread pinned to CPU #{APP_CPU} (BENCH_APP_CPU)" if APP_CPU
 puts "- events' clock: #{clock_source}#{ENV['RBTRACE_CLOCK'] ? " (RBTRACE_CLOCK=#{ENV['RBTRACE_CLOCK']})" : ''}"
 puts
-puts '| loop | untraced (CPU ns/iteration) | traced (CPU ns/iteration) | added per iteration | added per traced call | bytes an event |'
-puts '| --- | ---: | ---: | ---: | ---: | ---: |'
+puts '| loop | untraced (CPU ns/iteration) | traced (CPU ns/iteration) | added per iteration | ' \
+     'added per traced call | bytes an event | events lost |'
+puts '| --- | ---: | ---: | ---: | ---: | ---: | ---: |'
 LOOPS.each do |label, body|
-  untraced, traced, per_event = measure(body)
+  untraced, traced, per_event, lost = measure(body)
   # Each iteration also calls Integer#< and Integer#+ (C calls the firehose sees).
   added = (traced - untraced) * 1e9 / ITERS
-  puts format('| %s | %.1f | %.1f | %.1f ns | %.1f ns | %s |', label, untraced * 1e9 / ITERS,
-              traced * 1e9 / ITERS, added, added / 3, per_event ? format('%.1f', per_event) : '-')
+  puts format('| %s | %.1f | %.1f | %.1f ns | %.1f ns | %s | %s |', label, untraced * 1e9 / ITERS,
+              traced * 1e9 / ITERS, added, added / 3, per_event ? format('%.1f', per_event) : '-',
+              lost || '?')
 end
 puts
 puts 'Each iteration makes 3 calls the firehose reports (the method, Integer#<, Integer#+),'
 puts 'each a CALL and a RETURN event: "added per traced call" is a third of an iteration.'
 puts '"bytes an event": what the client read from the socket (/proc rchar) over the events it received.'
+puts '"events lost": the client\'s count (--stats), over the traced runs; a lost event costs the app less'
+puts 'than one sent, so a figure with events lost flatters the tracer (with BENCH_CLIENT=stopped nearly all are).'

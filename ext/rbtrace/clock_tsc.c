@@ -35,6 +35,7 @@ static uint64_t clock_measure_again(struct rbtrace_clock *c, uint64_t tsc, uint6
 
         if (given > c->last_ns) c->last_ns = given;
         c->mult = 0;
+        c->period_ticks = 0;
     }
     c->real_tsc = tsc;
     c->real_ns = ns;

@@ -23,7 +23,8 @@
 struct rbtrace_clock {
     /* The hot path's. */
     uint64_t mult;          /* ns per TSC tick, 32.32 fixed point; 0: not measured */
-    uint64_t period_ticks;  /* ticks after the anchor that it is renewed */
+    uint64_t period_ticks;  /* ticks after the anchor that it is renewed; 0
+                               while mult is (no tick converts then) */
     uint64_t anchor_tsc;    /* the conversion's origin in both clocks */
     uint64_t anchor_ns;
     /* The slow path's. */
@@ -37,10 +38,11 @@ struct rbtrace_clock {
 /* The arithmetic needs 128-bit products: on 64-bit targets (the TSC is
  * read on x86-64 only, RBTRACE_HAVE_TSC). */
 #ifdef __SIZEOF_INT128__
-/* Whether tsc converts with the current anchor (the hot path's test). */
+/* Whether tsc converts with the current anchor (the hot path's test; a
+ * rate not measured has no period). */
 static inline int rbtrace_clock_fresh(const struct rbtrace_clock *c, uint64_t tsc)
 {
-    return c->mult && tsc - c->anchor_tsc < c->period_ticks;
+    return tsc - c->anchor_tsc < c->period_ticks;
 }
 
 static inline uint64_t rbtrace_clock_ns_at(const struct rbtrace_clock *c, uint64_t tsc)

@@ -180,9 +180,11 @@ static inline size_t rbtrace_event_encode_call(char *out, enum rbtrace_event_typ
  * what it has read; each notes every call event as it goes in or comes out.
  */
 struct rbtrace_call_chain {
-    uint64_t thread_id;
+    uint64_t thread_id;      /* 0 until a call event is noted (the target's
+                                thread ids are never 0) */
     uint64_t time_ns;
-    int started;             /* a call event has been seen */
+    int started;             /* a call event has been seen (the client's
+                                test: a stream may carry thread 0) */
 };
 
 static inline void rbtrace_call_chain_note(struct rbtrace_call_chain *c, uint64_t thread_id,
@@ -208,18 +210,20 @@ rbtrace_event_encode_call_next(char *out, enum rbtrace_event_type type, uint64_t
 }
 
 /*
- * The hot path's encoder: a CALL or RETURN (type) of thread_id at time_ns,
- * as a _NEXT when it follows the chain's last call event on the same
- * thread and not before it, else in full. Returns the length (at most
- * RBTRACE_CALL_EVENT_MAX). The chain is not changed: note the event once
- * it is in the stream. Always inline: GCC made it a function of its own.
+ * The hot path's encoder: a CALL or RETURN (type) of thread_id (never 0)
+ * at time_ns, as a _NEXT when it follows the chain's last call event on
+ * the same thread and not before it, else in full. A chain that has seen
+ * no call event (all zero) has thread 0, so no test of started is needed.
+ * Returns the length (at most RBTRACE_CALL_EVENT_MAX). The chain is not
+ * changed: note the event once it is in the stream. Always inline: GCC
+ * made it a function of its own.
  */
 static inline __attribute__((always_inline)) size_t
 rbtrace_event_encode_call_chained(char *out, const struct rbtrace_call_chain *c,
                                   enum rbtrace_event_type type, uint64_t thread_id,
                                   uint64_t time_ns, uint64_t method_id)
 {
-    if (c->started && thread_id == c->thread_id && time_ns >= c->time_ns)
+    if (thread_id == c->thread_id && time_ns >= c->time_ns)
         return rbtrace_event_encode_call_next(
             out, type == RBTRACE_EV_CALL ? RBTRACE_EV_CALL_NEXT : RBTRACE_EV_RETURN_NEXT,
             time_ns - c->time_ns, method_id);

@@ -215,7 +215,7 @@ static int emit_forget_due(void)
     return 0;
 }
 
-struct rbtrace_method_slot rbtrace_recent_methods[RBTRACE_RECENT_METHODS];
+struct rbtrace_recent_slot rbtrace_recent_methods[RBTRACE_RECENT_METHODS];
 
 /* The pairs a table of slots holds before it grows or starts afresh. */
 #define EMIT_TABLE_FILL(slots) ((slots) / 4 * 3)

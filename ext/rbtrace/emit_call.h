@@ -21,9 +21,13 @@
 
 /* The pairs asked for lately, direct-mapped by a cheap hash: the few
  * methods a loop calls skip the table (and a function call). Copies of
- * the table's slots; all zero when empty. */
+ * the table's slots; all zero when empty. 32 bytes each: a slot never
+ * spans two cache lines, and its index scales by a shift. */
 #define RBTRACE_RECENT_METHODS 64
-extern struct rbtrace_method_slot rbtrace_recent_methods[RBTRACE_RECENT_METHODS];
+struct rbtrace_recent_slot {
+    struct rbtrace_method_slot method;
+} __attribute__((aligned(32)));
+extern struct rbtrace_recent_slot rbtrace_recent_methods[RBTRACE_RECENT_METHODS];
 
 /* emit.c: the id of (klass, mid) from the table, naming it first if it is
  * new; 0 if the name could not be sent. */
@@ -36,10 +40,12 @@ void rbtrace_emit_call_at_now(char *out, enum rbtrace_event_type type, uint32_t 
 
 /* An ID's low bits are its scope, the same for most method names, and
  * an operator's ID is its character (`+` 43, `-` 45, `*` 42): both the
- * low bits and the rest count. */
+ * low bits and the rest count. For one class, IDs that differ in those
+ * bits never share a slot, whatever the class's address (a multiplicative
+ * hash made a loop of operators' slots collide at random, by the address). */
 static inline struct rbtrace_method_slot *rbtrace_recent_method(VALUE klass, ID mid)
 {
-    return &rbtrace_recent_methods[((klass >> 3) ^ mid ^ (mid >> 4)) & (RBTRACE_RECENT_METHODS - 1)];
+    return &rbtrace_recent_methods[((klass >> 3) ^ mid ^ (mid >> 4)) & (RBTRACE_RECENT_METHODS - 1)].method;
 }
 
 /* The id of (klass, mid), naming it first if it is new; 0 if the name
@@ -126,8 +132,9 @@ rbtrace_emit_recent_call(rb_event_flag_t event, VALUE klass, ID mid)
     char *out;
 
     if (r->mid != mid || r->klass != klass || rbtrace.lost ||
-        (out = rbtrace_ring_reserve_quick(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) == NULL)
+        !rbtrace_ring_fits_quick(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX))
         return 0;
+    out = rbtrace_ring_at_head(&rbtrace.ring);
     if (rbtrace_clock_ns_quick(&now))
         rbtrace_emit_call_at(out, rbtrace_call_event_type(event), r->id, now - rbtrace.clock_origin_ns);
     else

@@ -26,6 +26,13 @@
 #include "codec.h"
 #include "ring.h"
 
+/* A hot function without the stack protector (extconf.rb's check). */
+#ifdef RBTRACE_HAVE_NO_STACK_PROTECTOR
+#define RBTRACE_NO_STACK_PROTECTOR __attribute__((no_stack_protector))
+#else
+#define RBTRACE_NO_STACK_PROTECTOR
+#endif
+
 /* The TSC, where the compiler can read it (clock.c decides if it may). */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <x86intrin.h>

@@ -50,12 +50,24 @@ static inline size_t rbtrace_ring_space(struct rbtrace_ring *ring, size_t want)
 /* rbtrace_ring_reserve when the last limit is passed (ring.c). */
 char *rbtrace_ring_reserve_again(struct rbtrace_ring *ring, size_t len);
 
+/* Whether len bytes fit at the head within the last limit worked out
+ * (rbtrace_ring_reserve). Never for an unallocated ring: its limit is 0. */
+static inline int rbtrace_ring_fits_quick(const struct rbtrace_ring *ring, size_t len)
+{
+    return ring->head + len <= ring->reserve_limit;
+}
+
+/* Where the next bytes go, once rbtrace_ring_fits_quick said they fit. */
+static inline char *rbtrace_ring_at_head(const struct rbtrace_ring *ring)
+{
+    return ring->buf + (size_t)(ring->head & (ring->size - 1));
+}
+
 /* rbtrace_ring_reserve without a call: NULL also where the bytes may fit
  * but the limit must be worked out again first. */
 static inline char *rbtrace_ring_reserve_quick(struct rbtrace_ring *ring, size_t len)
 {
-    if (ring->head + len > ring->reserve_limit) return NULL;
-    return ring->buf + (size_t)(ring->head & (ring->size - 1));
+    return rbtrace_ring_fits_quick(ring, len) ? rbtrace_ring_at_head(ring) : NULL;
 }
 
 /* Producer, the hot path's way: where len bytes fit contiguously at the

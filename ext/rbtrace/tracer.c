@@ -138,8 +138,9 @@ tracer_hook_known(rb_event_flag_t ev, VALUE klass, ID mid)
 }
 
 /* A Ruby method's call or return: the method is the current frame's. Out
- * of line, so that a C method's event needs no stack frame for it. */
-static __attribute__((noinline)) void tracer_hook_frame(rb_event_flag_t ev)
+ * of line, so that a C method's event needs no stack frame for it. No
+ * stack protector: its locals are two words, no buffer. */
+static __attribute__((noinline)) RBTRACE_NO_STACK_PROTECTOR void tracer_hook_frame(rb_event_flag_t ev)
 {
     ID mid;
     VALUE klass;
@@ -153,9 +154,17 @@ static __attribute__((noinline)) void tracer_hook_frame(rb_event_flag_t ev)
 
 static void tracer_hook_i(rb_event_flag_t ev, VALUE data, VALUE self, ID id, VALUE klass)
 {
+    /* --firehose alone (and so attached) first: a C method's event met
+     * lately then costs one test of the flags. */
+    if (rbtrace_firehose_only()) {
+        if (RBTRACE_OWN_CALL()) return;
+        if (id == 0) tracer_hook_frame(ev);
+        else if (!rbtrace_emit_recent_call(ev, klass, id)) tracer_hook_named(ev, klass, id);
+        return;
+    }
     if (!rbtrace.attached || RBTRACE_OWN_CALL()) return;
     if (id == 0) tracer_hook_frame(ev);
-    else tracer_hook_known(ev, klass, id);
+    else tracer_hook_named(ev, klass, id);
 }
 
 /* The same hook with the trace arg (RAW_ARG), for selectors with trace

@@ -82,6 +82,7 @@ static void test_steady(void)
     sim_start(&s, 2.1);
     sim_run(&s, 5 * MS, 100000);
     CHECK(s.c.mult == 0);                /* still measuring: clock_gettime's stamps */
+    CHECK(!rbtrace_clock_fresh(&s.c, s.c.anchor_tsc));
     CHECK(s.worst_off == 0);
     sim_run(&s, 2 * SEC, 50000);
     CHECK(s.c.mult != 0);                /* the TSC is in use */
@@ -116,6 +117,7 @@ static void test_jump_forward(void)
     sim_stamp(&s);
     CHECK(s.c.jumps == 1);
     CHECK(s.c.mult == 0);                /* measuring afresh */
+    CHECK(!rbtrace_clock_fresh(&s.c, s.c.anchor_tsc));   /* no tick converts meanwhile */
     CHECK(s.last_stamp >= before);
     CHECK(s.last_stamp - s.ns <= RBTRACE_CLOCK_PERIOD_NS);   /* never an hour ahead */
     s.worst_off = 0;
