@@ -202,6 +202,17 @@ rbtrace_event_encode_call_next(char *out, enum rbtrace_event_type type, uint64_t
 {
     size_t n = 0;
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    /* A busy loop's usual event: both fields fixints, the four bytes in one
+     * store (one test where each field took a compare and a jump). */
+    if (__builtin_expect((delta_ns | method_id) < 128, 1)) {
+        uint32_t word = 0x93u | (uint32_t)type << 8 | (uint32_t)delta_ns << 16 |
+                        (uint32_t)method_id << 24;
+
+        __builtin_memcpy(out, &word, sizeof(word));
+        return sizeof(word);
+    }
+#endif
     out[n++] = (char)0x93;               /* fixarray of 3 */
     out[n++] = (char)type;               /* 16 or 17: a fixint */
     n += rbtrace_put_uint(out + n, delta_ns);
