@@ -119,6 +119,8 @@ Process.singleton_class.prepend(RBTrace::ForkHook) if Process.respond_to?(:_fork
 Process.singleton_class.prepend(RBTrace::DaemonHook)
 Signal.singleton_class.prepend(RBTrace::SignalTrapWatch)
 Kernel.singleton_class.prepend(RBTrace::SignalTrapWatch)
-Kernel.prepend(RBTrace::TrapWatch) if RBTrace::Selector::PREPEND_REACHES_INCLUDERS
+# Before Ruby 3.0 a module prepended to Kernel does not reach the classes
+# that include it already (Object): there, Object stands in for Kernel.
+(RBTrace::Selector::PREPEND_REACHES_INCLUDERS ? Kernel : Object).prepend(RBTrace::TrapWatch)
 RBTrace.start_helper
 RBTrace::ExecWait.wait_if_asked

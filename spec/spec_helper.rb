@@ -20,6 +20,23 @@ module RBTraceSpec
   CLIENT = File.join(LIB, 'rbtrace', 'rbtrace-client')
   STUB = File.join(ROOT, 'bin', 'rbtrace')
 
+  # Does the VM report the C methods its specialized instructions call
+  # (Integer#+, Array#[], String#size...) to c_call hooks? 3.1 does; 2.7
+  # does not (its opt_* instructions are never switched to their traced
+  # forms for c_call): `1 + 1` calls Integer#+ with no event, which no
+  # tracer sees.
+  C_CALL_OF_OPERATORS = begin
+    seen = false
+    one = 1
+    TracePoint.new(:c_call) { |tp| seen ||= tp.method_id == :+ }.enable { one + 1 }
+    seen
+  end
+
+  # Process._fork (Ruby 3.1+), which rbtrace hooks to reset a forked child.
+  FORK_HOOK = Process.respond_to?(:_fork)
+  NO_FORK_HOOK = 'no Process._fork (Ruby 3.1+): a forked child keeps its parent\'s state, with no helper'
+  NO_C_CALL_OF_OPERATORS = 'this Ruby calls operators and other specialized instructions without c_call events'
+
   # A Ruby process under test. Its stdout is read line by line; it is
   # expected to print "ready" once its setup is done.
   class Target

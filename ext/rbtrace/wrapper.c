@@ -122,12 +122,15 @@ void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility)
     module = wrapper_module_for(owner);
     if (wrapper_find(module, id)) return;
     name = rb_id2name(id);
-    if (visibility == ID2SYM(rb_intern("private")))
+    /* Braces: Ruby 2.7's rb_define_*method macros end in a ';' of their
+     * own, which would leave the else without its if. */
+    if (visibility == ID2SYM(rb_intern("private"))) {
         rb_define_private_method(module, name, wrapper_call_m, -1);
-    else if (visibility == ID2SYM(rb_intern("protected")))
+    } else if (visibility == ID2SYM(rb_intern("protected"))) {
         rb_define_protected_method(module, name, wrapper_call_m, -1);
-    else
+    } else {
         rb_define_method(module, name, wrapper_call_m, -1);
+    }
     w = &wrappers[n_wrappers++];
     w->module = module;
     w->mid = id;

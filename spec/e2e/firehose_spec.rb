@@ -5,6 +5,7 @@ RSpec.describe 'firehose (-f)' do
   # clock needs a call (no TSC, or its anchor due) must give the same trace.
   [{}, { 'RBTRACE_CLOCK' => 'clock_gettime' }].each do |env|
     it "shows every method call in the process, nested#{env.empty? ? '' : ' (clock_gettime)'}" do
+      skip RBTraceSpec::NO_C_CALL_OF_OPERATORS unless RBTraceSpec::C_CALL_OF_OPERATORS
       app = start_target(<<~'RUBY', env: env).ready
         class Shop
           def buy(n) = price(n) * 2
@@ -22,6 +23,7 @@ RSpec.describe 'firehose (-f)' do
   # Operators' IDs are their characters (+ 43, - 45, * 42, / 47): they must
   # each keep their own name among the recent methods.
   it 'names each operator of a loop right' do
+    skip RBTraceSpec::NO_C_CALL_OF_OPERATORS unless RBTraceSpec::C_CALL_OF_OPERATORS
     app = start_target(<<~'RUBY').ready
       def calc(a) = (a[0] + 7 - 3) * 2 / 4 % 5
       puts "ready"

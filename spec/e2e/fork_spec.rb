@@ -6,6 +6,7 @@ RSpec.describe 'fork' do
   end
 
   it 'a forked child is traceable on its own, and its exit leaves the parent\'s queue' do
+    skip RBTraceSpec::NO_FORK_HOOK unless RBTraceSpec::FORK_HOOK
     app = start_target(<<~'RUBY').ready
       child = fork { $stdout.puts "child #{Process.pid}"; loop { Process.pid; sleep 0.02 } }
       puts "ready"
@@ -26,6 +27,7 @@ RSpec.describe 'fork' do
   end
 
   it 'a child forked while its parent is traced starts detached, without the writer\'s eventfd' do
+    skip RBTraceSpec::NO_FORK_HOOK unless RBTraceSpec::FORK_HOOK
     app = start_target(<<~'RUBY').ready
       def eventfds
         Dir.children('/proc/self/fd').count { |fd| File.readlink("/proc/self/fd/#{fd}").include?('eventfd') rescue false }
@@ -59,6 +61,7 @@ RSpec.describe 'fork' do
   end
 
   it 'a child forked without a helper (--fork\'s middle process) has none, and its own child has one' do
+    skip RBTraceSpec::NO_FORK_HOOK unless RBTraceSpec::FORK_HOOK
     app = start_target(<<~'RUBY').ready
       r, w = IO.pipe
       middle = RBTrace.fork_without_helper do

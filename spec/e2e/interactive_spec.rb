@@ -124,8 +124,18 @@ RSpec.describe 'interactive (-i)' do
     repl = start_repl
     repl.type("1 +* 2\n3\n")
     repl.wait_for(/^=> 3$/)
-    expect(repl.stdout).to match(/\A\(rbtrace eval\):1: .*unexpected/)
+    # parse.y says it on one line; prism (Ruby 3.4+) over several, the
+    # entry quoted and each error under it.
+    expect(repl.stdout).to match(/\A\(rbtrace eval\):1: .*unexpected/m)
     expect(repl.stdout).not_to include('=> 2')
+  end
+
+  it 'reads more lines of an unclosed hash literal or %w list, but not of a broken one' do
+    repl = start_repl
+    repl.type("h = {a: 1,\n b: 2}\n%w(x\n y)\n{a: 1 2}\n:done\n")
+    repl.wait_for(/^=> :done$/)
+    expect(repl.stdout).to start_with("=> #{{ a: 1, b: 2 }.inspect}\n=> [\"x\", \"y\"]\n(rbtrace eval):1: ")
+    expect(repl.stdout).to end_with("\n=> :done\n")
   end
 
   it 'detaches at the end of input; the app runs on and can be attached again' do

@@ -99,10 +99,26 @@ struct repl {
  *     EOF" (heredoc);
  *   prism (Ruby 3.4+): "unexpected end-of-input", "expected an `end` to
  *     close the `def` statement" (class, module, if, ...), and the same
- *     "meets end of file" and "anywhere before EOF".
+ *     "meets end of file" and "anywhere before EOF"; and, with no other
+ *     word of the end, "expected a `}` to close the hash literal",
+ *     "unterminated list; ..." (%w, %i), "unterminated symbol; ..." (:"),
+ *     "unterminated quoted string; ..." (%s), "... backtick string" (`, %x).
+ * Prism says those last ones of a hash or a string that a later token
+ * broke too ("{a: 1 2}"), but then also that this token came where the
+ * input should have ended ("unexpected integer, expecting end-of-input"):
+ * such an entry is an error, not an unfinished one.
  * An entry with another error besides may wait for more lines too: ^C
  * drops it.
  */
+static int repl_has(const char *text, size_t len, const char *const *patterns, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        if (memmem(text, len, patterns[i], strlen(patterns[i]))) return 1;
+    return 0;
+}
+
 static int repl_incomplete(const char *text, size_t len)
 {
     static const char *const patterns[] = {
@@ -111,11 +127,19 @@ static int repl_incomplete(const char *text, size_t len)
         "anywhere before EOF",
         "expected an `end` to close the",
     };
-    size_t i;
+    /* prism's, also said when the input went on (see above) */
+    static const char *const unclosed[] = {
+        "expected a `}` to close the hash literal",
+        "unterminated list;",
+        "unterminated symbol;",
+        "unterminated quoted string;",
+        "backtick string",
+    };
+    static const char went_on[] = ", expecting end-of-input";
 
-    for (i = 0; i < sizeof(patterns) / sizeof(patterns[0]); i++)
-        if (memmem(text, len, patterns[i], strlen(patterns[i]))) return 1;
-    return 0;
+    if (repl_has(text, len, patterns, sizeof(patterns) / sizeof(patterns[0]))) return 1;
+    return repl_has(text, len, unclosed, sizeof(unclosed) / sizeof(unclosed[0])) &&
+           !memmem(text, len, went_on, sizeof(went_on) - 1);
 }
 
 /* text without its trailing newlines, then one newline, on stdout. */
