@@ -20,7 +20,8 @@ module CTest
     'test_tracers' => %w[cli/options.c cli/tracers.c],
     'test_ring' => %w[ring.c],
     'test_clock' => %w[clock_tsc.c],
-    'test_procfs' => %w[cli/procfs.c]
+    'test_procfs' => %w[cli/procfs.c],
+    'test_unfinished' => %w[cli/unfinished.c]
   }.freeze
 
   def self.msgpack_libs
@@ -37,7 +38,7 @@ module CTest
 end
 
 namespace :test do
-  desc 'Build and run the C unit tests (codec, renderer, options, tracer files, ring, clock, procfs) under ASan and UBSan'
+  desc 'Build and run the C unit tests (codec, renderer, options, tracer files, ring, clock, procfs, unfinished entries) under ASan and UBSan'
   task :c do
     mkdir_p CTest::OUT
     libs = CTest.msgpack_libs

@@ -130,11 +130,14 @@ RSpec.describe 'interactive (-i)' do
     expect(repl.stdout).not_to include('=> 2')
   end
 
+  # Ruby 3.4's parser (prism) words an unclosed hash the same whether the
+  # input ended or a wrong bracket closed it (cli/unfinished.c).
   it 'reads more lines of an unclosed hash literal or %w list, but not of a broken one' do
     repl = start_repl
-    repl.type("h = {a: 1,\n b: 2}\n%w(x\n y)\n{a: 1 2}\n:done\n")
+    repl.type("h = {a: 1,\n b: 2}\n%w(x\n y)\n{a: 1 2}\n[{a: 1]\nfoo(a: {b: 1)\n:done\n")
     repl.wait_for(/^=> :done$/)
     expect(repl.stdout).to start_with("=> #{{ a: 1, b: 2 }.inspect}\n=> [\"x\", \"y\"]\n(rbtrace eval):1: ")
+    expect(repl.stdout.scan(/^\(rbtrace eval\):1: /).size).to eq(3), repl.stdout
     expect(repl.stdout).to end_with("\n=> :done\n")
   end
 

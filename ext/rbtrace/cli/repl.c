@@ -4,7 +4,7 @@
  * One attach (session.c) for the whole REPL. Each entry is sent as one
  * EVAL, with a new id, and its answer printed: "=> inspect" on stdout, an
  * exception's text as it is, a syntax error's message. When the syntax
- * error only says that the input ended too soon (repl_incomplete), the
+ * error only says that the input ended too soon (unfinished.c), the
  * entry is kept, one more line read (continuation prompt) and the whole
  * entry sent again; the target only compiles code that does not parse, so
  * nothing runs twice.
@@ -26,7 +26,7 @@
  * every REPL_TICK_MS that the target still exists, so that its end shows
  * at once on a terminal (from a pipe, it shows when the next entry is sent).
  */
-#define _GNU_SOURCE   /* memmem, getline */
+#define _GNU_SOURCE   /* getline */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -42,6 +42,7 @@
 #include "protocol.h"
 #include "repl.h"
 #include "session.h"
+#include "unfinished.h"
 
 #define REPL_HISTORY_FILE ".rbtrace_history"
 /* Lines kept in the history. */
@@ -88,60 +89,6 @@ struct repl {
 
 /* ---- the answers ---- */
 
-/*
- * Whether a syntax error only says that the input ended too soon, so that
- * more lines may complete it. The target's parser words it; these are all
- * the patterns, by parser:
- *   parse.y (Ruby up to 3.3): "syntax error, unexpected end-of-input, ..."
- *     (an open def, class, if, block, bracket, operator), "unterminated
- *     string meets end of file" (also list, regexp), "embedded document
- *     meets end of file" (=begin), "can't find string "EOS" anywhere before
- *     EOF" (heredoc);
- *   prism (Ruby 3.4+): "unexpected end-of-input", "expected an `end` to
- *     close the `def` statement" (class, module, if, ...), and the same
- *     "meets end of file" and "anywhere before EOF"; and, with no other
- *     word of the end, "expected a `}` to close the hash literal",
- *     "unterminated list; ..." (%w, %i), "unterminated symbol; ..." (:"),
- *     "unterminated quoted string; ..." (%s), "... backtick string" (`, %x).
- * Prism says those last ones of a hash or a string that a later token
- * broke too ("{a: 1 2}"), but then also that this token came where the
- * input should have ended ("unexpected integer, expecting end-of-input"):
- * such an entry is an error, not an unfinished one.
- * An entry with another error besides may wait for more lines too: ^C
- * drops it.
- */
-static int repl_has(const char *text, size_t len, const char *const *patterns, size_t n)
-{
-    size_t i;
-
-    for (i = 0; i < n; i++)
-        if (memmem(text, len, patterns[i], strlen(patterns[i]))) return 1;
-    return 0;
-}
-
-static int repl_incomplete(const char *text, size_t len)
-{
-    static const char *const patterns[] = {
-        "unexpected end-of-input",
-        "meets end of file",
-        "anywhere before EOF",
-        "expected an `end` to close the",
-    };
-    /* prism's, also said when the input went on (see above) */
-    static const char *const unclosed[] = {
-        "expected a `}` to close the hash literal",
-        "unterminated list;",
-        "unterminated symbol;",
-        "unterminated quoted string;",
-        "backtick string",
-    };
-    static const char went_on[] = ", expecting end-of-input";
-
-    if (repl_has(text, len, patterns, sizeof(patterns) / sizeof(patterns[0]))) return 1;
-    return repl_has(text, len, unclosed, sizeof(unclosed) / sizeof(unclosed[0])) &&
-           !memmem(text, len, went_on, sizeof(went_on) - 1);
-}
-
 /* text without its trailing newlines, then one newline, on stdout. */
 static void repl_print(const char *prefix, const char *text, size_t len)
 {
@@ -166,7 +113,7 @@ static void repl_on_result(void *ctx, uint32_t status, const char *text, size_t 
         repl_print("", text, len);
         return;
     case RBTRACE_EVAL_SYNTAX:
-        if (repl_incomplete(text, len)) {
+        if (syntax_error_unfinished(text, len)) {
             r->incomplete = 1;
             free(r->syntax);
             r->syntax = strndup(text, len);   /* NULL (no memory): a shorter note at EOF */
