@@ -23,7 +23,7 @@
 # No event may be lost, or the count mixes encoded events with dropped ones
 # (which cost less): under valgrind the app's threads take turns on one
 # CPU, and the writer drains the ring far slower than the loop fills it.
-# So the loops are short enough for the ring (1 MiB) to hold every event
+# So the loops are short enough for the ring (2 MiB) to hold every event
 # of the longer run (2N = 20,000 iterations: 120,000 events of ~4.5 bytes
 # under -f), and the client's count of lost events is printed with them.
 #

@@ -39,8 +39,12 @@
 #define RBTRACE_HAVE_TSC 1
 #endif
 
-/* Bytes of the event ring between the app's threads and the writer. */
-#define RBTRACE_RING_SIZE (1u << 20)
+/* Bytes of the event ring between the app's threads and the writer. 2 MiB
+ * rather than 1: the lines the app writes were read by the writer a lap
+ * before, and the longer the lap, the less often the writer's core still
+ * holds them (a firehose call 3-4 ns cheaper, bench/RESULTS.md 2026-11-26
+ * 15:40); 4 MiB gained little more. */
+#define RBTRACE_RING_SIZE (1u << 21)
 
 /* Slots of the (class, method) -> method id table, powers of two: it
  * starts with the first and doubles up to the second (768 KiB), then starts

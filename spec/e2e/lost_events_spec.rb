@@ -32,7 +32,7 @@ end
 
 RSpec.describe 'counting events (--stats)' do
   # Once Hash#key? is traced (wrapped: its owner is then rbtrace's module)
-  # and the spec says go (a file appears), the app makes exactly 300,000
+  # and the spec says go (a file appears), the app makes exactly 600,000
   # traced calls, two events each; what the client could not take must be
   # counted.
   def counted_app(go)
@@ -43,7 +43,7 @@ RSpec.describe 'counting events (--stats)' do
       puts "tracing"
       sleep 0.01 until File.exist?(#{go.inspect})
       i = 0
-      while i < 300_000
+      while i < 600_000
         h.key?(1)
         i += 1
       end
@@ -72,6 +72,6 @@ RSpec.describe 'counting events (--stats)' do
   it 'accounts for every event: received + lost = generated, with the client stopped meanwhile' do
     received, lost = counted_run_with_client_stopped
     expect(lost).to be > 0
-    expect(received + lost).to eq(600_000)
+    expect(received + lost).to eq(1_200_000)
   end
 end
