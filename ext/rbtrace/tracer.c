@@ -154,17 +154,11 @@ static __attribute__((noinline)) RBTRACE_NO_STACK_PROTECTOR void tracer_hook_fra
 
 static void tracer_hook_i(rb_event_flag_t ev, VALUE data, VALUE self, ID id, VALUE klass)
 {
-    /* --firehose alone (and so attached) first: a C method's event met
-     * lately then costs one test of the flags. */
-    if (rbtrace_firehose_only()) {
-        if (RBTRACE_OWN_CALL()) return;
-        if (id == 0) tracer_hook_frame(ev);
-        else if (!rbtrace_emit_recent_call(ev, klass, id)) tracer_hook_named(ev, klass, id);
-        return;
-    }
-    if (!rbtrace.attached || RBTRACE_OWN_CALL()) return;
+    /* --firehose alone implies attached: under it a C method's event met
+     * lately costs one test of the flags here (tracer_hook_known's). */
+    if ((!rbtrace_firehose_only() && !rbtrace.attached) || RBTRACE_OWN_CALL()) return;
     if (id == 0) tracer_hook_frame(ev);
-    else tracer_hook_named(ev, klass, id);
+    else tracer_hook_known(ev, klass, id);
 }
 
 /* The same hook with the trace arg (RAW_ARG), for selectors with trace
