@@ -9,14 +9,14 @@ module FaultsSpec
   module_function
 
   # The target's threads (the kernel's count: Ruby threads and pthreads).
-  def tasks(pid) = Dir.children("/proc/#{pid}/task").size
+  def tasks(pid); Dir.children("/proc/#{pid}/task").size; end
 
-  def fds(pid) = Dir.children("/proc/#{pid}/fd").sort
+  def fds(pid); Dir.children("/proc/#{pid}/fd").sort; end
 
-  def rss_kb(pid) = File.read("/proc/#{pid}/status")[/^VmRSS:\s+(\d+) kB/, 1].to_i
+  def rss_kb(pid); File.read("/proc/#{pid}/status")[/^VmRSS:\s+(\d+) kB/, 1].to_i; end
 
   # The message queues that are pid's (spec/queues_helper.rb).
-  def queues_of(pid, born: nil) = RBTraceSpec::Queues.of(pid, born: born)
+  def queues_of(pid, born: nil); RBTraceSpec::Queues.of(pid, born: born); end
 
   # Everything a session could leave behind in the target, seen from outside.
   def footprint(pid)
@@ -62,7 +62,7 @@ module FaultsSpec
       @status = nil
     end
 
-    def stderr = File.exist?(@err_path) ? File.read(@err_path) : ''
+    def stderr; File.exist?(@err_path) ? File.read(@err_path) : ''; end
 
     def exited?
       return true if @status
@@ -90,7 +90,7 @@ module FaultsSpec
   class Spawned
     attr_reader :pid
 
-    def initialize(pid) = @pid = pid
+    def initialize(pid); @pid = pid; end
 
     def kill
       Process.kill(:KILL, pid)

@@ -131,8 +131,8 @@ module RBTraceSpec
                                                       err: "#{@out_path}.err", in: :close)
     end
 
-    def stdout = File.exist?(path(:stdout)) ? File.read(path(:stdout)) : ''
-    def stderr = File.exist?(path(:stderr)) ? File.read(path(:stderr)) : ''
+    def stdout; File.exist?(path(:stdout)) ? File.read(path(:stdout)) : ''; end
+    def stderr; File.exist?(path(:stderr)) ? File.read(path(:stderr)) : ''; end
 
     # A client's output a spec may read whole: past this a trace is running
     # away (a target calling a traced method in a hot loop renders ~100 MB
@@ -151,7 +151,7 @@ module RBTraceSpec
       raise "client #{stream} never matched #{pattern.inspect}\n#{outputs}"
     end
 
-    def attached = wait_for(/\*\*\* attached/, stream: :stderr)
+    def attached; wait_for(/\*\*\* attached/, stream: :stderr); end
 
     # The stream's text, unless it grew past OUTPUT_LIMIT.
     def bounded(stream)
@@ -163,7 +163,7 @@ module RBTraceSpec
     end
 
     # The ends of stdout and stderr, for an error message.
-    def outputs = "stdout: #{tail(:stdout)}\nstderr: #{tail(:stderr)}"
+    def outputs; "stdout: #{tail(:stdout)}\nstderr: #{tail(:stderr)}"; end
 
     def tail(stream, bytes = 4096)
       File.open(path(stream)) do |f|
@@ -175,7 +175,7 @@ module RBTraceSpec
       ''
     end
 
-    def path(stream) = "#{@out_path}.#{stream == :stdout ? 'out' : 'err'}"
+    def path(stream); "#{@out_path}.#{stream == :stdout ? 'out' : 'err'}"; end
 
     def exited?
       return true if @status
@@ -208,8 +208,8 @@ module RBTraceSpec
   end
 
   Result = Struct.new(:stdout, :stderr, :status) do
-    def success? = status.success?
-    def exitstatus = status.exitstatus
+    def success?; status.success?; end
+    def exitstatus; status.exitstatus; end
   end
 
   def start_target(code, **opts)

@@ -9,7 +9,7 @@ RSpec.describe 'dev mode (--devmode)' do
   APP_DEV = <<~'RUBY'.freeze
     SOURCE = <<~'SRC'
       class Widget
-        def render(x) = "<#{x}>"
+        def render(x); "<#{x}>"; end
       end
     SRC
     eval(SOURCE)
@@ -25,7 +25,7 @@ RSpec.describe 'dev mode (--devmode)' do
       end
       if $define_late
         $define_late = false
-        eval("class Late; def run = :late; end")
+        eval("class Late; def run; :late; end; end")
         puts "late defined"
       end
       Widget.new.render(1)

@@ -109,7 +109,7 @@ RSpec.describe 'errors' do
 
   it 'the app still exits on SIGTERM after a tracer detached (nothing holds its threads)' do
     3.times do
-      busy = start_target("def f = 'x'.upcase\nputs 'ready'\nloop { f }").ready
+      busy = start_target("def f; 'x'.upcase; end\nputs 'ready'\nloop { f }").ready
       expect(rbtrace('-p', busy.pid, '-e', '1')).to be_success
       Process.kill(:TERM, busy.pid)
       expect { busy.wait(timeout: 5) }.not_to raise_error

@@ -7,16 +7,16 @@ require_relative '../faults_helper'
 RSpec.describe 'faults' do
   include FaultsSpec
 
-  def say(text) = RSpec.configuration.reporter.message("    #{text}")
+  def say(text); RSpec.configuration.reporter.message("    #{text}"); end
 
-  def monotonic = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  def monotonic; Process.clock_gettime(Process::CLOCK_MONOTONIC); end
 
   # The target's own view of a session, printed every 10 ms: attached or
   # not, Work#meth's owner (a wrapper module while wrapped), the VM's
   # active global hooks, its Ruby threads.
-  def state_reporter = <<~'RUBY'
+  def state_reporter; <<~'RUBY'; end
     class Work
-      def meth = :done
+      def meth; :done; end
     end
     def state_line
       "state attached=#{RBTrace.attached?} owner=#{Work.instance_method(:meth).owner} " \
@@ -25,7 +25,7 @@ RSpec.describe 'faults' do
     Thread.new { loop { puts state_line; sleep 0.01 } }
   RUBY
 
-  def last_state(app) = app.drain.grep(/^state /).last
+  def last_state(app); app.drain.grep(/^state /).last; end
 
   def wait_state(app, pattern, timeout: 10)
     line = nil
@@ -206,7 +206,7 @@ RSpec.describe 'faults' do
     it 'leaves no fd, thread or queue behind, and the RSS grows by less than 1 MiB' do
       app = start_target(<<~'RUBY').ready
         class Work
-          def meth = :done
+          def meth; :done; end
         end
         h = { 1 => 2 }
         puts "ready"
@@ -338,13 +338,13 @@ RSpec.describe 'faults' do
     # Iterations per second between two progress lines (time, count, bad,
     # process CPU time): of wall time, and of the process's CPU time (which
     # includes rbtrace's helper thread, woken by every signal).
-    def rate(a, b) = (b[1] - a[1]) / (b[0] - a[0])
-    def cpu_rate(a, b) = (b[1] - a[1]) / (b[3] - a[3])
+    def rate(a, b); (b[1] - a[1]) / (b[0] - a[0]); end
+    def cpu_rate(a, b); (b[1] - a[1]) / (b[3] - a[3]); end
 
     it 'leaves the app correct and running, and commands sent meanwhile are carried out' do
       app = start_target(<<~'RUBY').ready
         class Work
-          def compute(n) = (1..n).reduce(0) { |a, i| (a * 31 + i) % 1_000_003 }
+          def compute(n); (1..n).reduce(0) { |a, i| (a * 31 + i) % 1_000_003 }; end
         end
         expected = Work.new.compute(5_000)
         $iters = 0
@@ -403,9 +403,9 @@ RSpec.describe 'faults' do
   end
 
   describe '50 threads calling traced methods at once' do
-    def threads_app = <<~'RUBY'
+    def threads_app; <<~'RUBY'; end
       class Pair
-        def outer(n) = inner(n) + inner(n + 1)
+        def outer(n); inner(n) + inner(n + 1); end
         def inner(n)
           Thread.pass
           n * 2
@@ -470,7 +470,7 @@ RSpec.describe 'faults' do
     # where the detach began, with no call recorded half-unwrapped (an inner
     # call at depth 0 after its thread's outer calls were traced).
     it 'wrapped: threads that run while detach removes the wrappers add nothing to the trace' do
-      app = start_target("class Module; def method_removed(_) = sleep(0.05); end\n#{threads_app}").ready
+      app = start_target("class Module; def method_removed(_); sleep(0.05); end; end\n#{threads_app}").ready
       r = trace(app, '-m', 'Pair#inner', 'Pair#outer', seconds: 1)
       expect(r.status).to be_success, r.stderr
       expect(r.stdout).not_to include('events lost')

@@ -8,8 +8,8 @@ RSpec.describe 'firehose (-f)' do
       skip RBTraceSpec::NO_C_CALL_OF_OPERATORS unless RBTraceSpec::C_CALL_OF_OPERATORS
       app = start_target(<<~'RUBY', env: env).ready
         class Shop
-          def buy(n) = price(n) * 2
-          def price(n) = n.to_s.size
+          def buy(n); price(n) * 2; end
+          def price(n); n.to_s.size; end
         end
         puts "ready"
         loop { Shop.new.buy(42); sleep 0.05 }
@@ -25,7 +25,7 @@ RSpec.describe 'firehose (-f)' do
   it 'names each operator of a loop right' do
     skip RBTraceSpec::NO_C_CALL_OF_OPERATORS unless RBTraceSpec::C_CALL_OF_OPERATORS
     app = start_target(<<~'RUBY').ready
-      def calc(a) = (a[0] + 7 - 3) * 2 / 4 % 5
+      def calc(a); (a[0] + 7 - 3) * 2 / 4 % 5; end
       puts "ready"
       loop { calc([1]); sleep 0.02 }
     RUBY
@@ -77,7 +77,7 @@ RSpec.describe 'firehose over more methods than the method table holds' do
     RUBY
       class Big; end
       names = Array.new(30_000) { |i| :"m#{i}" }
-      names.each { |n| Big.class_eval("def #{n} = nil") }
+      names.each { |n| Big.class_eval("def #{n}; nil; end") }
       b = Big.new
     SETUP
     client = start_firehose(app, go)
@@ -101,7 +101,7 @@ RSpec.describe 'firehose over classes that come and go' do
   it 'names each class by its own name, though freed ones leave their addresses' do
     app, go = gated_target(<<~'RUBY')
       60.times do |i|
-        k = Class.new { def go = nil }
+        k = Class.new { def go; nil; end }
         Object.const_set("K#{i}", k)
         k.new.go
         Object.send(:remove_const, "K#{i}")
@@ -126,10 +126,10 @@ RSpec.describe 'firehose over objects with singleton methods' do
   # holds the object: the target must not keep such classes (and so their
   # objects, with all they hold) for the names it sent.
   it 'names them after their class and lets the objects go' do
-    app, go = gated_target(<<~'RUBY', setup: 'class Payload; def initialize = @data = "x" * 100_000; end')
+    app, go = gated_target(<<~'RUBY', setup: 'class Payload; def initialize; @data = "x" * 100_000; end; end')
       200.times do
         o = Payload.new
-        def o.hi = nil
+        def o.hi; nil; end
         o.hi
       end
       GC.start

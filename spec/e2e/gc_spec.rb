@@ -5,7 +5,7 @@ require_relative '../spec_helper'
 # in it in all, marking and sweeping, measured with the VM's GC events.
 RSpec.describe 'garbage collections (--gc)' do
   APP_GC = <<~'RUBY'.freeze
-    def churn = Array.new(20_000) { "x" * 30 }.size
+    def churn; Array.new(20_000) { "x" * 30 }.size; end
     puts "ready"
     n = 0
     loop do

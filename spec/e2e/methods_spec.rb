@@ -98,7 +98,7 @@ RSpec.describe 'tracing methods (-m)' do
   it 'reports a method that cannot be wrapped (frozen class) and traces the others' do
     frozen = start_target(<<~'RUBY').ready
       class Ice
-        def cube = 1
+        def cube; 1; end
       end
       Ice.freeze
       puts "ready"
@@ -120,7 +120,7 @@ RSpec.describe 'tracing methods (-m)' do
   it 'survives a detach while a trace expression has given up the GVL' do
     slow = start_target(<<~'RUBY').ready
       class Slow
-        def call = :done
+        def call; :done; end
       end
       puts "ready"
       loop { puts Slow.new.call }

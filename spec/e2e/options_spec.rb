@@ -3,8 +3,8 @@ require_relative '../spec_helper'
 RSpec.describe 'client options' do
   APP_NESTED = <<~'RUBY'.freeze
     class Job
-      def run = step
-      def step = "x".upcase
+      def run; step; end
+      def step; "x".upcase; end
     end
     puts "ready"
     loop { Job.new.run; sleep 0.05 }

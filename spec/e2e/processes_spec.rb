@@ -8,7 +8,7 @@ RSpec.describe 'choosing processes (-p PID..., --ps, --exec, --wait)' do
   def app_code(marker)
     <<~RUBY
       # #{marker}
-      def work = sleep(0.05)
+      def work; sleep(0.05); end
       puts "ready"
       loop { work }
     RUBY
@@ -114,7 +114,7 @@ RSpec.describe 'choosing processes (-p PID..., --ps, --exec, --wait)' do
       path = File.join(Dir.tmpdir, "rbtrace-exec-#{Process.pid}-#{rand(1 << 30)}.rb")
       File.write(path, <<~'RUBY')
         class Early
-          def go(n) = n * 2
+          def go(n); n * 2; end
         end
         Early.new.go(1)
         3.times { |i| Early.new.go(i) }

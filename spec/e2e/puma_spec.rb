@@ -10,8 +10,8 @@ require 'socket'
 RSpec.describe 'puma cluster under load' do
   CONFIG_RU = <<~'RUBY'.freeze
     class App
-      def meth(env) = "hello from #{Process.pid} #{env['PATH_INFO']}\n"
-      def call(env) = [200, { 'content-type' => 'text/plain' }, [meth(env)]]
+      def meth(env); "hello from #{Process.pid} #{env['PATH_INFO']}\n"; end
+      def call(env); [200, { 'content-type' => 'text/plain' }, [meth(env)]]; end
     end
     run App.new
   RUBY
@@ -63,7 +63,7 @@ RSpec.describe 'puma cluster under load' do
     pid
   end
 
-  def ppid_of(pid) = File.read("/proc/#{pid}/stat")[/\) \S (\d+)/, 1].to_i
+  def ppid_of(pid); File.read("/proc/#{pid}/stat")[/\) \S (\d+)/, 1].to_i; end
 
   # Puma's master, once both workers have booted and the port answers;
   # returns the workers' pids.

@@ -5,10 +5,10 @@ require_relative '../spec_helper'
 RSpec.describe 'exceptions (--raise)' do
   APP_RAISE = <<~'RUBY'.freeze
     class Exploding < StandardError
-      def message = raise("message exploded")
+      def message; raise("message exploded"); end
     end
 
-    def parse = Integer("zz")
+    def parse; Integer("zz"); end
     def work
       parse
     rescue ArgumentError

@@ -7,9 +7,9 @@ RSpec.describe 'reports' do
   # Threads parked in known methods; main ticks so that we see it run.
   THREADS_APP = <<~'RUBY'.freeze
     module Parked
-      def self.wait_here(q) = q.pop
-      def self.spin_here = loop { Math.sqrt(2) }
-      def self.deep(n) = n.zero? ? sleep : deep(n - 1)
+      def self.wait_here(q); q.pop; end
+      def self.spin_here; loop { Math.sqrt(2) }; end
+      def self.deep(n); n.zero? ? sleep : deep(n - 1); end
     end
     q = Queue.new
     threads = [
@@ -35,7 +35,7 @@ RSpec.describe 'reports' do
     out.split("\n\n").find { |s| s.start_with?(header) }&.lines&.map(&:chomp)
   end
 
-  def frames(lines) = lines.drop(1).select { |l| l.start_with?('  ') && !l.start_with?('  ...') }
+  def frames(lines); lines.drop(1).select { |l| l.start_with?('  ') && !l.start_with?('  ...') }; end
 
   def tmpdir
     @tmpdir ||= Dir.mktmpdir('rbtrace-reports-spec')
@@ -108,7 +108,7 @@ RSpec.describe 'reports' do
 
     it 'delivers a report of any size (10,000 frames)' do
       deep = start_target(<<~'RUBY').ready
-        def down(n) = n.zero? ? sleep : down(n - 1)
+        def down(n); n.zero? ? sleep : down(n - 1); end
         t = Thread.new { down(10_000) }
         sleep 0.01 until t.backtrace.to_a.size > 10_000
         puts "ready"

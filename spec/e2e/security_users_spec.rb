@@ -30,7 +30,7 @@ RSpec.describe 'security between users' do
   let(:nobody) { Etc.getpwnam('nobody') }
 
   # A command prefix that runs the rest as user pw (no supplementary groups).
-  def as(pw) = ['setpriv', "--reuid=#{pw.uid}", "--regid=#{pw.gid}", '--clear-groups']
+  def as(pw); ['setpriv', "--reuid=#{pw.uid}", "--regid=#{pw.gid}", '--clear-groups']; end
 
   # The real client, run to completion as user pw.
   def rbtrace_as(pw, *args, env: {})
@@ -50,7 +50,7 @@ RSpec.describe 'security between users' do
     out
   end
 
-  def queue_key(pid) = 0x52000000 | pid
+  def queue_key(pid); 0x52000000 | pid; end
 
   # key msqid perms cbytes qnum lspid lrpid uid gid cuid cgid, or nil.
   def queue_of(pid)
@@ -105,7 +105,7 @@ RSpec.describe 'security between users' do
         buf = Fiddle::Pointer.malloc(4096, Fiddle::RUBY_FREE)
         buf[0, 9] = [1].pack('q') + "\x02"
         no_wait = 0o4000
-        def said(r) = r < 0 ? SystemCallError.new(nil, Fiddle.last_error).class : r
+        def said(r); r < 0 ? SystemCallError.new(nil, Fiddle.last_error).class : r; end
         puts "msgget for writing: \#{said(msgget.call(#{queue_key(app.pid)}, 0o200))}"
         puts "msgget for reading: \#{said(msgget.call(#{queue_key(app.pid)}, 0o400))}"
         puts "msgsnd: \#{said(snd.call(qid, buf, 1, no_wait))}"
@@ -179,7 +179,7 @@ RSpec.describe 'security between users' do
 
   describe 'item 3: nothing planted in a shared directory is trusted' do
     # A NOTICE event (protocol.h: [11, text]), as an intruder would forge it.
-    def forged_notice(text) = [0x92, 11, 0xa0 | text.bytesize].pack('C3') + text
+    def forged_notice(text); [0x92, 11, 0xa0 | text.bytesize].pack('C3') + text; end
 
     it "accepts the target's connection only: another process that connects to the client's socket first is refused, and what it wrote never shows" do
       tmp = shared_tmp

@@ -12,8 +12,8 @@ RSpec.describe 'slow calls (--slow, --slowcpu)' do
         burn
       end
 
-      def fast = 1
-      def step = sleep(0.15)
+      def fast; 1; end
+      def step; sleep(0.15); end
 
       # About 60 ms of CPU, without sleeping.
       def burn
@@ -74,8 +74,8 @@ RSpec.describe 'slow calls (--slow, --slowcpu)' do
 
   it 'combines with -m, --gc and -t' do
     app = start_target(<<~'RUBY').ready
-      def work = sleep(0.12)
-      def quick = Array.new(50_000) { "x" * 20 }.size
+      def work; sleep(0.12); end
+      def quick; Array.new(50_000) { "x" * 20 }.size; end
       puts "ready"
       loop { work; quick; GC.start }
     RUBY
@@ -115,7 +115,7 @@ RSpec.describe 'slow calls (--slow, --slowcpu)' do
     loop { "abc".upcase; sleep 0.01 }
   RUBY
 
-  def methods_shown(out) = out.lines.map { |l| l[/([A-Z]\w*(?:::\w+)*[#.][^\s(<]+)/, 1] }.compact.uniq
+  def methods_shown(out); out.lines.map { |l| l[/([A-Z]\w*(?:::\w+)*[#.][^\s(<]+)/, 1] }.compact.uniq; end
 
   # --slow's hook is on before -m's selectors are parsed (the client sends
   # --slow first), in Ruby, by rbtrace's thread: those calls are not the app's.

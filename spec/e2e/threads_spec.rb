@@ -4,8 +4,8 @@ RSpec.describe 'threads' do
   it 'tracks nesting per thread and says which thread each line is from' do
     app = start_target(<<~'RUBY').ready
       class Pair
-        def outer(n) = inner(n)
-        def inner(n) = sleep(0.001 * n)
+        def outer(n); inner(n); end
+        def inner(n); sleep(0.001 * n); end
       end
       threads = 2.times.map { |i| Thread.new { loop { Pair.new.outer(i + 1) } } }
       puts "ready"

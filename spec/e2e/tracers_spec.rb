@@ -7,9 +7,9 @@ RSpec.describe 'tracer files (-c)' do
 
   TRACERS_APP = <<~'RUBY'.freeze
     class Worker
-      def work = helper
-      def helper = "x".upcase
-      def rest = nil
+      def work; helper; end
+      def helper; "x".upcase; end
+      def rest; nil; end
       alias_method :pause, :rest
     end
 

@@ -10,10 +10,10 @@ RSpec.describe 'method wrappers' do
         blk ? blk.call(r) : r
       end
 
-      def fail!(msg) = raise(ArgumentError, msg)
-      def each_item = [1, 2, 3].each { |i| yield i }
-      private def secret = :hidden
-      def reveal = secret
+      def fail!(msg); raise(ArgumentError, msg); end
+      def each_item; [1, 2, 3].each { |i| yield i }; end
+      private def secret; :hidden; end
+      def reveal; secret; end
     end
 
     def check
@@ -66,7 +66,7 @@ RSpec.describe 'method wrappers' do
   it 'keeps tracing through a GC compaction, and detaches cleanly after it' do
     app = start_target(<<~'RUBY').ready
       class Foo
-        def bar = 1
+        def bar; 1; end
       end
       puts "ready"
       $stdin.read(0)

@@ -8,7 +8,7 @@ require_relative '../spec_helper'
 RSpec.describe 'under YJIT' do
   APP_YJIT = <<~'RUBY'.freeze
     class Pricer
-      def price(x) = x * 3 + 1
+      def price(x); x * 3 + 1; end
     end
 
     # The caller YJIT compiles: calls a Ruby method and a C method (Hash#key?).
