@@ -3,14 +3,15 @@
 # bench/hook_floor.rb - the least a global call/return hook costs on this
 # Ruby: the two loops of bench/per_call.rb (Ruby method calls, C method
 # calls), untraced, then with a C hook on call, return, c_call and c_return
-# (RAW_ARG, like rbtrace's) that does nothing, that reads the method and
-# class, and that also reads clock_gettime, or the TSC. What rbtrace's hook
-# adds beyond these is its own (bench/per_call.rb measures the whole).
-# Builds bench/hook_floor/ (a tiny extension, not part of rbtrace) into tmp/
-# for the running Ruby.
+# (RAW_ARG) that does nothing, that reads the method and class, and that
+# also reads clock_gettime, or the TSC; last a plain hook (not RAW_ARG,
+# like rbtrace's) that gets the method and class as rbtrace's hook does,
+# and reads the TSC. What rbtrace's hook adds beyond that last one is its
+# own (bench/per_call.rb measures both, in one process). Builds
+# bench/hook_floor/ (a tiny extension, not part of rbtrace) into tmp/ for
+# the running Ruby.
 #
 #   ruby bench/hook_floor.rb        # BENCH_RUNS (default 5), BENCH_ITERS (1_000_000)
-require 'fileutils'
 require 'rbconfig'
 require 'time'
 
@@ -18,18 +19,7 @@ require_relative 'support'
 RUNS = Integer(ENV.fetch('BENCH_RUNS', '5'))
 ITERS = Integer(ENV.fetch('BENCH_ITERS', '1000000'))
 
-def build
-  dir = File.join(BenchSupport::ROOT, 'tmp', "hook_floor-#{RUBY_VERSION}")
-  FileUtils.mkdir_p(dir)
-  src = File.join(__dir__, 'hook_floor', 'extconf.rb')
-  ok = Dir.chdir(dir) do
-    system(RbConfig.ruby, src, out: File::NULL) && system('make', out: File::NULL)
-  end
-  abort 'bench/hook_floor.rb: could not build bench/hook_floor (see tmp/ for mkmf.log)' unless ok
-  dir
-end
-
-$LOAD_PATH.unshift(build)
+$LOAD_PATH.unshift(BenchSupport.build_hook_floor)
 require 'hook_floor'
 
 def m(x) = x
@@ -78,7 +68,8 @@ puts '| hook | Ruby method: ns/iteration | added per call (2 events) | C method:
 puts '| --- | ---: | ---: | ---: | ---: |'
 row('none', bases, [nil, nil])
 { empty: 'does nothing', names: 'reads method and class', names_clock: '... and clock_gettime',
-  names_tsc: '... and the TSC (x86-64)' }.each do |kind, label|
+  names_tsc: '... and the TSC (x86-64)',
+  plain_tsc: 'plain hook (as rbtrace\'s): method and class, and the TSC' }.each do |kind, label|
   HookFloor.on(kind)
   times = LOOPS.map { |c| measure(c) }
   HookFloor.off(kind)

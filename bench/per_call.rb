@@ -10,6 +10,13 @@
 # (wall time moves by 10-40 % on this shared machine); the writer thread's
 # and the client's work, on the other CPU, is not in it.
 #
+# Between the two, the same process runs the loop under the least hook that
+# names each method as rbtrace's does and reads the TSC (bench/hook_floor's
+# plain_tsc, a tiny extension loaded into the app): the VM's part of a call,
+# on the same CPU in the same minute. "over the floor" is what rbtrace's own
+# work costs a call: the host's slow spells move both figures, not much the
+# difference.
+#
 #   bundle exec rake compile && ruby bench/per_call.rb
 #
 # BENCH_RUNS (default 5), BENCH_ITERS (default 1_000_000).
@@ -39,9 +46,11 @@ LOOPS = {
 }.freeze
 
 require_build!
+FLOOR_DIR = build_hook_floor
 
 def workload(body)
   <<~RUBY
+    require 'hook_floor'
     $stdout.sync = true
     def run(n)
       t = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
@@ -50,8 +59,12 @@ def workload(body)
       Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - t
     end
     puts "ready"
-    while $stdin.gets
-      puts run(#{ITERS})
+    while (line = $stdin.gets)
+      case line.chomp
+      when 'floor on' then HookFloor.on(:plain_tsc); puts 'ok'
+      when 'floor off' then HookFloor.off(:plain_tsc); puts 'ok'
+      else puts run(#{ITERS})
+      end
     end
   RUBY
 end
@@ -61,6 +74,18 @@ def runs(input, output)
     input.puts 'go'
     Float(output.gets)
   end
+end
+
+# The loop's median under bench/hook_floor's plain_tsc hook, on and off
+# around the runs (a first run warms it up).
+def floor_runs(input, output)
+  input.puts 'floor on'
+  output.gets
+  runs(input, output)
+  floor = median(runs(input, output))
+  input.puts 'floor off'
+  output.gets
+  floor
 end
 
 # Bytes the client has read (its socket, nearly all of them): /proc's rchar.
@@ -73,7 +98,8 @@ end
 def measure(body)
   in_r, in_w = IO.pipe
   out_r, out_w = IO.pipe
-  pid = spawn(RbConfig.ruby, '-I', LIB, '-rrbtrace', '-e', workload(body), in: in_r, out: out_w)
+  pid = spawn(RbConfig.ruby, '-I', LIB, '-I', FLOOR_DIR, '-rrbtrace', '-e', workload(body),
+              in: in_r, out: out_w)
   in_r.close
   out_w.close
   out_r.gets
@@ -84,6 +110,7 @@ def measure(body)
   end
   runs(in_w, out_r) # warm up
   untraced = median(runs(in_w, out_r))
+  floor = floor_runs(in_w, out_r)
   err_r, err_w = IO.pipe
   client = spawn(CLIENT, '-p', pid.to_s, '-f', '--stats', out: File::NULL, err: err_w)
   err_w.close
@@ -102,7 +129,7 @@ def measure(body)
   stats = err_r.read
   received = stats[/(\d+) events received/, 1].to_i
   lost = stats[/events received, (\d+) lost/, 1]
-  [untraced, traced, received.positive? ? read.to_f / received : nil, lost]
+  [untraced, floor, traced, received.positive? ? read.to_f / received : nil, lost]
 ensure
   Process.kill(:KILL, client) rescue nil if client
   in_w&.close
@@ -120,20 +147,23 @@ puts '- the client stopped during the traced runs (BENCH_CLIENT=stopped): events
 puts "- the app's looping thread pinned to CPU #{APP_CPU} (BENCH_APP_CPU)" if APP_CPU
 puts "- events' clock: #{clock_source}#{ENV['RBTRACE_CLOCK'] ? " (RBTRACE_CLOCK=#{ENV['RBTRACE_CLOCK']})" : ''}"
 puts
-puts '| loop | untraced (CPU ns/iteration) | traced (CPU ns/iteration) | added per iteration | ' \
-     'added per traced call | bytes an event | events lost |'
-puts '| --- | ---: | ---: | ---: | ---: | ---: | ---: |'
+puts '| loop | untraced (CPU ns/iteration) | floor hook | traced | added per iteration | ' \
+     'added per traced call | floor per call | rbtrace over the floor per call | bytes an event | events lost |'
+puts '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'
 LOOPS.each do |label, body|
-  untraced, traced, per_event, lost = measure(body)
+  untraced, floor, traced, per_event, lost = measure(body)
   # Each iteration also calls Integer#< and Integer#+ (C calls the firehose sees).
   added = (traced - untraced) * 1e9 / ITERS
-  puts format('| %s | %.1f | %.1f | %.1f ns | %.1f ns | %s | %s |', label, untraced * 1e9 / ITERS,
-              traced * 1e9 / ITERS, added, added / 3, per_event ? format('%.1f', per_event) : '-',
-              lost || '?')
+  puts format('| %s | %.1f | %.1f | %.1f | %.1f ns | %.1f ns | %.1f ns | %.1f ns | %s | %s |', label,
+              untraced * 1e9 / ITERS, floor * 1e9 / ITERS, traced * 1e9 / ITERS, added, added / 3,
+              (floor - untraced) * 1e9 / ITERS / 3, (traced - floor) * 1e9 / ITERS / 3,
+              per_event ? format('%.1f', per_event) : '-', lost || '?')
 end
 puts
 puts 'Each iteration makes 3 calls the firehose reports (the method, Integer#<, Integer#+),'
 puts 'each a CALL and a RETURN event: "added per traced call" is a third of an iteration.'
+puts '"floor hook": the loop under bench/hook_floor\'s plain_tsc hook (method and class as rbtrace\'s hook gets'
+puts 'them, a TSC read, nothing recorded), in the same process; "rbtrace over the floor": (traced - floor) / 3.'
 puts '"bytes an event": what the client read from the socket (/proc rchar) over the events it received.'
 puts '"events lost": the client\'s count (--stats), over the traced runs; a lost event costs the app less'
 puts 'than one sent, so a figure with events lost flatters the tracer (with BENCH_CLIENT=stopped nearly all are).'

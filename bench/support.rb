@@ -1,7 +1,9 @@
 # frozen_string_literal: true
 
 # bench/support.rb - what the bench/*.rb scripts share: where the build is,
-# the checks that it runs with this Ruby, a median, and callgrind's count.
+# the checks that it runs with this Ruby, a median, callgrind's count, and
+# the build of bench/hook_floor.
+require 'fileutils'
 require 'rbconfig'
 require 'tempfile'
 
@@ -29,6 +31,19 @@ module BenchSupport
   end
 
   def median(values) = values.sort[values.size / 2]
+
+  # Builds bench/hook_floor/ (a tiny extension of do-nothing hooks, not part
+  # of rbtrace) into tmp/ for this Ruby; returns the directory to load it from.
+  def build_hook_floor
+    dir = File.join(ROOT, 'tmp', "hook_floor-#{RUBY_VERSION}")
+    FileUtils.mkdir_p(dir)
+    src = File.join(__dir__, 'hook_floor', 'extconf.rb')
+    ok = Dir.chdir(dir) do
+      system(RbConfig.ruby, src, out: File::NULL) && system('make', out: File::NULL)
+    end
+    abort "bench/#{File.basename($PROGRAM_NAME)}: could not build bench/hook_floor (see #{dir}/mkmf.log)" unless ok
+    dir
+  end
 
   # The events' clock in a process of this Ruby with rbtrace, once its rate
   # is measured, and the kernel's clocksource: "tsc (kernel: kvm-clock)".

@@ -37,9 +37,31 @@ static void hook_names_tsc(VALUE data, rb_trace_arg_t *targ)
 {
     sink += (uintptr_t)__rdtsc() + rb_tracearg_method_id(targ) + rb_tracearg_defined_class(targ);
 }
+static uintptr_t floor_clock(void)
+{
+    return (uintptr_t)__rdtsc();
+}
 #else
 #define hook_names_tsc hook_names_clock
+static uintptr_t floor_clock(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uintptr_t)ts.tv_nsec;
+}
 #endif
+
+/* The method and class as rbtrace's own hook gets them, and the clock it
+ * reads: a plain (not RAW_ARG) hook is handed a C method's id and owner;
+ * a Ruby method's call or return comes without, and they are its frame's.
+ * What is left of rbtrace's cost above this hook's is rbtrace's own work
+ * (bench/per_call.rb measures both in one process). */
+static void hook_plain_tsc(rb_event_flag_t ev, VALUE data, VALUE self, ID id, VALUE klass)
+{
+    if (id == 0 && !rb_frame_method_id_and_class(&id, &klass)) klass = Qnil;
+    sink += floor_clock() + id + klass;
+}
 
 /* A RAW_ARG hook goes in as the generic hook type (through void (*)(void)). */
 #define HOOK(f) ((rb_event_hook_func_t)(void (*)(void))(f))
@@ -52,13 +74,18 @@ static rb_event_hook_func_t hook_of(VALUE kind)
     if (strcmp(k, "names") == 0) return HOOK(hook_names);
     if (strcmp(k, "names_clock") == 0) return HOOK(hook_names_clock);
     if (strcmp(k, "names_tsc") == 0) return HOOK(hook_names_tsc);
+    if (strcmp(k, "plain_tsc") == 0) return hook_plain_tsc;
     rb_raise(rb_eArgError, "no such hook: %s", k);
 }
 
-/* HookFloor.on(:empty | :names | :names_clock | :names_tsc); HookFloor.off(kind) */
+/* HookFloor.on(:empty | :names | :names_clock | :names_tsc | :plain_tsc);
+ * HookFloor.off(kind). plain_tsc's hook is a plain one, the others RAW_ARG. */
 static VALUE floor_on(VALUE self, VALUE kind)
 {
-    rb_add_event_hook2(hook_of(kind), EVENTS, Qnil, RAW);
+    rb_event_hook_func_t hook = hook_of(kind);
+
+    rb_add_event_hook2(hook, EVENTS, Qnil,
+                       hook == hook_plain_tsc ? RUBY_EVENT_HOOK_FLAG_SAFE : RAW);
     return Qnil;
 }
 
