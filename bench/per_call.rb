@@ -29,10 +29,11 @@
 # 120 KB of events are rendered in the pause. BENCH_BURST=0: no pauses.
 # BENCH_APP_CPU=N: the app's looping (main) thread is pinned to CPU N
 # (taskset) before it runs, its other threads (the writer) and the client
-# to the other CPUs. The two vCPUs of this project's VMs are not equal: a loop with memory traffic
-# ran 1.5x slower on one than on the other (bench/RESULTS.md, 2026-11-26
-# 07:10): unpinned, a run measures whichever the app landed on; pinned,
-# untraced and traced run on the same one. Compare runs pinned to each.
+# to the other CPUs. The two vCPUs of this project's VMs are not equal: a
+# loop with memory traffic ran 1.5x slower on one than on the other
+# (bench/RESULTS.md, 2026-11-26 07:10): unpinned, a run measures whichever
+# the app landed on; pinned, untraced and traced run on the same one.
+# Compare runs pinned to each.
 # BENCH_CLIENT=stopped: the client is stopped (SIGSTOP) during the traced
 # runs, so the ring fills and events are dropped: what the app's thread
 # pays with no writer and no client at work on the other CPU (on a 2-vCPU
@@ -212,7 +213,7 @@ puts 'Each iteration makes 3 calls the firehose reports (the method, Integer#<, 
 puts 'each a CALL and a RETURN event: "added per traced call" is a third of an iteration'
 puts '(with bursts, the 3 calls a burst makes besides are counted too).'
 puts '"floor hook": the loop under bench/hook_floor\'s plain_tsc hook (method and class as rbtrace\'s hook gets'
-puts 'them, a TSC read, nothing recorded), in the same process; "rbtrace over the floor": (traced - floor) / 3.'
+puts 'them, a TSC read, nothing recorded), in the same process; "rbtrace over the floor": (traced - floor) per call.'
 puts '"bytes an event": what the client read from the socket (/proc rchar) over the events it received.'
 puts '"events lost": the client\'s count (--stats), over the traced runs; a lost event costs the app less'
 puts 'than one sent, so a figure with events lost flatters the tracer (with BENCH_CLIENT=stopped nearly all are).'

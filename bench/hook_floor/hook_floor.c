@@ -23,34 +23,34 @@ static void hook_names(VALUE data, rb_trace_arg_t *targ)
     sink += rb_tracearg_method_id(targ) + rb_tracearg_defined_class(targ);
 }
 
-static void hook_names_clock(VALUE data, rb_trace_arg_t *targ)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    sink += (uintptr_t)ts.tv_nsec + rb_tracearg_method_id(targ) + rb_tracearg_defined_class(targ);
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <x86intrin.h>
-static void hook_names_tsc(VALUE data, rb_trace_arg_t *targ)
-{
-    sink += (uintptr_t)__rdtsc() + rb_tracearg_method_id(targ) + rb_tracearg_defined_class(targ);
-}
-static uintptr_t floor_clock(void)
-{
-    return (uintptr_t)__rdtsc();
-}
-#else
-#define hook_names_tsc hook_names_clock
-static uintptr_t floor_clock(void)
+static uintptr_t read_clock_gettime(void)
 {
     struct timespec ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uintptr_t)ts.tv_nsec;
 }
+
+/* The TSC where there is one (rbtrace's clock there), else clock_gettime. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <x86intrin.h>
+static uintptr_t read_tsc(void)
+{
+    return (uintptr_t)__rdtsc();
+}
+#else
+#define read_tsc read_clock_gettime
 #endif
+
+static void hook_names_clock(VALUE data, rb_trace_arg_t *targ)
+{
+    sink += read_clock_gettime() + rb_tracearg_method_id(targ) + rb_tracearg_defined_class(targ);
+}
+
+static void hook_names_tsc(VALUE data, rb_trace_arg_t *targ)
+{
+    sink += read_tsc() + rb_tracearg_method_id(targ) + rb_tracearg_defined_class(targ);
+}
 
 /* The method and class as rbtrace's own hook gets them, and the clock it
  * reads: a plain (not RAW_ARG) hook is handed a C method's id and owner;
@@ -60,7 +60,7 @@ static uintptr_t floor_clock(void)
 static void hook_plain_tsc(rb_event_flag_t ev, VALUE data, VALUE self, ID id, VALUE klass)
 {
     if (id == 0 && !rb_frame_method_id_and_class(&id, &klass)) klass = Qnil;
-    sink += floor_clock() + id + klass;
+    sink += read_tsc() + id + klass;
 }
 
 /* A RAW_ARG hook goes in as the generic hook type (through void (*)(void)). */
