@@ -160,10 +160,11 @@ def measure(setup, body)
   nil until err_r.gets.to_s.start_with?('*** attached')
   pin_app_helpers(pid) if OTHER_CPUS
   sleep 0.5
-  if STOPPED
-    Process.kill(:STOP, client)
-    runs(in_w, out_r) # fills the ring
-  end
+  Process.kill(:STOP, client) if STOPPED
+  # Warms up as the untraced and floor runs were (and, with the client
+  # stopped, fills the ring): the first traced calls name their methods, and
+  # the clock's rate is measured over the first moments of the session.
+  runs(in_w, out_r)
   traced = median(runs(in_w, out_r))
   Process.kill(:CONT, client) if STOPPED
   read = stream_bytes(client)
