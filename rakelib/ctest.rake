@@ -14,7 +14,8 @@ module CTest
   # Each test and the client sources it links besides ext/rbtrace/codec.c.
   TESTS = {
     'test_codec' => [],
-    'test_render' => %w[cli/render.c],
+    'test_render' => %w[cli/render.c cli/escape.c],
+    'test_escape' => %w[cli/escape.c],
     'test_options' => %w[cli/options.c cli/tracers.c],
     'test_reports' => %w[cli/reports.c cli/options.c cli/tracers.c],
     'test_tracers' => %w[cli/options.c cli/tracers.c],
@@ -38,7 +39,7 @@ module CTest
 end
 
 namespace :test do
-  desc 'Build and run the C unit tests (codec, renderer, options, tracer files, ring, clock, procfs, unfinished entries) under ASan and UBSan'
+  desc 'Build and run the C unit tests (codec, renderer, escaper, options, tracer files, ring, clock, procfs, unfinished entries) under ASan and UBSan'
   task :c do
     mkdir_p CTest::OUT
     libs = CTest.msgpack_libs

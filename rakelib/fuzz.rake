@@ -1,5 +1,6 @@
-# rakelib/fuzz.rake - the libFuzzer harnesses of fuzz/ (clang, Debian's
-# clang and libclang-rt-dev packages; script/setup installs them).
+# rakelib/fuzz.rake - the libFuzzer harnesses of fuzz/: command, event,
+# escape (clang, Debian's clang and libclang-rt-dev packages; script/setup
+# installs them).
 #
 #   rake test:fuzz          builds them, runs each for FUZZ_SECONDS (30) over
 #                           the committed corpus; a crash, leak, sanitizer
@@ -8,7 +9,7 @@
 #                           what it found into fuzz/corpus (fuzz/RESULTS.md);
 #                           FUZZ_HARNESS=event for one of them
 #   rake fuzz:seeds         writes the seed files from the real encoders
-#   rake fuzz:repro[FILE]   runs one input through both harnesses
+#   rake fuzz:repro[FILE]   runs one input through every harness
 #
 # One process per harness, one at a time (no -jobs/-workers): one core.
 
@@ -26,7 +27,8 @@ module Fuzz
   # Each harness and the sources it links besides ext/rbtrace/codec.c.
   HARNESSES = {
     'command' => [],
-    'event' => %w[cli/render.c]
+    'event' => %w[cli/render.c cli/escape.c],
+    'escape' => %w[cli/escape.c]
   }.freeze
 
   def self.clang
@@ -89,7 +91,7 @@ module Fuzz
 end
 
 namespace :test do
-  desc 'Fuzz the command decoder and the client\'s event decoder (libFuzzer, ASan, UBSan) for FUZZ_SECONDS (30) each'
+  desc 'Fuzz the command decoder, the client\'s event decoder and its escaper (libFuzzer, ASan, UBSan) for FUZZ_SECONDS (30) each'
   task :fuzz do
     seconds = Integer(ENV.fetch('FUZZ_SECONDS', '30'))
     Fuzz::HARNESSES.each_key { |name| Fuzz.run(name, seconds) }
@@ -119,7 +121,7 @@ namespace :fuzz do
     sh bin, File.join(Fuzz::DIR, 'corpus')
   end
 
-  desc 'Run one input (FILE) through both harnesses'
+  desc 'Run one input (FILE) through every harness'
   task :repro, [:file] do |_, args|
     Fuzz::HARNESSES.each_key do |name|
       ok = system(Fuzz::ENV_VARS, Fuzz.build(name), args.fetch(:file))

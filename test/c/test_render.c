@@ -733,8 +733,28 @@ static void test_raise(void)
     fx_call(&fx, 7, 0, 1);
     fx_raise(&fx, 7, "ArgumentError", "bad\nvalue\x01", "app.rb:12");
     fx_return(&fx, 7, 5 * MS, 1);
-    FX_CHECK(&fx, "Worker#run\n  raise ArgumentError: bad\\nvalue^A at app.rb:12\n"
+    FX_CHECK(&fx, "Worker#run\n  raise ArgumentError: bad\\nvalue\\x01 at app.rb:12\n"
                   "Worker#run <0.005000>\n");
+}
+
+/* The app's bytes in names, expressions and values are escaped
+ * (escape.h); plain UTF-8 is not. */
+static void test_escaped(void)
+{
+    static const char *args[] = { "n\x1b", "\"\x1b[2J\\\\\"", "s", "\"h\xc3\xa9llo\"" };
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_method(&fx, 1, "Probe#x\x1b]0;PWNED\a\x1b[2J");
+    fx_method(&fx, 2, "Probe#\xe6\x97\xa5\n");
+    fx_call_args(&fx, 1, 0, 1, args, 2);
+    fx_call(&fx, 1, 1 * MS, 2);
+    fx_return(&fx, 1, 2 * MS, 2);
+    fx_return(&fx, 1, 3 * MS, 1);
+    FX_CHECK(&fx, "Probe#x\\x1b]0;PWNED\\x07\\x1b[2J(n\\x1b=\"\\x1b[2J\\\\\\\\\", "
+                  "s=\"h\xc3\xa9llo\")\n"
+                  "  Probe#\xe6\x97\xa5\\n <0.001000>\n"
+                  "Probe#x\\x1b]0;PWNED\\x07\\x1b[2J <0.003000>\n\n");
 }
 
 int main(void)
@@ -767,5 +787,6 @@ int main(void)
     test_slow_with_calls();
     test_gc();
     test_raise();
+    test_escaped();
     return check_report();
 }

@@ -7,6 +7,8 @@
  * left out (its own command line holds the pattern). One match is traced
  * at once; several are listed and, when stdin is a terminal, the user
  * picks (numbers, or "a" for all); otherwise the list is the error.
+ * Command lines are the processes' own (any user may put an escape
+ * sequence there): they are shown escaped (escape.h).
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -17,11 +19,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "escape.h"
 #include "procfs.h"
 #include "ps.h"
 
 #define PS_CMDLINE_MAX 4096
 #define PS_MAX 256
+/* How much of a command line is shown: its first bytes, escaped. */
+#define PS_SHOWN 100
 
 struct ps_match {
     pid_t pid;
@@ -76,12 +81,22 @@ static int ps_scan(const regex_t *re, struct ps_match *m, int *without_rbtrace)
     return n;
 }
 
+/* The first PS_SHOWN bytes of cmdline, escaped, in out. */
+static const char *ps_shown(const char *cmdline, char out[PS_SHOWN * ESCAPE_MAX_PER_BYTE + 1])
+{
+    size_t len = strnlen(cmdline, PS_SHOWN);
+
+    out[escape_text(out, cmdline, len, 0)] = '\0';
+    return out;
+}
+
 static void ps_list(const struct ps_match *m, int n)
 {
+    char shown[PS_SHOWN * ESCAPE_MAX_PER_BYTE + 1];
     int i;
 
     for (i = 0; i < n; i++)
-        fprintf(stderr, "  %2d) %d  %.100s\n", i + 1, (int)m[i].pid, m[i].cmdline);
+        fprintf(stderr, "  %2d) %d  %s\n", i + 1, (int)m[i].pid, ps_shown(m[i].cmdline, shown));
 }
 
 /* A chosen process; choosing one twice is harmless. */
@@ -132,7 +147,7 @@ int ps_choose(struct options *o, FILE *in)
     struct ps_match *m = calloc(PS_MAX, sizeof(*m));
     regex_t re;
     int n, without, rc = CLI_ERR, err;
-    char why[256];
+    char why[256], shown[PS_SHOWN * ESCAPE_MAX_PER_BYTE + 1];
 
     if (!m) {
         fprintf(stderr, "rbtrace: out of memory\n");
@@ -152,8 +167,8 @@ int ps_choose(struct options *o, FILE *in)
                              without, without == 1 ? "es" : "");
         fprintf(stderr, "\n");
     } else if (n == 1) {
-        fprintf(stderr, "*** --ps %s: process %d (%.100s)\n", o->ps_pattern, (int)m[0].pid,
-                m[0].cmdline);
+        fprintf(stderr, "*** --ps %s: process %d (%s)\n", o->ps_pattern, (int)m[0].pid,
+                ps_shown(m[0].cmdline, shown));
         rc = ps_add(o, m[0].pid);
     } else if (n > 1) {
         fprintf(stderr, "%d processes match '%s':\n", n, o->ps_pattern);

@@ -6,6 +6,9 @@
  * which call it shows, and the deepest nesting seen (which decides whether
  * a blank line follows each outermost return, as in the original).
  *
+ * Every byte of the target's (names, values, GC and raise text) is
+ * escaped (escape.h): the app must not write to the tracer's terminal.
+ *
  * This is the client's hot path (millions of events a second): no printf,
  * only unlocked writes of text built here; the FILE* is the session's, and
  * only the session's thread uses it.
@@ -16,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 #include "cli.h"
+#include "escape.h"
 #include "render.h"
 
 #define RENDER_NAMES_MIN 64
@@ -110,21 +114,22 @@ static int render_method(struct render *r, const struct rbtrace_event *ev)
 {
     struct render_name *slot;
     char *name;
+    size_t len;
 
     if ((r->names_count + 1) * 2 > r->names_cap && render_names_grow(r) != CLI_OK)
         return CLI_ERR;
-    name = malloc((size_t)ev->text.len + 1);
+    /* Stored escaped (escape.h), once: every call prints it. */
+    name = malloc((size_t)ev->text.len * ESCAPE_MAX_PER_BYTE + 1);
     if (!name) return render_fail(r, "out of memory");
-    /* an empty string may come with a NULL pointer, which memcpy must not see */
-    if (ev->text.len) memcpy(name, ev->text.ptr, ev->text.len);
-    name[ev->text.len] = '\0';
+    len = escape_text(name, ev->text.ptr, ev->text.len, 0);
+    name[len] = '\0';
 
     slot = &r->names[render_names_slot(r->names, r->names_cap, ev->method_id)];
     if (slot->name) free(slot->name);   /* renamed: keep the latest */
     else r->names_count++;
     slot->id = ev->method_id;
     slot->name = name;
-    slot->len = ev->text.len;
+    slot->len = len;
     return CLI_OK;
 }
 
@@ -282,6 +287,12 @@ static void render_line_start(struct render *r, const struct render_thread *t,
     render_spaces(r, depth * r->opts.prefix);
 }
 
+/* Text of the target's, on one line: escaped (escape.h). */
+static void render_text(struct render *r, struct rbtrace_str s)
+{
+    escape_fwrite(r->out, s.ptr, s.len, 0);
+}
+
 static void render_args(struct render *r, const struct rbtrace_event *ev)
 {
     uint32_t i;
@@ -290,9 +301,9 @@ static void render_args(struct render *r, const struct rbtrace_event *ev)
     render_putc(r, '(');
     for (i = 0; i < ev->n_exprs; i++) {
         if (i) render_put(r, ", ", 2);
-        render_put(r, ev->exprs[i].ptr, ev->exprs[i].len);
+        render_text(r, ev->exprs[i]);
         render_putc(r, '=');
-        render_put(r, ev->values[i].ptr, ev->values[i].len);
+        render_text(r, ev->values[i]);
     }
     render_putc(r, ')');
 }
@@ -470,29 +481,6 @@ static int render_slow(struct render *r, const struct rbtrace_event *ev)
     render_duration(r, 0, ev->duration_ns);
     render_putc(r, '\n');
     return render_check_io(r);
-}
-
-/* Text of the target's, on one line: newlines and other control bytes
- * shown escaped. */
-static void render_text(struct render *r, struct rbtrace_str s)
-{
-    uint32_t i, from = 0;
-    char esc[4];
-
-    if (s.len == 0) return;   /* s.ptr may be NULL */
-    for (i = 0; i < s.len; i++) {
-        unsigned char c = (unsigned char)s.ptr[i];
-        if (c >= 0x20 && c != 0x7f) continue;
-        render_put(r, s.ptr + from, i - from);
-        if (c == '\n') render_put(r, "\\n", 2);
-        else if (c == '\t') render_put(r, "\\t", 2);
-        else {
-            snprintf(esc, sizeof(esc), "^%c", c == 0x7f ? '?' : c + '@');
-            render_put(r, esc, 2);
-        }
-        from = i + 1;
-    }
-    render_put(r, s.ptr + from, s.len - from);
 }
 
 #define RENDER_PUT_LITERAL(r, s) render_put((r), (s), sizeof(s) - 1)

@@ -3,7 +3,8 @@
  *
  * One attach (session.c) for the whole REPL. Each entry is sent as one
  * EVAL, with a new id, and its answer printed: "=> inspect" on stdout, an
- * exception's text as it is, a syntax error's message. When the syntax
+ * exception's text as it is, a syntax error's message; all of them text of
+ * the target's, escaped (escape.h). When the syntax
  * error only says that the input ended too soon (unfinished.c), the
  * entry is kept, one more line read (continuation prompt) and the whole
  * entry sent again; the target only compiles code that does not parse, so
@@ -39,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "editline.h"
+#include "escape.h"
 #include "protocol.h"
 #include "repl.h"
 #include "session.h"
@@ -89,12 +91,18 @@ struct repl {
 
 /* ---- the answers ---- */
 
-/* text without its trailing newlines, then one newline, on stdout. */
+/* text without its trailing newlines, then one newline, on stdout; the
+ * target's text, escaped as multi-line text (escape.h), after
+ * ESCAPE_BODY_NOTE on stderr if it had to be. */
 static void repl_print(const char *prefix, const char *text, size_t len)
 {
     while (len > 0 && text[len - 1] == '\n') len--;
+    if (escape_body_needed(text, len)) {
+        fflush(stdout);
+        fprintf(stderr, "%s\n", ESCAPE_BODY_NOTE);
+    }
     fputs(prefix, stdout);
-    fwrite(text, 1, len, stdout);
+    escape_fwrite_body(stdout, text, len);
     fputc('\n', stdout);
 }
 
@@ -128,8 +136,9 @@ static void repl_on_result(void *ctx, uint32_t status, const char *text, size_t 
         return;
     }
     fflush(stdout);
-    fprintf(stderr, "rbtrace: unknown eval status %u: %.*s\n", (unsigned)status,
-            len > INT_MAX ? INT_MAX : (int)len, text);
+    fprintf(stderr, "rbtrace: unknown eval status %u: ", (unsigned)status);
+    escape_fwrite(stderr, text, len, 0);
+    fputc('\n', stderr);
 }
 
 /* A write error on stdout (full disk, closed pipe) ends the REPL. */

@@ -10,6 +10,10 @@
  * write a byte to a self-pipe; the loop polls that pipe with the socket, and
  * every 200 ms checks that the target still exists.
  *
+ * Every byte of the target's that is printed (trace events, results,
+ * reports, notices, errors) is escaped (escape.h): the app must not write
+ * to the tracer's terminal.
+ *
  * Output to a file or pipe is buffered in big blocks and flushed whenever
  * the socket has nothing more to read, so that a busy trace costs few
  * writes and a quiet one still shows at once.
@@ -25,6 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "attach.h"
+#include "escape.h"
 #include "render.h"
 #include "reports.h"
 #include "session.h"
@@ -181,6 +186,47 @@ static void session_status(struct session *s, const char *fmt, ...)
     va_end(ap);
 }
 
+/*
+ * A status line that ends with text of the target's: fmt's text, then the
+ * text escaped, on one line; or, lines set, as multi-line text the user
+ * asked for (a syntax error's message), after ESCAPE_BODY_NOTE if that
+ * text had to be escaped.
+ */
+static void session_status_text(struct session *s, int lines, struct rbtrace_str text,
+                                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void session_status_text(struct session *s, int lines, struct rbtrace_str text,
+                                const char *fmt, ...)
+{
+    va_list ap;
+
+    if (s->out == stdout) render_end_line(&s->render);
+    fflush(s->out);
+    if (lines && escape_body_needed(text.ptr, text.len)) fprintf(stderr, "%s\n", ESCAPE_BODY_NOTE);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    if (lines) escape_fwrite_body(stderr, text.ptr, text.len);
+    else escape_fwrite(stderr, text.ptr, text.len, 0);
+    fputc('\n', stderr);
+}
+
+/*
+ * A result the user asked for (-e, a report) on the output, escaped as
+ * multi-line text (escape.h), after ESCAPE_BODY_NOTE on stderr if it had to
+ * be. CLI_OK, or CLI_ERR with errstr set.
+ */
+static int session_print_body(struct session *s, struct rbtrace_str text)
+{
+    if (escape_body_needed(text.ptr, text.len)) {
+        fflush(s->out);
+        fprintf(stderr, "%s\n", ESCAPE_BODY_NOTE);
+    }
+    if (escape_fwrite_body(s->out, text.ptr, text.len) == 0) return CLI_OK;
+    snprintf(s->errstr, sizeof(s->errstr), "could not write the output: %s", strerror(errno));
+    return CLI_ERR;
+}
+
 /* The session's last status line: the open line ends, wherever it is. */
 static void session_final_status(struct session *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -238,7 +284,7 @@ static int session_on_refused(struct session *s, const struct rbtrace_event *ev)
         session_status(s, "rbtrace: process %d is already traced by rbtrace (pid %llu); stop "
                        "that tracer first", (int)s->at.pid, (unsigned long long)ev->pid);
     else
-        session_status(s, "rbtrace: %.*s", (int)ev->text.len, ev->text.ptr);
+        session_status_text(s, 0, ev->text, "rbtrace: ");
     return CLI_OK;
 }
 
@@ -246,15 +292,10 @@ static int session_on_refused(struct session *s, const struct rbtrace_event *ev)
 static int session_on_report_result(struct session *s, const struct rbtrace_event *ev)
 {
     const char *what = reports_option(s->opts->mode);
-    int len = (int)ev->text.len;
 
     switch (ev->status) {
     case RBTRACE_EVAL_OK:
-        if (ev->text.len && fwrite(ev->text.ptr, ev->text.len, 1, s->out) != 1) {
-            snprintf(s->errstr, sizeof(s->errstr), "could not write the output: %s",
-                     strerror(errno));
-            return CLI_ERR;
-        }
+        if (session_print_body(s, ev->text) != CLI_OK) return CLI_ERR;
         s->eval_exit = CLI_EXIT_OK;
         return session_flush(s);
     case RBTRACE_EVAL_TIMEOUT:
@@ -262,16 +303,14 @@ static int session_on_report_result(struct session *s, const struct rbtrace_even
                        "process (give a longer --timeout)", what, s->eval_timeout_ms / 1000.0);
         return CLI_OK;
     default:
-        session_status(s, "rbtrace: %s failed in process %d: %.*s", what, (int)s->at.pid, len,
-                       ev->text.ptr);
+        session_status_text(s, 1, ev->text, "rbtrace: %s failed in process %d: ", what,
+                            (int)s->at.pid);
         return CLI_OK;
     }
 }
 
 static int session_on_eval_result(struct session *s, const struct rbtrace_event *ev)
 {
-    int len = (int)ev->text.len;
-
     if (ev->number != s->eval_id || s->eval_done) return CLI_OK;
     s->eval_done = 1;
     if (s->eval_sink) {
@@ -283,18 +322,20 @@ static int session_on_eval_result(struct session *s, const struct rbtrace_event 
     switch (ev->status) {
     case RBTRACE_EVAL_OK:
     case RBTRACE_EVAL_RAISED:
-        fprintf(s->out, ">> %s\n=> %.*s\n", s->opts->eval_code, len, ev->text.ptr);
+        fprintf(s->out, ">> %s\n=> ", s->opts->eval_code);
+        if (session_print_body(s, ev->text) != CLI_OK) return CLI_ERR;
+        fputc('\n', s->out);
         if (ev->status == RBTRACE_EVAL_OK) s->eval_exit = CLI_EXIT_OK;
         return session_flush(s);
     case RBTRACE_EVAL_SYNTAX:
-        session_status(s, "rbtrace: syntax error in the code: %.*s", len, ev->text.ptr);
+        session_status_text(s, 1, ev->text, "rbtrace: syntax error in the code: ");
         return CLI_OK;
     case RBTRACE_EVAL_TIMEOUT:
         session_status(s, "rbtrace: the code did not finish within %g s; it was stopped in the "
                        "process", s->eval_timeout_ms / 1000.0);
         return CLI_OK;
     }
-    session_status(s, "rbtrace: unknown eval status %u: %.*s", ev->status, len, ev->text.ptr);
+    session_status_text(s, 0, ev->text, "rbtrace: unknown eval status %u: ", ev->status);
     return CLI_OK;
 }
 
@@ -319,10 +360,10 @@ static int session_on_event(struct session *s, const struct rbtrace_event *ev)
     case RBTRACE_EV_EVAL_RESULT:
         return session_on_eval_result(s, ev);
     case RBTRACE_EV_ERROR:
-        session_status(s, "*** error: %.*s", (int)ev->text.len, ev->text.ptr);
+        session_status_text(s, 0, ev->text, "*** error: ");
         return CLI_OK;
     case RBTRACE_EV_NOTICE:
-        session_status(s, "*** %.*s", (int)ev->text.len, ev->text.ptr);
+        session_status_text(s, 0, ev->text, "*** ");
         return CLI_OK;
     default:
         return session_render(s, ev);
