@@ -239,6 +239,75 @@ RSpec.describe 'interactive (-i)' do
       FileUtils.rm_rf(home) if home
     end
 
+    # Types one entry and ^D into a client on a terminal with HOME home;
+    # returns what the terminal showed.
+    def repl_session(home, entry)
+      pty = PtyClient.new(['-p', app.pid, '-i'], 'HOME' => home, 'TERM' => 'xterm')
+      @spec_processes << pty
+      prompt = Regexp.escape("rbtrace(#{app.pid})> ")
+      pty.wait_for(/#{prompt}\z/)
+      pty.type("#{entry}\r")
+      pty.wait_for(/=> .*\r\n#{prompt}\z/)
+      pty.type("\x04")
+      pty.wait_for(/\*\*\* detached from process #{app.pid}/)
+      expect(pty.wait.exitstatus).to eq(0)
+      pty.output
+    end
+
+    it 'keeps the history in a plain file: read back by the next session' do
+      home = Dir.mktmpdir('rbtrace-home')
+      history = File.join(home, '.rbtrace_history')
+      repl_session(home, '$h = "one two\\\\"')
+      # libedit's own format, as its write_history writes it
+      expect(File.read(history)).to eq("_HiStOrY_V2_\n$h\\040=\\040\"one\\040two\\134\\134\"\n")
+      expect(File.stat(history).mode & 0o777).to eq(0o600)
+      # an existing file keeps its mode; the next session recalls the entry
+      File.chmod(0o640, history)
+      pty = PtyClient.new(['-p', app.pid, '-i'], 'HOME' => home, 'TERM' => 'xterm')
+      @spec_processes << pty
+      pty.wait_for(/> \z/)
+      pty.type("\e[A\r")
+      pty.wait_for(/=> "one two\\\\"\r\n.*> \z/m)
+      pty.type("\x04")
+      expect(pty.wait.exitstatus).to eq(0)
+      expect(File.stat(history).mode & 0o777).to eq(0o640)
+    ensure
+      FileUtils.rm_rf(home) if home
+    end
+
+    it 'never follows a symbolic link: the file it points to is not changed, and it says why' do
+      home = Dir.mktmpdir('rbtrace-home')
+      victim = File.join(Dir.mktmpdir('rbtrace-victim'), 'secret')
+      File.write(victim, "root:secret\n")
+      File.chmod(0o644, victim)
+      File.symlink(victim, File.join(home, '.rbtrace_history'))
+      out = repl_session(home, '1 + 1')
+      expect(File.read(victim)).to eq("root:secret\n")
+      expect(File.stat(victim).mode & 0o777).to eq(0o644)
+      expect(out).to match(%r{rbtrace: no history: #{Regexp.escape(home)}/\.rbtrace_history is a symbolic link; .*remove the link})
+      expect(File.symlink?(File.join(home, '.rbtrace_history'))).to be(true)
+    ensure
+      FileUtils.rm_rf(home) if home
+      FileUtils.rm_rf(File.dirname(victim)) if victim
+    end
+
+    it 'keeps no history in a HOME that others may write to, or that is not its own (sudo -E)' do
+      home = Dir.mktmpdir('rbtrace-home')
+      File.chmod(0o777, home)
+      out = repl_session(home, '1 + 1')
+      expect(out).to match(/rbtrace: no history: HOME \(#{Regexp.escape(home)}\) may be written by other users/)
+      expect(File.exist?(File.join(home, '.rbtrace_history'))).to be(false)
+      if Process.uid.zero?
+        File.chmod(0o755, home)
+        File.chown(65_534, nil, home)
+        out = repl_session(home, '1 + 1')
+        expect(out).to match(/rbtrace: no history: HOME \(#{Regexp.escape(home)}\) belongs to uid 65534, not to uid 0/)
+        expect(File.exist?(File.join(home, '.rbtrace_history'))).to be(false)
+      end
+    ensure
+      FileUtils.rm_rf(home) if home
+    end
+
     # The client loads libedit only when -i starts (ext/rbtrace/cli/editline.c).
     # Here libedit is hidden from it (an empty file mounted over the library, in
     # a mount namespace of its own): it says so and reads plain lines.

@@ -57,7 +57,8 @@ int editline_load(struct editline *e, char *err, size_t err_len)
         editline_symbol(lib, "add_history", &e->add_history, err, err_len) < 0 ||
         editline_symbol(lib, "stifle_history", &e->stifle_history, err, err_len) < 0 ||
         editline_symbol(lib, "read_history", &e->read_history, err, err_len) < 0 ||
-        editline_symbol(lib, "write_history", &e->write_history, err, err_len) < 0 ||
+        editline_symbol(lib, "history_list", &e->history_list, err, err_len) < 0 ||
+        editline_symbol(lib, "history_length", &e->history_length, err, err_len) < 0 ||
         editline_symbol(lib, "rl_readline_name", &e->readline_name, err, err_len) < 0 ||
         editline_symbol(lib, "rl_catch_signals", &e->catch_signals, err, err_len) < 0 ||
         editline_symbol(lib, "rl_getc_function", &e->getc_function, err, err_len) < 0) {

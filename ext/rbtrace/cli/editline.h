@@ -20,7 +20,8 @@ struct editline {
     __typeof__(add_history) *add_history;
     __typeof__(stifle_history) *stifle_history;
     __typeof__(read_history) *read_history;
-    __typeof__(write_history) *write_history;
+    __typeof__(history_list) *history_list;
+    __typeof__(history_length) *history_length;
     __typeof__(rl_readline_name) *readline_name;
     __typeof__(rl_catch_signals) *catch_signals;
     __typeof__(rl_getc_function) *getc_function;

@@ -86,7 +86,7 @@ struct repl {
     size_t line_cap;           /* its size */
     int incomplete;            /* the last answer: the entry needs more lines */
     char *syntax;              /* that answer's message (shown if the input ends there) */
-    char history[PATH_MAX];    /* the history file; "" when there is none (no HOME) */
+    int history_dir;           /* $HOME, opened and checked; -1: no history */
 };
 
 /* ---- the answers ---- */
@@ -395,55 +395,176 @@ static enum cli_exit repl_loop(struct repl *r)
 
 /* ---- the history (libedit only) ---- */
 
-/* ~/.rbtrace_history, or "" when HOME is unset or empty. */
-static void repl_history_path(struct repl *r)
+/*
+ * ~/.rbtrace_history is only ever a plain file of the user that runs
+ * rbtrace (its effective uid), in a home directory of that user's that
+ * nobody else may write to. Under `sudo -E`, root with the user's HOME,
+ * the home is not root's: there is no history, rather than root reading
+ * or writing a path the user controls (a symbolic link to /etc/shadow).
+ * The directory is opened once and checked; the file is opened in it with
+ * O_NOFOLLOW and checked through its descriptor (a plain file, ours, one
+ * link), for reading and again for writing, so that nothing swapped in
+ * between is used. libedit reads it through /proc/self/fd (the same open
+ * file, not the path); we write it ourselves in libedit's format, as
+ * libedit's write_history would open the path again and chmod it. A new
+ * file is created 0600 with O_EXCL; an existing one keeps its mode.
+ */
+#ifdef RBTRACE_HAVE_LIBEDIT
+
+/* HOME for the messages, or "" (repl_history_dir found none). */
+static const char *repl_home(void)
 {
     const char *home = getenv("HOME");
-    int n;
 
-    r->history[0] = '\0';
-    if (!home || !*home) return;
-    n = snprintf(r->history, sizeof(r->history), "%s/%s", home, REPL_HISTORY_FILE);
-    if (n < 0 || (size_t)n >= sizeof(r->history)) r->history[0] = '\0';
+    return home ? home : "";
 }
 
-#ifdef RBTRACE_HAVE_LIBEDIT
+/* Opens and checks $HOME into r->history_dir; -1 (no history) when HOME
+ * is unset, empty or too long (silently), or fails a check (said why). */
+static void repl_history_dir(struct repl *r)
+{
+    const char *home = getenv("HOME");
+    struct stat st;
+    int fd;
+
+    r->history_dir = -1;
+    if (!home || !*home || strlen(home) >= PATH_MAX) return;
+    fd = open(home, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        fprintf(stderr, "rbtrace: no history: cannot open HOME (%s): %s\n", home, strerror(errno));
+        return;
+    }
+    if (fstat(fd, &st) < 0) {
+        fprintf(stderr, "rbtrace: no history: cannot stat HOME (%s): %s\n", home, strerror(errno));
+    } else if (st.st_uid != geteuid()) {
+        fprintf(stderr, "rbtrace: no history: HOME (%s) belongs to uid %u, not to uid %u that "
+                "runs rbtrace (sudo -E keeps your HOME): run rbtrace as that user, or give it a "
+                "HOME of its own\n", home, (unsigned)st.st_uid, (unsigned)geteuid());
+    } else if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+        fprintf(stderr, "rbtrace: no history: HOME (%s) may be written by other users; make it "
+                "yours alone (chmod go-w %s) or set HOME to a directory of your own\n", home, home);
+    } else {
+        r->history_dir = fd;
+        return;
+    }
+    close(fd);
+}
+
+/* Checks the open history file fd: a plain file of ours with one link.
+ * 0, or -1 (said why: no history). */
+static int repl_history_check(int fd)
+{
+    struct stat st;
+    const char *why = NULL;
+
+    if (fstat(fd, &st) < 0) {
+        fprintf(stderr, "rbtrace: no history: cannot stat %s/" REPL_HISTORY_FILE ": %s\n",
+                repl_home(), strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) why = "is not a plain file";
+    else if (st.st_uid != geteuid()) why = "belongs to another user";
+    else if (st.st_nlink != 1) why = "has other hard links";
+    if (!why) return 0;
+    fprintf(stderr, "rbtrace: no history: %s/" REPL_HISTORY_FILE " %s; rbtrace keeps its history "
+            "only in a plain file of its own: remove it to start a new one\n", repl_home(), why);
+    return -1;
+}
+
+/* Opens the history file in the checked directory, with flags (O_NOFOLLOW
+ * added); checks it. The descriptor; -2 when it does not exist (and flags
+ * do not create it); -1 when it must not be used (said why). */
+static int repl_history_open(struct repl *r, int flags)
+{
+    int fd = openat(r->history_dir, REPL_HISTORY_FILE,
+                    flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+
+    if (fd < 0) {
+        if (errno == ENOENT) return -2;
+        if (errno == ELOOP)
+            fprintf(stderr, "rbtrace: no history: %s/" REPL_HISTORY_FILE " is a symbolic link; "
+                    "rbtrace reads and writes only a plain file there: remove the link\n",
+                    repl_home());
+        else
+            fprintf(stderr, "rbtrace: no history: cannot open %s/" REPL_HISTORY_FILE ": %s\n",
+                    repl_home(), strerror(errno));
+        return -1;
+    }
+    if (repl_history_check(fd) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Stops using the history (a check failed). */
+static void repl_history_off(struct repl *r)
+{
+    if (r->history_dir >= 0) close(r->history_dir);
+    r->history_dir = -1;
+}
+
 static void repl_history_load(struct repl *r)
 {
-    int err;
-
-    repl_editline.stifle_history(REPL_HISTORY_MAX);
-    if (!r->history[0]) return;
-    err = repl_editline.read_history(r->history);
-    if (err != 0 && err != ENOENT)
-        fprintf(stderr, "rbtrace: could not read the history file %s: %s (it will be "
-                "written anew)\n", r->history, strerror(err));
-}
-
-/* Writes the history to a file readable by its owner only (0600). */
-static void repl_history_save(struct repl *r)
-{
+    char path[64];
     int fd, err;
 
-    if (!r->history[0]) return;
-    fd = open(r->history, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    repl_editline.stifle_history(REPL_HISTORY_MAX);
+    repl_history_dir(r);
+    if (r->history_dir < 0) return;
+    fd = repl_history_open(r, O_RDONLY);
+    if (fd == -2) return;   /* none yet */
     if (fd < 0) {
-        err = errno;
-        goto fail;
+        repl_history_off(r);
+        return;
     }
-    if (fchmod(fd, 0600) < 0) {
-        err = errno;
+    /* libedit opens a path: this one is the file we checked, not a name. */
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    err = repl_editline.read_history(path);
+    if (err != 0)
+        fprintf(stderr, "rbtrace: could not read the history file %s/" REPL_HISTORY_FILE ": %s "
+                "(it will be written anew)\n", repl_home(), strerror(err));
+    close(fd);
+}
+
+/* One history line as libedit writes it (strvis, VIS_WHITE): a backslash,
+ * white space and control bytes as \ooo, the rest as it is. */
+static void repl_history_put_line(FILE *f, const char *line)
+{
+    const unsigned char *p;
+
+    for (p = (const unsigned char *)line; *p; p++) {
+        if (*p == '\\' || *p <= ' ' || *p == 0x7f) fprintf(f, "\\%03o", *p);
+        else fputc(*p, f);
+    }
+    fputc('\n', f);
+}
+
+/* Writes the history, in libedit's format, to the checked file: created
+ * 0600 if there was none. */
+static void repl_history_save(struct repl *r)
+{
+    HIST_ENTRY **list;
+    FILE *f;
+    int fd, i;
+
+    if (r->history_dir < 0) return;
+    fd = repl_history_open(r, O_WRONLY);
+    if (fd == -2) fd = repl_history_open(r, O_WRONLY | O_CREAT | O_EXCL);
+    if (fd < 0) return;   /* said why; -2 again: it came and went, leave it */
+    if (ftruncate(fd, 0) < 0 || !(f = fdopen(fd, "w"))) {
+        fprintf(stderr, "rbtrace: could not write the history file %s/" REPL_HISTORY_FILE
+                ": %s\n", repl_home(), strerror(errno));
         close(fd);
-        goto fail;
+        return;
     }
-    if (close(fd) < 0) {
-        err = errno;
-        goto fail;
-    }
-    if ((err = repl_editline.write_history(r->history)) == 0) return;
-fail:
-    fprintf(stderr, "rbtrace: could not write the history file %s: %s\n", r->history,
-            strerror(err));
+    fputs("_HiStOrY_V2_\n", f);
+    list = *repl_editline.history_length > 0 ? repl_editline.history_list() : NULL;
+    for (i = 0; list && list[i]; i++)
+        if (list[i]->line) repl_history_put_line(f, list[i]->line);
+    if (fclose(f) != 0)
+        fprintf(stderr, "rbtrace: could not write the history file %s/" REPL_HISTORY_FILE
+                ": %s\n", repl_home(), strerror(errno));
 }
 
 /* Loads libedit and sets it up: these before anything else of libedit's,
@@ -486,7 +607,7 @@ static void repl_init(struct repl *r, const struct options *opts, struct session
     r->tty = isatty(STDIN_FILENO);
     snprintf(r->prompt, sizeof(r->prompt), "rbtrace(%d)> ", (int)opts->pid);
     snprintf(r->more_prompt, sizeof(r->more_prompt), "rbtrace(%d)* ", (int)opts->pid);
-    repl_history_path(r);
+    r->history_dir = -1;
 #ifdef RBTRACE_HAVE_LIBEDIT
     r->editing = r->tty && isatty(STDOUT_FILENO);
     if (r->editing && repl_editor_init(r) < 0) r->editing = 0;
@@ -497,6 +618,7 @@ static void repl_free(struct repl *r)
 {
 #ifdef RBTRACE_HAVE_LIBEDIT
     if (r->editing) repl_history_save(r);
+    repl_history_off(r);
 #endif
     free(r->entry);
     free(r->line);
