@@ -22,6 +22,9 @@
  *
  *   GC minor by newobj <0.000812> (mark 0.000600, sweep 0.000212)
  *   raise ArgumentError: bad value at app.rb:12
+ *
+ * Names, expression values and GC and raise text are the app's bytes: they
+ * are printed escaped (escape.h).
  */
 #ifndef RBTRACE_CLI_RENDER_H
 #define RBTRACE_CLI_RENDER_H
