@@ -250,9 +250,21 @@ void rbtrace_raise_stop(void)
     raise_active = 0;
 }
 
+/*
+ * call-seq: RBTrace.class_path_of(obj) -> String
+ *
+ * obj's real class's name, read as this file reads an exception's: not
+ * through obj.class or its #name, which the app may define. For a trace
+ * expression that raised (lib/rbtrace/expressions.rb).
+ */
+static VALUE raise_class_path_of_m(VALUE self, VALUE obj)
+{
+    return raise_class_path(rb_obj_class(obj));
+}
+
 void Init_rbtrace_raisewatch(VALUE mod)
 {
-    (void)mod;
+    rb_define_singleton_method(mod, "class_path_of", raise_class_path_of_m, 1);
     id_raise_location = rb_intern("raise_location");
     id_mesg = rb_intern("mesg");   /* error.c's id_mesg: no "@", hidden from Ruby */
     /* the top-level self, evaluated at the top level */
