@@ -737,6 +737,17 @@ static void test_raise(void)
                   "Worker#run <0.005000>\n");
 }
 
+/* No message (none the target could read without the app's code): the
+ * class alone, no ": ". */
+static void test_raise_without_message(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_raise(&fx, 7, "Exploding", "", "app.rb:17");
+    FX_CHECK(&fx, "raise Exploding at app.rb:17\n");
+}
+
 int main(void)
 {
     setenv("TZ", "UTC", 1);
@@ -767,5 +778,6 @@ int main(void)
     test_slow_with_calls();
     test_gc();
     test_raise();
+    test_raise_without_message();
     return check_report();
 }
