@@ -160,6 +160,7 @@ static VALUE raise_format(VALUE format, const VALUE args[4])
         if (n > 3) return Qnil;
         rb_str_cat(out, RSTRING_PTR(args[n]), RSTRING_LEN(args[n]));
     }
+    RB_GC_GUARD(format);   /* on the stack, so not moved while p points into it */
     return out;
 }
 
