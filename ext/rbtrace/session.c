@@ -20,6 +20,13 @@ static ID id_eval_for_client;
 
 /* ---- attach ---- */
 
+/* Does connect's errno mean that the tracer is simply gone? No socket
+ * (removed), or nobody listening on it (its client killed). */
+static int session_tracer_gone(int err)
+{
+    return err == ENOENT || err == ECONNREFUSED;
+}
+
 /* Connects to the client's socket; -1 if it is not there or not ours. */
 static int session_connect(const struct rbtrace_str *path)
 {
@@ -39,9 +46,14 @@ static int session_connect(const struct rbtrace_str *path)
         return -1;
     }
     if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
-        /* Said here: the tracer only sees that we never connected. */
-        fprintf(stderr, "rbtrace: cannot connect to the tracer's socket %s: %s\n", addr.sun_path,
-                strerror(errno));
+        /* Said here: the tracer only sees that we never connected. But not
+         * for a tracer that went away (it gave up waiting and removed its
+         * socket, or was killed and left it): it told its user already,
+         * and the app's log is no place for it. */
+        if (!session_tracer_gone(errno))
+            fprintf(stderr, "rbtrace: cannot connect to the tracer's socket %s: %s (is the "
+                    "rbtrace client still running, and may this process reach its socket?)\n",
+                    addr.sun_path, strerror(errno));
         goto close_fd;
     }
     /* The listener must be our own user (or root): nobody else may read

@@ -17,7 +17,7 @@ module RBTrace
             else binding ? binding.eval(expr) : obj.instance_eval(expr)
             end
           rescue Exception => e # rubocop:disable Lint/RescueException
-            e
+            next raised(e)
           end
         truncate(inspect_value(value))
       end
@@ -26,7 +26,14 @@ module RBTrace
     def inspect_value(value)
       value.inspect
     rescue Exception => e # rubocop:disable Lint/RescueException
-      "#<#{e.class} raised by inspect>"
+      raised(e, ' by inspect')
+    end
+
+    # An expression that raised: the exception's class alone, read without
+    # the app's code. Not its message: a NameError's calls the receiver's
+    # #inspect (app code, whatever it does, at every call).
+    def raised(exc, how = '')
+      "#<#{RBTrace.class_path_of(exc)} raised#{how}>"
     end
 
     def truncate(text)

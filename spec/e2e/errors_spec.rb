@@ -48,6 +48,8 @@ RSpec.describe 'errors' do
     expect(r.stderr).to include('try again')
     expect(r.stdout).not_to include('=> 2')
     expect(r).not_to be_success
+    # one line in the app's own log for this one failure
+    expect(short.stderr).to eq("rbtrace: cannot start the writer thread: Too many open files\n")
     Process.kill(:USR1, short.pid)
     short.wait_for('freed')
     expect(rbtrace('-p', short.pid, '-e', '1 + 1').stdout).to eq(">> 1 + 1\n=> 2\n")

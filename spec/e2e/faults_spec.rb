@@ -179,6 +179,33 @@ RSpec.describe 'faults' do
     end
   end
 
+  # The app's own stderr is its log: a tracer that went away before the
+  # app got to its ATTACH (it timed out waiting, or was killed) is nothing
+  # the app's operator must act on.
+  describe 'tracers that went away before the target answered their attach' do
+    it "leave no line in the app's stderr, and the target attaches the next one" do
+      app = start_target("puts 'ready'\nloop { sleep 0.02 }").ready
+      expect(rbtrace('-p', app.pid, '-e', '1')).to be_success # its queue exists from now on
+      Process.kill(:STOP, app.pid) # it takes no command until SIGCONT
+      tmp = Dir.mktmpdir('rbtrace-faults')
+      # Gives up (its socket removed): ENOENT when the target connects.
+      gave_up = rbtrace('-p', app.pid, '--timeout', '0.3', '-e', '1', env: { 'TMPDIR' => tmp })
+      expect(gave_up.stderr).to include("process #{app.pid} did not connect back")
+      # Killed once listening (its socket left): ECONNREFUSED.
+      killed = start_client('-p', app.pid, '-e', '1', env: { 'TMPDIR' => tmp })
+      Timeout.timeout(5) { sleep 0.01 until Dir.glob("#{tmp}/*/sock").any? }
+      sleep 0.2 # its ATTACH is queued
+      Process.kill(:KILL, killed.pid)
+      killed.wait
+      Process.kill(:CONT, app.pid)
+      # carried out after both ATTACHes above, in the queue's order
+      expect(rbtrace('-p', app.pid, '-e', '1 + 1').stdout).to eq(">> 1 + 1\n=> 2\n")
+      expect(app.stderr).to eq('')
+    ensure
+      FileUtils.rm_rf(tmp) if tmp
+    end
+  end
+
   describe 'a thousand sessions against one process' do
     # One attach and detach by the real client: -e 1, or (wrapped, with
     # events) a -m trace stopped like ^C once it has shown a call.

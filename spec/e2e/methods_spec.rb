@@ -75,9 +75,37 @@ RSpec.describe 'tracing methods (-m)' do
     expect(out).to match(/String#upcase\(__source__="-e:15"\)/)
   end
 
-  it 'shows an expression that raises as the exception' do
+  it 'shows an expression that raises as the class of the exception it raised' do
     out = trace(app, '-m', 'String#upcase(self.no_such_thing)', until_output: /upcase\(/).stdout
-    expect(out).to match(/String#upcase\(self\.no_such_thing=#<NoMethodError: undefined method [`']no_such_thing'/)
+    expect(out).to match(/^ *String#upcase\(self\.no_such_thing=#<NoMethodError raised>\) <\d/)
+  end
+
+  # A NameError's message calls its receiver's #inspect: app code (a
+  # Sidekiq::Processor's, 256 bytes of it on every call), never run.
+  it "runs none of the app's code for an expression that raises, however its exception is made" do
+    probe = start_target(<<~'RUBY').ready
+      $calls = Hash.new(0)
+      module Counting
+        %i[inspect to_s message class name].each do |m|
+          define_method(m) { |*a, **k| $calls[m] += 1; super(*a, **k) }
+        end
+      end
+      class Probe
+        include Counting
+        def work(n); n; end
+      end
+      class Oops < StandardError; include Counting; end
+      Oops.singleton_class.prepend(Counting)
+      def Probe.boom; raise Oops, "secret"; end
+      puts "ready"
+      loop { Probe.new.work(1); puts "calls #{$calls.sort.inspect}"; sleep 0.05 }
+    RUBY
+    out = trace(probe, '-m', 'Probe#work(uow.queue_name, Probe.boom, n.nope, n)',
+                until_output: /work\(.*\n(.*\n)*.*work\(/).stdout
+    seen = probe.drain.size
+    probe.wait_for(->(l) { probe.lines.size > seen + 2 && l.start_with?('calls') })
+    expect(probe.drain.grep(/^calls/).uniq).to eq(['calls []'])
+    expect(out).to match(/^Probe#work\(uow\.queue_name=#<NameError raised>, Probe\.boom=#<Oops raised>, n\.nope=#<NoMethodError raised>, n=1\) <\d/)
   end
 
   it 'truncates long values' do

@@ -39,12 +39,59 @@ RSpec.describe 'exceptions (--raise)' do
     expect(out).to match(/^raise RuntimeError: two\\nlines at -e:\d+$/)
   end
 
-  it 'survives an exception whose #message raises, and the app does not notice' do
+  it 'never calls an exception\'s #message: one raised without a message shows its class alone' do
     out = trace(app, '--raise', until_output: /raise Exploding/).stdout
-    expect(out).to match(/^raise Exploding: \(#message raised RuntimeError\) at -e:\d+$/)
+    expect(out).to match(/^raise Exploding at -e:\d+$/)
+    expect(out).not_to include('message exploded')
     seen = app.drain.count('tick')
     app.wait_for(->(_) { app.lines.count('tick') > seen + 2 })
     expect(app.stderr).to eq('')
+  end
+
+  # An app's inspect may do anything (an ActiveRecord relation's queries
+  # the database): --raise reads what the exception holds, through the C
+  # API, and calls none of the methods an app may override.
+  it "runs no app code: no receiver's #inspect, no exception's #message, #to_s, #class, #backtrace" do
+    counting = start_target(<<~'RUBY').ready
+      $calls = Hash.new(0)
+      module Counting
+        %i[inspect to_s message class backtrace full_message detailed_message name].each do |m|
+          define_method(m) { |*a, **k| $calls[m] += 1; super(*a, **k) }
+        end
+      end
+      class Bar
+        include Counting
+        def work; nope; end
+      end
+      class Boom < StandardError; include Counting; end
+      class Bar::Anon < StandardError; end
+      Bar.singleton_class.prepend(Counting)
+      def each_raise
+        [-> { Bar.new.foo }, -> { Bar.new.work }, -> { raise Boom, "plain text" },
+         -> { Bar::Nope }, -> { nil.foo }, -> { Bar.zap }, -> { raise Boom }].each do |f|
+          f.call
+        rescue NameError, Boom
+        end
+      end
+      # what the app's methods see of one round, untraced (Ruby itself
+      # calls an overridden #backtrace when raising) and while traced
+      def round; $calls.clear; each_raise; $calls.sort.inspect; end
+      puts "untraced #{round}"
+      puts "ready"
+      loop { puts "calls #{round}"; sleep 0.05 }
+    RUBY
+    untraced = counting.lines.grep(/^untraced /).first.delete_prefix('untraced ')
+    out = trace(counting, '--raise', until_output: /(^raise .*\n){14}/).stdout # two rounds
+    seen = counting.drain.size
+    counting.wait_for(->(l) { counting.lines.size > seen + 2 && l.start_with?('calls') })
+    expect(counting.drain.grep(/^calls/).uniq).to eq(["calls #{untraced}"])
+    expect(out).to match(/^raise NoMethodError: undefined method [`']foo' for an instance of Bar at -e:\d+$/)
+    expect(out).to match(/^raise NameError: undefined local variable or method [`']nope' for an instance of Bar at -e:\d+$/)
+    expect(out).to match(/^raise Boom: plain text at -e:\d+$/)
+    expect(out).to match(/^raise Boom at -e:\d+$/)
+    expect(out).to match(/^raise NameError: uninitialized constant Bar::Nope at -e:\d+$/)
+    expect(out).to match(/^raise NoMethodError: undefined method [`']foo' for nil(:NilClass)? at -e:\d+$/)
+    expect(out).to match(/^raise NoMethodError: undefined method [`']zap' for (Bar:Class|class Bar) at -e:\d+$/)
   end
 
   it 'prints exceptions inline, inside the traced call that raised them' do

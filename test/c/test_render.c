@@ -757,6 +757,17 @@ static void test_escaped(void)
                   "Probe#x\\x1b]0;PWNED\\x07\\x1b[2J <0.003000>\n\n");
 }
 
+/* No message (none the target could read without the app's code): the
+ * class alone, no ": ". */
+static void test_raise_without_message(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_raise(&fx, 7, "Exploding", "", "app.rb:17");
+    FX_CHECK(&fx, "raise Exploding at app.rb:17\n");
+}
+
 int main(void)
 {
     setenv("TZ", "UTC", 1);
@@ -788,5 +799,6 @@ int main(void)
     test_gc();
     test_raise();
     test_escaped();
+    test_raise_without_message();
     return check_report();
 }

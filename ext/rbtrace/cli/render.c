@@ -529,8 +529,10 @@ static int render_raise(struct render *r, const struct rbtrace_event *ev)
     render_line_start(r, &r->threads[ti], &ev->time_ns, r->threads[ti].depth);
     RENDER_PUT_LITERAL(r, "raise ");
     render_text(r, ev->text);
-    RENDER_PUT_LITERAL(r, ": ");
-    render_text(r, ev->text2);
+    if (ev->text2.len > 0) {   /* none: the target could not read one without the app's code */
+        RENDER_PUT_LITERAL(r, ": ");
+        render_text(r, ev->text2);
+    }
     RENDER_PUT_LITERAL(r, " at ");
     render_text(r, ev->text3);
     render_putc(r, '\n');
