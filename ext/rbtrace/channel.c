@@ -39,14 +39,14 @@ static rb_postponed_job_handle_t channel_job = POSTPONED_JOB_HANDLE_INVALID;
 
 static volatile int channel_unblocked;
 
+/* SIGURG's disposition before rbtrace's handler replaced it, as Ruby's
+ * trap names it ("SYSTEM_DEFAULT", "IGNORE"), or nil (another handler). */
+static const char *channel_urg_before;
+
 static void channel_sigurg(int sig, siginfo_t *info, void *ctx)
 {
     int saved = errno;
 
-    if (rbtrace_handoff_signal(sig, info, ctx)) {
-        errno = saved;
-        return;
-    }
     rbtrace.pending = 1;
     sem_post(&rbtrace.wake);
 #ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
@@ -306,7 +306,6 @@ static void channel_unblock(void *unused)
  */
 static VALUE channel_helper_loop_m(VALUE self)
 {
-    rbtrace_handoff_helper_started();
     for (;;) {
         int state;
 
@@ -332,6 +331,19 @@ static VALUE channel_handler_installed_p_m(VALUE self)
 
     if (sigaction(SIGURG, NULL, &cur) != 0) rb_sys_fail("sigaction(SIGURG)");
     return (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == channel_sigurg ? Qtrue : Qfalse;
+}
+
+/*
+ * call-seq: RBTrace.signal_handler_before -> "SYSTEM_DEFAULT", "IGNORE" or nil
+ *
+ * What Ruby's trap('URG', ...) would have returned as the old handler had
+ * rbtrace not replaced SIGURG's (while the app has not trapped URG: else
+ * Ruby returns the app's own). Ruby's trap sees our handler and returns
+ * nil, so lib/rbtrace.rb returns this instead.
+ */
+static VALUE channel_handler_before_m(VALUE self)
+{
+    return channel_urg_before ? rb_str_new_cstr(channel_urg_before) : Qnil;
 }
 
 /* Removes our queue when the process that created it exits. Both an end
@@ -364,7 +376,7 @@ void rbtrace_channel_after_fork(void)
 
 void rbtrace_channel_init(void)
 {
-    struct sigaction sa;
+    struct sigaction sa, before;
 
     rbtrace.queue_id = -1;
     if (sem_init(&rbtrace.wake, 0, 0) != 0)
@@ -382,12 +394,17 @@ void rbtrace_channel_init(void)
     /* SA_RESTART: other C extensions do not expect EINTR from our signal. */
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGURG, &sa, NULL) != 0)
+    if (sigaction(SIGURG, &sa, &before) != 0)
         rb_sys_fail("rbtrace: sigaction(SIGURG)");
+    if (!(before.sa_flags & SA_SIGINFO) && before.sa_handler == SIG_DFL)
+        channel_urg_before = "SYSTEM_DEFAULT";
+    else if (!(before.sa_flags & SA_SIGINFO) && before.sa_handler == SIG_IGN)
+        channel_urg_before = "IGNORE";
 }
 
 void Init_rbtrace_channel(VALUE mod)
 {
     rb_define_singleton_method(mod, "helper_loop", channel_helper_loop_m, 0);
     rb_define_singleton_method(mod, "signal_handler_installed?", channel_handler_installed_p_m, 0);
+    rb_define_singleton_method(mod, "signal_handler_before", channel_handler_before_m, 0);
 }
