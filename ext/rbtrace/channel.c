@@ -361,6 +361,57 @@ static void channel_end_proc(VALUE unused)
     rbtrace.queue_id = -1;
 }
 
+/* ---- exec ---- */
+
+/* The queue this process made, removed: the process is about to be
+ * replaced (exec), which runs neither end procs nor atexit. If the exec
+ * fails, the next signal makes a new one. */
+static void channel_queue_remove(void)
+{
+    if (rbtrace.queue_id >= 0 && rbtrace.queue_pid == getpid() &&
+        msgctl(rbtrace.queue_id, IPC_RMID, NULL) != 0 && errno != EIDRM && errno != EINVAL)
+        channel_report_errno("msgctl(IPC_RMID) before exec");
+    rbtrace.queue_id = -1;
+}
+
+/*
+ * Kernel#exec, Kernel.exec and Process.exec, in place of Ruby's own: the
+ * queue is removed, then Ruby's exec (rb_f_exec) runs from this same frame.
+ * So the app sees the method it had: a C method of Kernel (or Process)
+ * named exec, of arity -1, and the same backtrace when exec fails.
+ */
+static VALUE channel_exec_m(int argc, VALUE *argv, VALUE self)
+{
+    int saved = errno;
+
+    channel_queue_remove();
+    errno = saved;
+    return rb_f_exec(argc, argv);
+}
+
+/*
+ * Puts channel_exec_m where Ruby's exec is, each place only if the method
+ * there is still Ruby's own (an app's or a gem's exec, defined before
+ * rbtrace loads, stays; its process may then leave the queue behind).
+ * $VERBOSE is off meanwhile: Ruby would warn "method redefined".
+ */
+static void channel_exec_install(void)
+{
+    ID id = rb_intern("exec");
+    VALUE verbose = ruby_verbose;
+
+    ruby_verbose = Qfalse;
+    if (rb_method_basic_definition_p(rb_mKernel, id))
+        rb_define_private_method(rb_mKernel, "exec", channel_exec_m, -1);
+    if (rb_method_basic_definition_p(rb_singleton_class(rb_mKernel), id))
+        rb_define_singleton_method(rb_mKernel, "exec", channel_exec_m, -1);
+    if (rb_method_basic_definition_p(rb_mProcess, id))
+        rb_define_private_method(rb_mProcess, "exec", channel_exec_m, -1);
+    if (rb_method_basic_definition_p(rb_singleton_class(rb_mProcess), id))
+        rb_define_singleton_method(rb_mProcess, "exec", channel_exec_m, -1);
+    ruby_verbose = verbose;
+}
+
 /* A forked child: a new pid, so a new queue, created on its first signal. */
 void rbtrace_channel_after_fork(void)
 {
@@ -407,4 +458,5 @@ void Init_rbtrace_channel(VALUE mod)
     rb_define_singleton_method(mod, "helper_loop", channel_helper_loop_m, 0);
     rb_define_singleton_method(mod, "signal_handler_installed?", channel_handler_installed_p_m, 0);
     rb_define_singleton_method(mod, "signal_handler_before", channel_handler_before_m, 0);
+    channel_exec_install();
 }
