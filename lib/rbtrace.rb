@@ -32,6 +32,11 @@ module RBTrace
       # Ruby's default, whatever the thread that loads rbtrace (or forks)
       # runs at; an eval's thread inherits it.
       @helper.priority = 0
+      # Forking leaves it behind safely (ForkHook starts the child's own).
+      # Puma's preload check skips threads marked so (Rails' pool reaper
+      # marks its own the same way): an app that loads rbtrace as it boots
+      # is not warned of a thread that is not its own.
+      @helper.thread_variable_set(:fork_safe, true)
       @helper.report_on_exception = false
       @helper
     end
