@@ -1,8 +1,9 @@
 require_relative '../spec_helper'
 
 # What loading rbtrace, and attaching, leave of rbtrace in what the app can
-# see: its SIGURG trap, its threads' C calls, the helper thread's priority
-# and its standing in the app's thread bookkeeping (issue 20, items 4, 9, 11).
+# see: Ruby's trap for SIGURG, and the main thread's GVL-free C calls, which
+# the removed pre-3.3 GVL hand-off touched (issue 20, item 11; the helper's
+# priority: loading_spec; Puma's boot check: puma_spec).
 RSpec.describe 'the helper thread and the app' do
   # The same probe, without and with rbtrace: what the app's own
   # Signal.trap('URG') returns. Between the load and that call, a client
