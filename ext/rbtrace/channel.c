@@ -393,7 +393,11 @@ static VALUE channel_exec_m(int argc, VALUE *argv, VALUE self)
  * Puts channel_exec_m where Ruby's exec is, each place only if the method
  * there is still Ruby's own (an app's or a gem's exec, defined before
  * rbtrace loads, stays; its process may then leave the queue behind).
- * $VERBOSE is off meanwhile: Ruby would warn "method redefined".
+ * rb_method_basic_definition_p is asked of classes only (it caches into
+ * the class it is given, which a module is not made for): Object for
+ * Kernel#exec, what every object calls; Process.exec's singleton for the
+ * private Process#exec that Ruby defines with it. $VERBOSE is off
+ * meanwhile: Ruby would warn "method redefined".
  */
 static void channel_exec_install(void)
 {
@@ -401,14 +405,14 @@ static void channel_exec_install(void)
     VALUE verbose = ruby_verbose;
 
     ruby_verbose = Qfalse;
-    if (rb_method_basic_definition_p(rb_mKernel, id))
+    if (rb_method_basic_definition_p(rb_cObject, id))
         rb_define_private_method(rb_mKernel, "exec", channel_exec_m, -1);
     if (rb_method_basic_definition_p(rb_singleton_class(rb_mKernel), id))
         rb_define_singleton_method(rb_mKernel, "exec", channel_exec_m, -1);
-    if (rb_method_basic_definition_p(rb_mProcess, id))
+    if (rb_method_basic_definition_p(rb_singleton_class(rb_mProcess), id)) {
         rb_define_private_method(rb_mProcess, "exec", channel_exec_m, -1);
-    if (rb_method_basic_definition_p(rb_singleton_class(rb_mProcess), id))
         rb_define_singleton_method(rb_mProcess, "exec", channel_exec_m, -1);
+    }
     ruby_verbose = verbose;
 }
 

@@ -56,6 +56,20 @@ RSpec.describe 'exec' do
     expect(rbtrace('-p', app.pid, '-e', 'Process.pid').stdout).to eq(">> Process.pid\n=> #{app.pid}\n")
   end
 
+  it 'leaves an exec the app defined before loading rbtrace as it is' do
+    app = start_target(<<~'RUBY', rbtrace: false).ready
+      module Kernel
+        def exec(*args); puts "app's exec #{args.inspect}"; end
+      end
+      require 'rbtrace'
+      exec('x')
+      p method(:exec).source_location[1]
+      puts "ready"
+      sleep
+    RUBY
+    expect(app.lines.first(2)).to eq(['app\'s exec ["x"]', '3'])
+  end
+
   it 'removes the queue before a failed exec, and the next attach makes a new one' do
     app = start_target(<<~'RUBY').ready
       Signal.trap('USR1') { exec('/nonexistent/rbtrace-spec') rescue puts "failed #{$!.class}" }
