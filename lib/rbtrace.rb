@@ -1,7 +1,7 @@
 # rbtrace: strace for Ruby code. `require 'rbtrace'` in an app (or
 # RUBYOPT=-rrbtrace) makes it traceable by its own user with the rbtrace
-# command. Loading installs a SIGURG handler and parks one helper thread;
-# nothing else happens until someone attaches.
+# command. Loading installs a SIGURG handler (not a Ruby trap) and parks one
+# helper thread; nothing else happens until someone attaches.
 require 'rbtrace/version'
 require 'rbtrace/rbtrace'
 require 'rbtrace/selector'
@@ -13,15 +13,6 @@ require 'rbtrace/reports'
 
 module RBTrace
   HELPER_NAME = 'rbtrace'
-  # The helper's Thread#priority: the highest. Ruby does not run a thread of
-  # higher priority more often; it lets it keep the GVL for more of Ruby's
-  # time-slice ticks (2**priority) before it must pass it on. Before 3.3,
-  # a thread that waits for the GVL and is woken sends that tick to
-  # whichever thread holds it then, often the helper between two steps of
-  # a command; at priority 0 the helper passed the GVL on and waited for it
-  # a whole time slice (~100 ms, one `-e` in ten against a busy app). Its
-  # work between two waits is short: the app loses nothing to it.
-  HELPER_PRIORITY = 3
 
   class << self
     # Starts the parked thread that serves commands (see ext/rbtrace/channel.c).
@@ -38,7 +29,14 @@ module RBTrace
         retry
       end
       @helper.name = HELPER_NAME
-      @helper.priority = HELPER_PRIORITY
+      # Ruby's default, whatever the thread that loads rbtrace (or forks)
+      # runs at; an eval's thread inherits it.
+      @helper.priority = 0
+      # Forking leaves it behind safely (ForkHook starts the child's own).
+      # Puma's preload check skips threads marked so (Rails' pool reaper
+      # marks its own the same way): an app that loads rbtrace as it boots
+      # is not warned of a thread that is not its own.
+      @helper.thread_variable_set(:fork_safe, true)
       @helper.report_on_exception = false
       @helper
     end
@@ -50,13 +48,34 @@ module RBTrace
   # can no longer be attached to: say so once, where the app logs.
   module TrapWatch
     private def trap(*args, &block)
-      super.tap { RBTrace.check_signal_handler }
+      RBTrace.watch_trap(args.first) { super(*args, &block) }
     end
   end
 
   module SignalTrapWatch
     def trap(*args, &block)
-      super.tap { RBTrace.check_signal_handler }
+      RBTrace.watch_trap(args.first) { super(*args, &block) }
+    end
+  end
+
+  URG = Signal.list.fetch('URG')
+
+  # Runs the app's trap (the block) and returns what it returns, but for
+  # the old handler of SIGURG where it was rbtrace's: Ruby names a handler
+  # it did not set nil, and the app gets what it would have got untraced.
+  def self.watch_trap(signal)
+    ours = urg?(signal) && signal_handler_installed?
+    old = yield
+    check_signal_handler
+    ours && old.nil? ? signal_handler_before : old
+  end
+
+  def self.urg?(signal)
+    signal = signal.to_str if !signal.is_a?(Symbol) && signal.respond_to?(:to_str)
+    case signal
+    when Integer then signal == URG
+    when Symbol, String then signal.to_s.delete_prefix('SIG') == 'URG'
+    else false
     end
   end
 

@@ -39,14 +39,14 @@ static rb_postponed_job_handle_t channel_job = POSTPONED_JOB_HANDLE_INVALID;
 
 static volatile int channel_unblocked;
 
+/* SIGURG's disposition before rbtrace's handler replaced it, as Ruby's
+ * trap names it ("SYSTEM_DEFAULT", "IGNORE"), or nil (another handler). */
+static const char *channel_urg_before;
+
 static void channel_sigurg(int sig, siginfo_t *info, void *ctx)
 {
     int saved = errno;
 
-    if (rbtrace_handoff_signal(sig, info, ctx)) {
-        errno = saved;
-        return;
-    }
     rbtrace.pending = 1;
     sem_post(&rbtrace.wake);
 #ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
@@ -306,7 +306,6 @@ static void channel_unblock(void *unused)
  */
 static VALUE channel_helper_loop_m(VALUE self)
 {
-    rbtrace_handoff_helper_started();
     for (;;) {
         int state;
 
@@ -334,6 +333,19 @@ static VALUE channel_handler_installed_p_m(VALUE self)
     return (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == channel_sigurg ? Qtrue : Qfalse;
 }
 
+/*
+ * call-seq: RBTrace.signal_handler_before -> "SYSTEM_DEFAULT", "IGNORE" or nil
+ *
+ * What Ruby's trap('URG', ...) would have returned as the old handler had
+ * rbtrace not replaced SIGURG's (while the app has not trapped URG: else
+ * Ruby returns the app's own). Ruby's trap sees our handler and returns
+ * nil, so lib/rbtrace.rb returns this instead.
+ */
+static VALUE channel_handler_before_m(VALUE self)
+{
+    return channel_urg_before ? rb_str_new_cstr(channel_urg_before) : Qnil;
+}
+
 /* Removes our queue when the process that created it exits. Both an end
  * proc (Ruby runs those before re-raising a fatal signal such as SIGTERM,
  * which skips atexit) and atexit (exits that bypass Ruby's cleanup). */
@@ -347,6 +359,61 @@ static void channel_end_proc(VALUE unused)
 {
     channel_atexit();
     rbtrace.queue_id = -1;
+}
+
+/* ---- exec ---- */
+
+/* The queue this process made, removed: the process is about to be
+ * replaced (exec), which runs neither end procs nor atexit. If the exec
+ * fails, the next signal makes a new one. */
+static void channel_queue_remove(void)
+{
+    if (rbtrace.queue_id >= 0 && rbtrace.queue_pid == getpid() &&
+        msgctl(rbtrace.queue_id, IPC_RMID, NULL) != 0 && errno != EIDRM && errno != EINVAL)
+        channel_report_errno("msgctl(IPC_RMID) before exec");
+    rbtrace.queue_id = -1;
+}
+
+/*
+ * Kernel#exec, Kernel.exec and Process.exec, in place of Ruby's own: the
+ * queue is removed, then Ruby's exec (rb_f_exec) runs from this same frame.
+ * So the app sees the method it had: a C method of Kernel (or Process)
+ * named exec, of arity -1, and the same backtrace when exec fails.
+ */
+static VALUE channel_exec_m(int argc, VALUE *argv, VALUE self)
+{
+    int saved = errno;
+
+    channel_queue_remove();
+    errno = saved;
+    return rb_f_exec(argc, argv);
+}
+
+/*
+ * Puts channel_exec_m where Ruby's exec is, each place only if the method
+ * there is still Ruby's own (an app's or a gem's exec, defined before
+ * rbtrace loads, stays; its process may then leave the queue behind).
+ * rb_method_basic_definition_p is asked of classes only (it caches into
+ * the class it is given, which a module is not made for): Object for
+ * Kernel#exec, what every object calls; Process.exec's singleton for the
+ * private Process#exec that Ruby defines with it. $VERBOSE is off
+ * meanwhile: Ruby would warn "method redefined".
+ */
+static void channel_exec_install(void)
+{
+    ID id = rb_intern("exec");
+    VALUE verbose = ruby_verbose;
+
+    ruby_verbose = Qfalse;
+    if (rb_method_basic_definition_p(rb_cObject, id))
+        rb_define_private_method(rb_mKernel, "exec", channel_exec_m, -1);
+    if (rb_method_basic_definition_p(rb_singleton_class(rb_mKernel), id))
+        rb_define_singleton_method(rb_mKernel, "exec", channel_exec_m, -1);
+    if (rb_method_basic_definition_p(rb_singleton_class(rb_mProcess), id)) {
+        rb_define_private_method(rb_mProcess, "exec", channel_exec_m, -1);
+        rb_define_singleton_method(rb_mProcess, "exec", channel_exec_m, -1);
+    }
+    ruby_verbose = verbose;
 }
 
 /* A forked child: a new pid, so a new queue, created on its first signal. */
@@ -364,7 +431,7 @@ void rbtrace_channel_after_fork(void)
 
 void rbtrace_channel_init(void)
 {
-    struct sigaction sa;
+    struct sigaction sa, before;
 
     rbtrace.queue_id = -1;
     if (sem_init(&rbtrace.wake, 0, 0) != 0)
@@ -382,12 +449,18 @@ void rbtrace_channel_init(void)
     /* SA_RESTART: other C extensions do not expect EINTR from our signal. */
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGURG, &sa, NULL) != 0)
+    if (sigaction(SIGURG, &sa, &before) != 0)
         rb_sys_fail("rbtrace: sigaction(SIGURG)");
+    if (!(before.sa_flags & SA_SIGINFO) && before.sa_handler == SIG_DFL)
+        channel_urg_before = "SYSTEM_DEFAULT";
+    else if (!(before.sa_flags & SA_SIGINFO) && before.sa_handler == SIG_IGN)
+        channel_urg_before = "IGNORE";
 }
 
 void Init_rbtrace_channel(VALUE mod)
 {
     rb_define_singleton_method(mod, "helper_loop", channel_helper_loop_m, 0);
     rb_define_singleton_method(mod, "signal_handler_installed?", channel_handler_installed_p_m, 0);
+    rb_define_singleton_method(mod, "signal_handler_before", channel_handler_before_m, 0);
+    channel_exec_install();
 }

@@ -33,10 +33,6 @@ have_func('rb_postponed_job_preregister', 'ruby/debug.h')
 have_func('rb_postponed_job_register_one', 'ruby/debug.h')
 have_func('rb_class_attached_object', 'ruby.h')
 
-# A timer that asks a busy main thread for the GVL (handoff.c); in libc
-# since glibc 2.34, in librt before.
-have_func('timer_create', 'time.h') || (have_library('rt', 'timer_create', 'time.h') && have_func('timer_create', 'time.h'))
-
 # The thread an event is of, in one instruction (rbtrace.h, rbtrace_thread_id).
 if checking_for('__builtin_thread_pointer') { try_compile('int main(void) { return __builtin_thread_pointer() == 0; }') }
   $defs << '-DRBTRACE_HAVE_THREAD_POINTER'

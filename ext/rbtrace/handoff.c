@@ -10,18 +10,20 @@
  * So a thread of ours that is about to wait for the GVL says so
  * (rbtrace_handoff_request). If the GVL has not come after a short delay
  * (well under a millisecond), the thread holding it is asked to pass it on;
- * once ours has it, it says so (rbtrace_handoff_done). How the holder is
- * asked depends on the Ruby:
+ * once ours has it, it says so (rbtrace_handoff_done). On Ruby 3.3+
+ * (handoff_job.c, rb_postponed_job_trigger) a postponed job, run by
+ * whichever thread holds the GVL, releases it until ours has it. Nothing
+ * is signalled or woken; any busy thread passes it on.
  *
- * - handoff_job.c (3.3+, rb_postponed_job_trigger): a postponed job, run
- *   by whichever thread holds the GVL, releases it until ours has it.
- *   Nothing is signalled or woken; any busy thread passes it on.
- * - handoff_trap.c (before 3.3, where a job cannot be triggered safely from
- *   another thread): a trap on the main thread, set off only while the main
- *   thread is busy on a CPU; other busy threads keep their time slice.
+ * Before 3.3 nothing is asked, and a command waits up to a time slice per
+ * hand-off behind a busy thread. A job cannot be triggered safely from
+ * another thread there (https://bugs.ruby-lang.org/issues/19991); the one
+ * other way, a trap on the main thread, touched the app: it interrupted
+ * the main thread's GVL-free C calls, took the app's trap('URG'), and
+ * needed the helper at a raised priority (removed for that).
  *
- * An app that is not busy never sees either: the GVL is free, and ours has
- * it before the delay is over.
+ * An app that is not busy never sees any of it: the GVL is free, and ours
+ * has it before the delay is over.
  */
 #include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
 #include "handoff.h"
@@ -77,27 +79,20 @@ void rbtrace_handoff_install(void)
     handoff_ready = rbtrace_handoff_ask_install();
 }
 
-void rbtrace_handoff_helper_started(void)
-{
-    rbtrace_handoff.helper = (pid_t)syscall(SYS_gettid);
-}
-
 void rbtrace_handoff_after_fork(void)
 {
     rbtrace_handoff.wanted = 0;
-    rbtrace_handoff.helper = 0;   /* the child's starts anew */
     if (handoff_ready) handoff_ready = rbtrace_handoff_ask_after_fork();
 }
 
 /*
- * call-seq: RBTrace.handoff_yield(signo = nil) -> nil
+ * call-seq: RBTrace.handoff_asks? -> true or false
  *
- * The SIGURG trap of handoff_trap.c, on the main thread; does nothing
- * where the GVL is asked for with a postponed job.
+ * Whether a busy thread is asked to pass the GVL on to ours (Ruby 3.3+).
  */
-static VALUE handoff_yield_m(int argc, VALUE *argv, VALUE self)
+static VALUE handoff_asks_p_m(VALUE self)
 {
-    return handoff_ready ? rbtrace_handoff_ask_yield() : Qnil;
+    return handoff_ready ? Qtrue : Qfalse;
 }
 
 int rbtrace_handoff_own_thread_p(void)
@@ -125,10 +120,8 @@ static VALUE handoff_own_thread_m(int argc, VALUE *argv, VALUE self)
 }
 
 /* The state letter of a /proc stat file (R, S, D, Z, ...), or 0 if it
- * cannot be read. Plain syscalls: async-signal-safe (handoff_trap.c reads
- * the main thread's from a signal handler), and no Ruby IO, which would
- * let the GVL go. */
-char rbtrace_handoff_proc_state(const char *path)
+ * cannot be read. Plain syscalls: no Ruby IO, which would let the GVL go. */
+static char handoff_proc_state(const char *path)
 {
     char buf[512];
     ssize_t n;
@@ -148,7 +141,8 @@ char rbtrace_handoff_proc_state(const char *path)
  * Waits, GVL held (at most HANDOFF_START_WAIT_NS), until thread, just
  * created, has started: its native thread sleeps, waiting for the GVL.
  * false if it did not within that time, or this Ruby cannot tell (no
- * Thread#native_thread_id before 3.1, no /proc).
+ * Thread#native_thread_id before 3.1, no /proc), or nothing is asked here
+ * (before 3.3: there is nothing to wait for, and no reason to read /proc).
  *
  * Why: a native thread that starts points the VM's postponed jobs at its
  * own thread (3.3+: ruby_thread_set_native sets the ractor's running_ec,
@@ -163,7 +157,7 @@ static VALUE handoff_wait_started_m(VALUE self, VALUE thread)
     struct timespec pause = { 0, HANDOFF_START_POLL_NS };
     long waited = 0;
 
-    if (!rb_respond_to(thread, id_native_thread_id)) return Qfalse;
+    if (!handoff_ready || !rb_respond_to(thread, id_native_thread_id)) return Qfalse;
     for (;;) {
         VALUE tid = rb_funcall(thread, id_native_thread_id, 0);
 
@@ -172,7 +166,7 @@ static VALUE handoff_wait_started_m(VALUE self, VALUE thread)
             char state;
 
             snprintf(path, sizeof(path), "/proc/self/task/%ld/stat", FIX2LONG(tid));
-            state = rbtrace_handoff_proc_state(path);
+            state = handoff_proc_state(path);
             if (state == 'S') return Qtrue;
             if (state == 0) return Qfalse;   /* /proc cannot tell */
         }
@@ -209,7 +203,7 @@ static VALUE handoff_done_m(VALUE self)
 
 void Init_rbtrace_handoff(VALUE mod)
 {
-    rb_define_singleton_method(mod, "handoff_yield", handoff_yield_m, -1);
+    rb_define_singleton_method(mod, "handoff_asks?", handoff_asks_p_m, 0);
     id_own_thread = rb_intern("__rbtrace_own_thread");
     rb_define_singleton_method(mod, "handoff_own_thread", handoff_own_thread_m, -1);
     id_native_thread_id = rb_intern("native_thread_id");

@@ -1,8 +1,8 @@
 /*
- * handoff.h - what handoff.c shares with the two ways of asking the thread
- * that holds the GVL to pass it on: handoff_job.c (Ruby 3.3 and later) and
- * handoff_trap.c (before). Exactly one of them is built into a given
- * extension; each defines the rbtrace_handoff_ask_* functions below.
+ * handoff.h - what handoff.c shares with handoff_job.c, the way of asking
+ * the thread that holds the GVL to pass it on (Ruby 3.3 and later; before,
+ * its stubs ask nothing). It defines the rbtrace_handoff_ask_* functions
+ * below.
  */
 #ifndef RBTRACE_HANDOFF_H
 #define RBTRACE_HANDOFF_H
@@ -24,7 +24,6 @@
 struct rbtrace_handoff {
     volatile sig_atomic_t wanted;   /* a thread of ours waits for the GVL */
     volatile pid_t requester;       /* the native thread (tid) that said so */
-    volatile pid_t helper;          /* the helper thread's tid (0: none yet) */
 };
 
 extern struct rbtrace_handoff rbtrace_handoff;
@@ -32,9 +31,6 @@ extern struct rbtrace_handoff rbtrace_handoff;
 /* Whether the current Ruby thread is one of rbtrace's (marked by
  * RBTrace.handoff_own_thread): those never pass the GVL on. GVL held. */
 int rbtrace_handoff_own_thread_p(void);
-
-/* The state letter of a /proc stat file, or 0. Async-signal-safe. */
-char rbtrace_handoff_proc_state(const char *path);
 
 /* Says once on stderr that `what` failed (err: an errno) and what it
  * costs: no asking, the GVL comes at Ruby's next time slice. */
@@ -49,10 +45,8 @@ void rbtrace_handoff_ask_stop(void);
 /* A forked child: what the parent's threads held is gone. Returns 1 if
  * the way still works. */
 int rbtrace_handoff_ask_after_fork(void);
-/* RBTrace.handoff_yield: the trap's body (trap way); nil for the job way. */
-VALUE rbtrace_handoff_ask_yield(void);
-/* The app's thread that waits in the job now for ours to take the GVL
- * (job way), or nil. Its status reads 'sleep' meanwhile. */
+/* The app's thread that waits in the job now for ours to take the GVL,
+ * or nil. Its status reads 'sleep' meanwhile. */
 VALUE rbtrace_handoff_ask_yielder(void);
 
 #endif

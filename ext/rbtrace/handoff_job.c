@@ -1,7 +1,7 @@
 /*
  * handoff_job.c - asking for the GVL on Ruby 3.3 and later (handoff.c): a
  * postponed job that the thread holding the GVL runs, and that passes the
- * GVL on to ours.
+ * GVL on to ours. Before 3.3 nothing is asked (the stubs at the end).
  *
  * A thread of ours that is about to wait for the GVL posts `kick`. The
  * kicker, a native thread of ours (not a Ruby thread), waits
@@ -241,19 +241,20 @@ int rbtrace_handoff_ask_install(void)
     return job_way.job != POSTPONED_JOB_HANDLE_INVALID;
 }
 
-VALUE rbtrace_handoff_ask_yield(void)
-{
-    return Qnil;
-}
-
 VALUE rbtrace_handoff_ask_yielder(void)
 {
     return job_way.yielder;
 }
 
-/* No signal of ours to tell apart: the kicker signals nothing. */
-int rbtrace_handoff_signal(int sig, siginfo_t *info, void *ctx)
-{
-    return 0;
-}
+#else
+/* Before Ruby 3.3 nothing is asked: a thread of ours that waits for the
+ * GVL behind a busy thread has it at Ruby's next time slice (~100 ms).
+ * A postponed job cannot be triggered safely from another thread there
+ * (https://bugs.ruby-lang.org/issues/19991), and every other way touches
+ * the app (a trap on its main thread interrupts its C calls). */
+int rbtrace_handoff_ask_install(void) { return 0; }
+void rbtrace_handoff_ask_start(void) {}
+void rbtrace_handoff_ask_stop(void) {}
+int rbtrace_handoff_ask_after_fork(void) { return 0; }
+VALUE rbtrace_handoff_ask_yielder(void) { return Qnil; }
 #endif

@@ -8,9 +8,8 @@
  * first signal or attach on.
  *
  * Files: channel.c (signal, helper thread, message queue), handoff.c (the
- * GVL for our threads while the app is busy; handoff_job.c on 3.3+,
- * handoff_trap.c before), clock.c (events' time
- * stamps), session.c
+ * GVL for our threads while the app is busy; handoff_job.c, on 3.3+),
+ * clock.c (events' time stamps), session.c
  * (commands), tracer.c (selectors, event hook), wrapper.c (tracing one
  * method by prepending a wrapper), emit.c (event encoding),
  * ring.c (the buffer between app threads and the writer), writer.c (the

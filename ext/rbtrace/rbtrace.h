@@ -235,14 +235,10 @@ void rbtrace_channel_after_fork(void);
 void rbtrace_channel_wake(void);
 void Init_rbtrace_channel(VALUE mod);
 
-/* handoff.c: the GVL for our threads while the main thread is busy */
+/* handoff.c: the GVL for our threads while an app thread is busy */
 void rbtrace_handoff_request(void);
 void rbtrace_handoff_done(void);
-int rbtrace_handoff_signal(int sig, siginfo_t *info, void *ctx);
 void rbtrace_handoff_install(void);
-/* The helper thread runs (channel.c): the thread that waits for the GVL,
- * or is woken when an eval's ends. */
-void rbtrace_handoff_helper_started(void);
 void rbtrace_handoff_after_fork(void);
 void Init_rbtrace_handoff(VALUE mod);
 

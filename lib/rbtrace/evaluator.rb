@@ -27,9 +27,6 @@ module RBTrace
       # (to itself) in the hand-off's job; and started before this thread
       # lets the GVL go (ext/rbtrace/handoff.c, handoff_wait_started).
       RBTrace.handoff_own_thread(worker)
-      # Not the helper's priority, which it would inherit: the code may run
-      # long, and must share the GVL like the app's threads (lib/rbtrace.rb).
-      worker.priority = 0
       RBTrace.handoff_wait_started(worker)
       # Each side says when it is about to wait for the GVL, so that a busy
       # app thread passes it on at once (ext/rbtrace/handoff.c).

@@ -34,7 +34,7 @@ module RBTrace
     # rbtrace --backtrace N: the thread(s) running now, or the main thread
     # if none is (the eval's own thread and the helper do not count).
     def backtrace(limit)
-      running = app_threads.select { |t| thread_status(t) == 'run' && handoff_frames(t).zero? }
+      running = app_threads.select { |t| thread_status(t) == 'run' }
       running = [Thread.main] if running.empty?
       running.map { |t| thread_report(t, limit) }.join("\n")
     end
@@ -97,19 +97,8 @@ module RBTrace
       Thread.list.reject { |t| t == Thread.current || t == RBTrace.helper }
     end
 
-    # How many frames on top of thread's are rbtrace's SIGURG trap
-    # (RBTrace.handoff_yield, called through Method#call), which a busy
-    # app's main thread runs to pass the GVL to the report's thread: 0 if
-    # it is not in it. Its status then reads 'run' because of us.
-    def handoff_frames(thread)
-      top = thread.backtrace_locations(0, 2) || []
-      return 0 unless top.first&.label.to_s.end_with?('handoff_yield')
-
-      top[1]&.label.to_s.end_with?('call') ? 2 : 1
-    end
-
     def thread_report(thread, limit)
-      frames = (thread.backtrace || []).drop(handoff_frames(thread))
+      frames = thread.backtrace || []
       shown = limit ? frames.first(limit) : frames
       lines = ["Thread #{thread_label(thread)} (#{thread_status(thread)})"]
       lines.concat(shown.map { |f| "  #{f}" })

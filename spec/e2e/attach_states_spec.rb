@@ -24,15 +24,18 @@ RSpec.describe 'attaching whatever the target is doing' do
     end
   end
 
-  # An eval's thread is marked as rbtrace's, and has started (its native
-  # thread sleeps, waiting for the GVL), before the helper lets the GVL go
-  # (lib/rbtrace/evaluator.rb, ext/rbtrace/handoff.c): what those two calls
-  # say, checked in a real process. (Its state cannot be read afterwards:
-  # reading /proc lets the GVL go, and the new thread runs.)
+  # An eval's thread is marked as rbtrace's, and, where a busy thread is
+  # asked for the GVL (Ruby 3.3+, RBTrace.handoff_asks?), has started (its
+  # native thread sleeps, waiting for the GVL) before the helper lets the
+  # GVL go (lib/rbtrace/evaluator.rb, ext/rbtrace/handoff.c): what those
+  # two calls say, checked in a real process. (Its state cannot be read
+  # afterwards: reading /proc lets the GVL go, and the new thread runs.)
+  # Where nothing is asked, there is nothing to wait for: false at once.
   it 'an eval thread is rbtrace\'s and has started before the helper lets the GVL go' do
     app = start_target("puts 'ready'\nx = 0\nloop { x += 1 }").ready
     # Without Thread#native_thread_id (before Ruby 3.1) it cannot tell: false.
-    code = 't = Thread.new { sleep }; RBTrace.handoff_own_thread(t); n = t.respond_to?(:native_thread_id); ' \
+    code = 't = Thread.new { sleep }; RBTrace.handoff_own_thread(t); ' \
+           'n = t.respond_to?(:native_thread_id) && RBTrace.handoff_asks?; ' \
            '[RBTrace.handoff_wait_started(t) == n, !n || t.native_thread_id.is_a?(Integer), t[:__rbtrace_own_thread]]'
     r = rbtrace('-p', app.pid, '-e', code)
     expect(r.stdout).to end_with("=> [true, true, true]\n"), "stdout: #{r.stdout}\nstderr: #{r.stderr}"
@@ -40,9 +43,9 @@ RSpec.describe 'attaching whatever the target is doing' do
     expect(r.stdout).to include('TypeError: RBTrace.handoff_own_thread: expected a Thread')
   end
 
-  # While another thread keeps the GVL, rbtrace asks a busy main thread to
-  # pass it on (ext/rbtrace/handoff.c); a main thread that sleeps must never
-  # be woken for that, or its ConditionVariable#wait returns early.
+  # While another thread keeps the GVL, rbtrace (3.3+) asks the busy
+  # thread to pass it on (ext/rbtrace/handoff.c); a main thread that sleeps
+  # must never be woken for that, or its ConditionVariable#wait returns early.
   it 'never wakes a main thread waiting on a ConditionVariable, even while another thread is busy' do
     app = start_target(<<~'RUBY').ready
       Thread.new { x = 0; loop { x += 1 } }
@@ -60,10 +63,9 @@ RSpec.describe 'attaching whatever the target is doing' do
     expect(app.drain).not_to include('woken')
   end
 
-  # The GVL hand-off asks a busy thread to pass the GVL on: a trap on the
-  # main thread before 3.3, on 3.3+ a postponed job on whichever thread
-  # holds it (ext/rbtrace/handoff.c). Neither may swallow or delay that
-  # thread's own Thread#raise (here Timeout's).
+  # The GVL hand-off (3.3+) asks a busy thread to pass the GVL on: a
+  # postponed job on whichever thread holds it (ext/rbtrace/handoff.c). It
+  # may not swallow or delay that thread's own Thread#raise (here Timeout's).
   TIMEOUT_LOOP = <<~'RUBY'
     loop do
       begin
@@ -88,29 +90,6 @@ RSpec.describe 'attaching whatever the target is doing' do
       app.wait_for(->(_) { app.lines.count('timeout') >= seen + 5 }, timeout: 10)
       expect(app).to be_alive
     end
-  end
-
-  # Before 3.3 the hand-off's trap runs on the main thread at its next
-  # interrupt check; a main thread inside one long C call misses a tick a
-  # millisecond, and Ruby would run the trap once for each (ext/rbtrace/
-  # handoff_trap.c queues one at a time). Counted with a TracePoint in the
-  # app: a few runs of the trap for an eval, not one per missed tick.
-  it 'runs the hand-off\'s trap a few times, not once per tick, while the main thread is in long C calls' do
-    skip 'Ruby 3.3+ asks with a postponed job: no trap' if RUBY_VERSION >= '3.3'
-    app = start_target(<<~'RUBY').ready
-      traps = 0
-      TracePoint.new(:c_call) { |tp| traps += 1 if tp.method_id == :handoff_yield }.enable
-      Signal.trap('USR1') { puts "traps #{traps}" }
-      puts "ready"
-      loop { ("x" * 20_000_000).sum }
-    RUBY
-    sleep 0.1
-    r = rbtrace('-p', app.pid, '-e', 'Process.pid')
-    expect(r.stdout).to eq(">> Process.pid\n=> #{app.pid}\n"), "stderr: #{r.stderr}"
-    sleep 0.5 # the last of a missed tick's traps, if any, run after the next C call
-    Process.kill(:USR1, app.pid)
-    traps = Integer(app.wait_for(/^traps /)[/\d+/])
-    expect(traps).to be_between(1, 8)
   end
 
   it 'traces while the main thread is blocked in a read and another thread works' do

@@ -12,11 +12,16 @@ RSpec.describe 'loading rbtrace' do
     expect(r.stdout).to eq(%(>> Thread.list.map(&:name)\n=> [nil, "rbtrace", "rbtrace eval"]\n))
   end
 
-  it 'the helper runs at the highest Thread#priority, an eval at the default (lib/rbtrace.rb, HELPER_PRIORITY)' do
+  # The app's threads run at 0 unless it says otherwise; so do rbtrace's,
+  # also when the thread that loads rbtrace runs at another priority.
+  it 'the helper and an eval run at Thread#priority 0, as the app\'s threads do by default' do
     app = start_target("puts 'ready'\nsleep").ready
     code = 'Thread.list.map { |t| [t.name, t.priority] }'
     expect(rbtrace('-p', app.pid, '-e', code).stdout)
-      .to eq(%(>> #{code}\n=> [[nil, 0], ["rbtrace", 3], ["rbtrace eval", 0]]\n))
+      .to eq(%(>> #{code}\n=> [[nil, 0], ["rbtrace", 0], ["rbtrace eval", 0]]\n))
+    raised = start_target("Thread.current.priority = 2\nrequire 'rbtrace'\nputs 'ready'\nsleep", rbtrace: false).ready
+    expect(rbtrace('-p', raised.pid, '-e', code).stdout)
+      .to eq(%(>> #{code}\n=> [[nil, 2], ["rbtrace", 0], ["rbtrace eval", 0]]\n))
   end
 
   it 'RUBYOPT=-rrbtrace loads it' do

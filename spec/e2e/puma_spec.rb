@@ -66,12 +66,13 @@ RSpec.describe 'puma cluster under load' do
   def ppid_of(pid); File.read("/proc/#{pid}/stat")[/\) \S (\d+)/, 1].to_i; end
 
   # Puma's master, once both workers have booted and the port answers;
-  # returns the workers' pids.
-  def boot_puma(port)
-    File.write(File.join(dir, 'config.ru'), CONFIG_RU)
+  # returns the workers' pids. rbtrace is loaded by RUBYOPT, or by the app
+  # as it boots (config_ru requires it).
+  def boot_puma(port, config_ru: CONFIG_RU, rubyopt: '-rrbtrace')
+    File.write(File.join(dir, 'config.ru'), config_ru)
     log = File.join(dir, 'puma.log')
     # SPAWN_ENV: under rake test:asan, the ASan runtime preloaded first.
-    env = RBTraceSpec::SPAWN_ENV.merge('RUBYLIB' => RBTraceSpec::LIB, 'RUBYOPT' => '-rrbtrace',
+    env = RBTraceSpec::SPAWN_ENV.merge('RUBYLIB' => RBTraceSpec::LIB, 'RUBYOPT' => rubyopt,
                                        'BUNDLE_GEMFILE' => nil)
     @master = spawn_group('puma', '-w', '2', '-t', '2:4', '--preload', '-e', 'production',
                           '-b', "tcp://127.0.0.1:#{port}", 'config.ru', env: env, log: log)
@@ -132,6 +133,22 @@ RSpec.describe 'puma cluster under load' do
     # tells a traced process from one never traced.
     workers.each do |worker|
       expect(rbtrace('-p', worker, '-e', UNWRAPPED).stdout).to include('=> [1, true]')
+    end
+  end
+
+  # Issue 20, item 9: with preload, Puma lists the threads the app's boot
+  # started (those without the thread variable :fork_safe, a convention
+  # Rails shares) and warns of each, for they do not survive the fork.
+  # rbtrace's helper is marked fork-safe: a forked child starts its own.
+  it 'an app that requires rbtrace as it boots gets no warning of a thread started in app boot' do
+    port = free_port
+    workers = boot_puma(port, config_ru: "require 'rbtrace'\n#{CONFIG_RU}", rubyopt: nil)
+    log = File.read(File.join(dir, 'puma.log'))
+    expect(log).to include('Preloading application')
+    expect(log).not_to include('started in app boot')
+    (workers + [@master]).each do |pid|
+      r = rbtrace('-p', pid, '-e', '[Process.pid, RBTrace.helper.alive?]')
+      expect(r.stdout).to eq(">> [Process.pid, RBTrace.helper.alive?]\n=> [#{pid}, true]\n"), "stderr: #{r.stderr}"
     end
   end
 
