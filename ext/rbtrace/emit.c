@@ -521,23 +521,27 @@ static int emit_sbuffer_push(msgpack_sbuffer *sb)
     return state;
 }
 
-void rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
+/* Returns 0 once the message is in the ring, -1 if it was dropped (a
+ * thread that may not wait, with the ring full: counted as lost). */
+int rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
 {
     char text[1024];
     msgpack_sbuffer sb;
     msgpack_packer pk;
     va_list ap;
+    uint64_t lost = rbtrace.lost;
     int n;
 
     va_start(ap, fmt);
     n = vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
-    if (n < 0) return;
+    if (n < 0) return -1;
     if ((size_t)n >= sizeof(text)) n = sizeof(text) - 1;
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     rbtrace_event_pack_message(&pk, type, text, (size_t)n);
     if ((n = emit_sbuffer_push(&sb)) != 0) rb_jump_tag(n);
+    return rbtrace.attached && rbtrace.lost <= lost ? 0 : -1;
 }
 
 void rbtrace_emit_eval_result(uint32_t eval_id, enum rbtrace_eval_status status, VALUE text)

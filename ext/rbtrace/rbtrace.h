@@ -267,7 +267,7 @@ void rbtrace_emit_close(void);
 void rbtrace_emit_mark(void);
 /* rbtrace_emit_call: emit_call.h, inline */
 void rbtrace_emit_call_args(VALUE klass, ID mid, uint64_t now, VALUE exprs, VALUE values);
-void rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
+int rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void rbtrace_emit_eval_result(uint32_t eval_id, enum rbtrace_eval_status status, VALUE text);
 void rbtrace_emit_slow(VALUE klass, ID mid, uint64_t start_ns, uint64_t duration_ns,
