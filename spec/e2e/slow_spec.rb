@@ -153,9 +153,12 @@ RSpec.describe 'slow calls of many short-lived threads' do
       Signal.trap('USR1') { $go = true }
       puts "ready"
       Probe.new.warm until $go
-      # A few at a time, each batch ending before the next one starts.
+      # A few at a time, each batch ending before the next one starts. The
+      # dead threads are kept: none of their addresses is reused (as the GC
+      # would, on some Rubies more than others), each is a new thread.
+      kept = []
       (#{SHORT_THREADS} / 8).times do
-        8.times.map { Thread.new { Probe.new.slow } }.each(&:join)
+        kept.concat(8.times.map { Thread.new { Probe.new.slow } }.each(&:join))
       end
       puts "done"
       sleep
