@@ -396,9 +396,28 @@ void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location
     emit_commit();
 }
 
-/* Pushes an event of any size from a Ruby thread that may wait (never the
- * hot path). While it waits for room, hooks drop their events (counted)
- * so that nothing lands inside it. Gives up if the writer stops. */
+/*
+ * Events of any size (messages, eval results, DETACHED), from a Ruby thread
+ * that holds the GVL, never on the hot path.
+ *
+ * Only the thread carrying out a command, outside a postponed job, waits
+ * for room (emit_may_wait): it is rbtrace's own, and what it pushes is what
+ * its client waits on. While it waits, without the GVL, every other thread
+ * runs on and drops its events (counted): hooks see big_event. An app
+ * thread (a --devmode notice at the end of a class body, a --slow notice)
+ * never waits on the client: waiting would stall the app, and a second
+ * pusher waiting meanwhile would clear big_event under the first, or push
+ * into the middle of its event. A postponed job (3.3+, channel.c) never
+ * waits either: an interrupt that ended the wait (an app's Timeout) could
+ * only be re-raised inside the job, whose runner swallows it. Those push
+ * the whole event at once, or drop it and count it, as the hooks do.
+ */
+static int emit_may_wait(void)
+{
+    return rbtrace.servicing && !rbtrace.in_job && rbtrace.servicing_thread == rbtrace_thread_id();
+}
+
+/* A waiting push (emit_may_wait's thread). Gives up if the writer stops. */
 struct emit_wait_arg {
     size_t need;
     uint64_t head;              /* the ring's head: no producer moves it now */
@@ -440,6 +459,12 @@ static int emit_push_big(const char *data, size_t len)
     int state = 0;
 
     if (!rbtrace.attached || rbtrace.sealed) return 0;
+    if (rbtrace.big_event) {
+        /* Never: only one thread waits (emit_may_wait). Dropped rather
+         * than pushed into the middle of the other event. */
+        rbtrace.lost++;
+        return 0;
+    }
     rbtrace.big_event = 1;
     while (done < len) {
         size_t chunk = len - done, space = rbtrace_ring_space(&rbtrace.ring, chunk);
@@ -479,33 +504,44 @@ static int emit_lost_big(void)
 }
 
 /* Pushes (and frees) a packed event, after any loss report; returns the
- * state of an interrupt that arrived while waiting (0 if none). */
+ * state of an interrupt that arrived while waiting (0 if none; always 0
+ * on a thread that may not wait, which pushes it whole now or drops it). */
 static int emit_sbuffer_push(msgpack_sbuffer *sb)
 {
-    int state = emit_lost_big();
+    int state = 0;
 
-    if (state == 0) state = emit_push_big(sb->data, sb->size);
+    if (!emit_may_wait()) {
+        /* A client waits on these: deliver them now. */
+        if (emit_push(sb->data, sb->size) == 0) rbtrace_writer_nudge();
+    } else {
+        state = emit_lost_big();
+        if (state == 0) state = emit_push_big(sb->data, sb->size);
+    }
     msgpack_sbuffer_destroy(sb);
     return state;
 }
 
-void rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
+/* Returns 0 once the message is in the ring, -1 if it was dropped (a
+ * thread that may not wait, with the ring full: counted as lost). */
+int rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
 {
     char text[1024];
     msgpack_sbuffer sb;
     msgpack_packer pk;
     va_list ap;
+    uint64_t lost = rbtrace.lost;
     int n;
 
     va_start(ap, fmt);
     n = vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
-    if (n < 0) return;
+    if (n < 0) return -1;
     if ((size_t)n >= sizeof(text)) n = sizeof(text) - 1;
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     rbtrace_event_pack_message(&pk, type, text, (size_t)n);
     if ((n = emit_sbuffer_push(&sb)) != 0) rb_jump_tag(n);
+    return rbtrace.attached && rbtrace.lost <= lost ? 0 : -1;
 }
 
 void rbtrace_emit_eval_result(uint32_t eval_id, enum rbtrace_eval_status status, VALUE text)

@@ -38,6 +38,14 @@ if checking_for('__builtin_thread_pointer') { try_compile('int main(void) { retu
   $defs << '-DRBTRACE_HAVE_THREAD_POINTER'
 end
 
+# Under M:N scheduling (RUBY_MN_THREADS=1, Ruby 3.3+) events name the Ruby
+# thread a VM thread hook says took the GVL (rbtrace.c, rbtrace_thread_id).
+if have_struct_member('rb_internal_thread_event_data_t', 'thread', 'ruby/thread.h') &&
+   have_func('rb_internal_thread_add_event_hook', 'ruby/thread.h') &&
+   have_func('RTYPEDDATA_GET_DATA', 'ruby.h')
+  $defs << '-DRBTRACE_HAVE_MN_THREAD_HOOK'
+end
+
 # The hook's frame lookup for Ruby methods (tracer.c) without the stack
 # protector's canary, which Debian's CFLAGS put in every function that takes
 # a local's address: ~5 instructions an event there, guarding no buffer.

@@ -15,11 +15,15 @@
  * ring.c (the buffer between app threads and the writer), writer.c (the
  * writer pthread), codec.c (the wire format, shared with the client).
  */
+#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
-#include "rbtrace.h"
 
 struct rbtrace_state rbtrace;
 VALUE rbtrace_mRBTrace;
+int rbtrace_mn_threads;
+uint64_t rbtrace_mn_thread;
 
 /* The objects the C state refers to (tracers' classes and expressions,
  * wrappers' modules, the classes the session has named) are marked, and
@@ -45,6 +49,41 @@ uint64_t rbtrace_now_ns(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#ifdef RBTRACE_HAVE_MN_THREAD_HOOK
+/* A Ruby thread took the GVL (RUBY_INTERNAL_THREAD_EVENT_RESUMED, on its
+ * native thread, GVL held): it is the one whose events follow. Its
+ * rb_thread_t, which stays in place for the thread's life (the Thread
+ * object may be moved by GC.compact). */
+static void rbtrace_thread_resumed(rb_event_flag_t event, const rb_internal_thread_event_data_t *data,
+                                   void *unused)
+{
+    rbtrace_mn_thread = (uint64_t)(uintptr_t)RTYPEDDATA_GET_DATA(data->thread);
+}
+#endif
+
+/*
+ * Under M:N scheduling (RUBY_MN_THREADS=1, as Ruby 3.3+ reads it at boot)
+ * events name the Ruby thread that holds the GVL (rbtrace_thread_id): a
+ * VM thread hook notes it as it changes, from here on. Without M:N (or a
+ * Ruby that has neither it nor the hook) nothing is installed.
+ */
+static void rbtrace_mn_threads_init(void)
+{
+#ifdef RBTRACE_HAVE_MN_THREAD_HOOK
+    const char *mn = getenv("RUBY_MN_THREADS");
+
+    if (mn == NULL || atoi(mn) <= 0) return;
+    rbtrace_mn_thread = (uint64_t)(uintptr_t)RTYPEDDATA_GET_DATA(rb_thread_current());
+    if (rb_internal_thread_add_event_hook(rbtrace_thread_resumed, RUBY_INTERNAL_THREAD_EVENT_RESUMED,
+                                          NULL) == NULL) {
+        fprintf(stderr, "rbtrace: cannot watch which Ruby thread runs (RUBY_MN_THREADS=1): traces "
+                "will mix up the Ruby threads that share a native thread\n");
+        return;
+    }
+    rbtrace_mn_threads = 1;
+#endif
 }
 
 /*
@@ -163,5 +202,6 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     Init_rbtrace_raisewatch(rbtrace_mRBTrace);
     Init_rbtrace_devmode(rbtrace_mRBTrace);
     rbtrace_clock_init();
+    rbtrace_mn_threads_init();
     rbtrace_channel_init();
 }

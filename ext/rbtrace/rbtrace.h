@@ -178,16 +178,29 @@ extern VALUE rbtrace_mRBTrace;
 /* rbtrace.c */
 uint64_t rbtrace_now_ns(void);   /* clock_gettime(CLOCK_MONOTONIC), any thread */
 
+/* rbtrace.c: whether Ruby threads share native threads (M:N scheduling,
+ * RUBY_MN_THREADS=1 on 3.3+), and then the Ruby thread that holds the
+ * GVL now (its rb_thread_t), which a VM thread hook keeps. */
+extern int rbtrace_mn_threads;
+extern uint64_t rbtrace_mn_thread;
+
 /*
- * Which thread an event is of: its native thread, which is one Ruby thread
- * as long as Ruby runs each on its own (every Ruby up to 3.4, unless
- * RUBY_MN_THREADS=1 on 3.3+). Its thread pointer (one instruction; on
- * x86-64 glibc the same value as pthread_self, which is a call through the
- * PLT), unique to each live thread. Asking Ruby (rb_thread_current,
- * through its thread-local storage) cost ~10 ns an event.
+ * Which thread an event is of. Its native thread while Ruby runs each
+ * Ruby thread on its own (every Ruby up to 3.4, unless RUBY_MN_THREADS=1 on
+ * 3.3+): its thread pointer (one instruction; on x86-64 glibc the same
+ * value as pthread_self, which is a call through the PLT), unique to each
+ * live thread. Asking Ruby (rb_thread_current, through its thread-local
+ * storage) cost ~10 ns an event, and a call would give the hook a stack
+ * frame. Under M:N several Ruby threads take turns on one native thread,
+ * and one moves between them: the Ruby thread then, as the VM last told
+ * (a load; the caller holds the GVL). (Non-main Ractors run M:N always
+ * and hold GVLs of their own: rbtrace does not tell their threads apart.)
  */
 static inline uint64_t rbtrace_thread_id(void)
 {
+#ifdef RBTRACE_HAVE_MN_THREAD_HOOK
+    if (__builtin_expect(rbtrace_mn_threads, 0)) return rbtrace_mn_thread;
+#endif
 #ifdef RBTRACE_HAVE_THREAD_POINTER
     return (uint64_t)(uintptr_t)__builtin_thread_pointer();
 #else
@@ -263,7 +276,7 @@ void rbtrace_emit_close(void);
 void rbtrace_emit_mark(void);
 /* rbtrace_emit_call: emit_call.h, inline */
 void rbtrace_emit_call_args(VALUE klass, ID mid, uint64_t now, VALUE exprs, VALUE values);
-void rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
+int rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void rbtrace_emit_eval_result(uint32_t eval_id, enum rbtrace_eval_status status, VALUE text);
 void rbtrace_emit_slow(VALUE klass, ID mid, uint64_t start_ns, uint64_t duration_ns,

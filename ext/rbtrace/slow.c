@@ -14,6 +14,15 @@
  * interleave stacks on one thread: a return that does not match the top
  * frame is matched further down, and the frames above it are dropped.
  *
+ * A thread's stack lives in a small object its Thread holds (a hidden
+ * instance variable: no `@`, so instance_variables does not list it), freed
+ * by the GC with the Thread: short-lived threads (one per Timeout.timeout
+ * on 3.1) leave nothing behind, and there is no limit on their number. The
+ * stack of the last thread seen is at hand; another thread's costs an
+ * instance variable lookup. A session's end frees every stack's frames.
+ * What is not watched (calls nested past SLOW_MAX_DEPTH, a frozen Thread,
+ * no memory) is said once a session, with a notice.
+ *
  * Time: CLOCK_MONOTONIC (the event's start), and with --slowcpu the
  * thread's CPU time (CLOCK_THREAD_CPUTIME_ID) for the duration.
  */
@@ -24,8 +33,6 @@
 
 /* Deeper calls are counted, not stored (a runaway recursion). */
 #define SLOW_MAX_DEPTH 10000
-/* Threads with a stack; calls of further threads are not watched. */
-#define SLOW_MAX_THREADS 4096
 
 struct slow_frame {
     VALUE klass;
@@ -35,7 +42,8 @@ struct slow_frame {
 };
 
 struct slow_stack {
-    VALUE thread;
+    struct slow_stack *prev, *next;   /* every stack alive (slow.stacks) */
+    VALUE thread;          /* its Thread, marked (and so pinned) */
     struct slow_frame *frames;
     uint32_t depth;        /* frames in use */
     uint32_t cap;          /* room in frames */
@@ -54,12 +62,15 @@ static struct {
     uint64_t threshold_ns;
     struct slow_filter filters[RBTRACE_SELECTORS_MAX];
     uint32_t n_filters;
-    struct slow_stack *stacks;
-    uint32_t n_stacks, cap_stacks;
-    struct slow_stack *last;   /* the stack of the last event's thread */
+    struct slow_stack *stacks;  /* every stack alive, newest first */
+    struct slow_stack *last;    /* the stack of the last event's thread */
+    uint8_t said[3];            /* a SLOW_UNWATCHED_* notice was sent */
 } slow;
 
-static ID id_parse_selector;
+/* Why calls went unwatched (slow_unwatched), each said once a session. */
+enum { SLOW_UNWATCHED_DEEP, SLOW_UNWATCHED_THREAD, SLOW_UNWATCHED_MEMORY };
+
+static ID id_parse_selector, id_slow_stack;
 
 static uint64_t slow_cpu_ns(void)
 {
@@ -79,29 +90,112 @@ static int slow_watched(VALUE klass, ID mid)
     return 0;
 }
 
-/* The current thread's stack, made on its first watched call; NULL if
- * there is no room for another thread (malloc, not Ruby's allocator: this
- * runs inside the hook). */
+/* Says once a session why some calls are not watched: a notice from the
+ * hook, which never waits (emit.c): if the ring has no room it is said at
+ * a later such call. */
+static void slow_unwatched(int why)
+{
+    int sent = -1;
+
+    if (slow.said[why]) return;
+    switch (why) {
+    case SLOW_UNWATCHED_DEEP:
+        sent = rbtrace_emit_message(RBTRACE_EV_NOTICE, "--slow: calls nested more than %d deep "
+                                    "in a thread are not watched (the calls around them are)",
+                                    SLOW_MAX_DEPTH);
+        break;
+    case SLOW_UNWATCHED_THREAD:
+        sent = rbtrace_emit_message(RBTRACE_EV_NOTICE, "--slow: the calls of a thread are not "
+                                    "watched: its Thread is frozen, or no memory was left for "
+                                    "its state");
+        break;
+    case SLOW_UNWATCHED_MEMORY:
+        sent = rbtrace_emit_message(RBTRACE_EV_NOTICE, "--slow: out of memory: calls nested "
+                                    "deeper than %u in a thread are not watched", slow.last ?
+                                    slow.last->cap : 0);
+        break;
+    }
+    if (sent == 0) slow.said[why] = 1;
+}
+
+/* A stack goes with its Thread (the GC frees it), or at a session's end
+ * with its frames only (slow_stack_clear). */
+static void slow_stack_clear(struct slow_stack *s)
+{
+    free(s->frames);
+    s->frames = NULL;
+    s->depth = s->cap = s->hidden = 0;
+}
+
+static void slow_stack_mark(void *p)
+{
+    rb_gc_mark(((struct slow_stack *)p)->thread);
+}
+
+static void slow_stack_free(void *p)
+{
+    struct slow_stack *s = p;
+
+    if (slow.last == s) slow.last = NULL;
+    if (s->prev) s->prev->next = s->next;
+    else if (slow.stacks == s) slow.stacks = s->next;
+    if (s->next) s->next->prev = s->prev;
+    slow_stack_clear(s);
+    ruby_xfree(s);
+}
+
+static size_t slow_stack_memsize(const void *p)
+{
+    return sizeof(struct slow_stack) + ((const struct slow_stack *)p)->cap * sizeof(struct slow_frame);
+}
+
+static const rb_data_type_t slow_stack_type = {
+    .wrap_struct_name = "rbtrace/slow_stack",
+    .function = { .dmark = slow_stack_mark, .dfree = slow_stack_free,
+                  .dsize = slow_stack_memsize },
+    .flags = RUBY_TYPED_FREE_IMMEDIATELY
+};
+
+/* Makes thread's stack and hangs it on the thread (may allocate, and so
+ * run the GC, which may free other stacks: slow.last is set after). */
+static VALUE slow_stack_new_i(VALUE thread)
+{
+    struct slow_stack *s;
+    /* No class: hidden, ObjectSpace does not hand it out. */
+    VALUE obj = TypedData_Make_Struct(0, struct slow_stack, &slow_stack_type, s);
+
+    s->thread = thread;
+    rb_ivar_set(thread, id_slow_stack, obj);
+    s->next = slow.stacks;
+    if (s->next) s->next->prev = s;
+    slow.stacks = s;
+    return obj;
+}
+
+/* The current thread's stack, made on its first watched call (create);
+ * NULL if it has none (or cannot have one: said). The Thread is marked by
+ * its stack, so that it never moves and the cached compare holds. */
 static struct slow_stack *slow_stack_of(VALUE thread, int create)
 {
-    uint32_t i;
+    VALUE obj;
+    int state = 0;
 
     if (slow.last && slow.last->thread == thread) return slow.last;
-    for (i = 0; i < slow.n_stacks; i++) {
-        if (slow.stacks[i].thread == thread) return slow.last = &slow.stacks[i];
+    obj = rb_attr_get(thread, id_slow_stack);
+    if (NIL_P(obj)) {
+        if (!create) return NULL;
+        if (OBJ_FROZEN(thread)) {
+            slow_unwatched(SLOW_UNWATCHED_THREAD);
+            return NULL;
+        }
+        obj = rb_protect(slow_stack_new_i, thread, &state);
+        if (state) {   /* NoMemoryError: ours, not the app's to see */
+            rb_set_errinfo(Qnil);
+            slow_unwatched(SLOW_UNWATCHED_THREAD);
+            return NULL;
+        }
     }
-    if (!create || slow.n_stacks >= SLOW_MAX_THREADS) return NULL;
-    if (slow.n_stacks == slow.cap_stacks) {
-        uint32_t cap = slow.cap_stacks ? slow.cap_stacks * 2 : 16;
-        struct slow_stack *grown = realloc(slow.stacks, cap * sizeof(*grown));
-        if (!grown) return NULL;
-        slow.stacks = grown;
-        slow.cap_stacks = cap;
-    }
-    slow.last = &slow.stacks[slow.n_stacks++];
-    memset(slow.last, 0, sizeof(*slow.last));
-    slow.last->thread = thread;
-    return slow.last;
+    return slow.last = RTYPEDDATA_DATA(obj);
 }
 
 static void slow_push(struct slow_stack *s, VALUE klass, ID mid)
@@ -110,13 +204,16 @@ static void slow_push(struct slow_stack *s, VALUE klass, ID mid)
 
     if (s->hidden || s->depth >= SLOW_MAX_DEPTH) {
         s->hidden++;
+        slow_unwatched(SLOW_UNWATCHED_DEEP);
         return;
     }
     if (s->depth == s->cap) {
         uint32_t cap = s->cap ? s->cap * 2 : 64;
+        /* malloc, not Ruby's allocator: no GC inside the hook. */
         struct slow_frame *grown = realloc(s->frames, cap * sizeof(*grown));
         if (!grown) {
             s->hidden++;
+            slow_unwatched(SLOW_UNWATCHED_MEMORY);
             return;
         }
         s->frames = grown;
@@ -218,17 +315,16 @@ int rbtrace_slow_active(void)
     return slow.active;
 }
 
-/* Forgets every stack and selector. */
+/* Forgets every frame and selector. The stacks stay with their threads,
+ * empty (a few words each), until the threads are gone. */
 void rbtrace_slow_stop(void)
 {
-    uint32_t i;
+    struct slow_stack *s;
 
-    for (i = 0; i < slow.n_stacks; i++) free(slow.stacks[i].frames);
-    free(slow.stacks);
-    slow.stacks = NULL;
-    slow.n_stacks = slow.cap_stacks = 0;
+    for (s = slow.stacks; s; s = s->next) slow_stack_clear(s);
     slow.last = NULL;
     slow.n_filters = 0;
+    memset(slow.said, 0, sizeof(slow.said));
     slow.active = 0;
 }
 
@@ -247,4 +343,6 @@ void Init_rbtrace_slow(VALUE mod)
 {
     (void)mod;
     id_parse_selector = rb_intern("parse_selector");
+    /* No `@`: a Thread's instance_variables do not list it. */
+    id_slow_stack = rb_intern("__rbtrace_slow_stack__");
 }

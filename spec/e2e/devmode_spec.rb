@@ -85,4 +85,48 @@ RSpec.describe 'dev mode (--devmode)' do
     expect(r.exitstatus).to eq(2)
     expect(r.stderr).to include('--devmode applies to -m selectors')
   end
+
+  # The notice of a reload is pushed by the app's thread, at the end of the
+  # class body. With the ring full (a client that stopped reading), it is
+  # dropped and counted, as the hooks' events are: it never waits for room
+  # (it would stall the app, and a second such push waiting meanwhile
+  # would land inside the first, or the rbtrace thread's, event).
+  it 'never stalls a thread that reloads a class while the client reads nothing' do
+    app = start_target(<<~'RUBY').ready
+      SOURCE = "class Widget; def render(x); x; end; end"
+      eval(SOURCE)
+      puts "ready"
+      Signal.trap('USR1') { $calm = true }
+      # Fills the ring once the client stops; a call a millisecond once calm.
+      Thread.new { loop { Process.pid; sleep 0.001 if $calm } }
+      n = 0
+      loop do
+        Object.send(:remove_const, :Widget)
+        eval(SOURCE)
+        Widget.new.render(1)
+        puts "reloaded #{n += 1}"
+        sleep 0.1   # each reload wraps one more class: at most 256
+      end
+    RUBY
+    client = start_client('-p', app.pid, '--devmode', '-m', 'Widget#render', 'Process.pid')
+    client.attached
+    client.wait_for(/\(re\)defined: tracing Widget#render/, stream: :stderr)
+    Process.kill(:STOP, client.pid)
+    begin
+      sleep 1.5 # the ring fills up
+      before = app.drain.grep(/^reloaded/).size
+      sleep 2
+      after = app.drain.grep(/^reloaded/).size
+      # Stalled, none (a push waited up to 10 s); running, a few a second
+      # (the other thread holds the GVL for its time slices).
+      expect(after - before).to be >= 2
+    ensure
+      Process.kill(:USR1, app.pid)
+      Process.kill(:CONT, client.pid)
+    end
+    client.wait_for(/\*\*\* \d+ events lost/)
+    expect(client.stop).to be_success
+    expect(client.stderr).not_to match(/malformed|error/)
+    expect(app).to be_alive
+  end
 end

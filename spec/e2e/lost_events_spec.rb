@@ -75,3 +75,54 @@ RSpec.describe 'counting events (--stats)' do
     expect(received + lost).to eq(1_200_000)
   end
 end
+
+# On Ruby 3.3+ a command is first read by a postponed job, on whichever app
+# thread runs: a malformed one is reported from there. With the ring full
+# (a client that stopped reading) the report is dropped and counted: the
+# job never waits for room, for an interrupt that ended the wait (the
+# app's Timeout) could only be re-raised inside the job, whose runner
+# swallows it, and the app's Timeout.timeout would never fire. (Before
+# 3.3 the rbtrace thread reads commands; it may wait: the app runs on.)
+RSpec.describe 'a malformed command while the client reads nothing' do
+  it "leaves the app's Timeout to fire" do
+    require 'fiddle'
+    app = start_target(<<~'RUBY').ready
+      require 'timeout'
+      Signal.trap('USR1') { $calm = true }
+      puts "ready"
+      n = 0
+      loop do
+        Timeout.timeout(0.2) { loop { Process.pid; sleep 0.001 if $calm } }
+      rescue Timeout::Error
+        puts "timed out #{n += 1}"
+      end
+    RUBY
+    client = start_client('-p', app.pid, '-m', 'Process.pid')
+    client.attached
+    Process.kill(:STOP, client.pid)
+    begin
+      sleep 1 # the ring fills up
+      libc = Fiddle.dlopen(nil)
+      msgget = Fiddle::Function.new(libc['msgget'], [Fiddle::TYPE_INT, Fiddle::TYPE_INT], Fiddle::TYPE_INT)
+      msgsnd = Fiddle::Function.new(libc['msgsnd'], [Fiddle::TYPE_INT, Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T,
+                                                     Fiddle::TYPE_INT], Fiddle::TYPE_INT)
+      qid = msgget.call(0x52000000 | app.pid, 0)
+      expect(qid).to be >= 0
+      junk = "\x02\xc3".b # a first and last chunk: not an array
+      expect(msgsnd.call(qid, [1].pack('q') + junk, junk.bytesize, 0)).to eq(0)
+      Process.kill(:URG, app.pid)
+      sleep 0.5
+      before = app.drain.grep(/^timed out/).size
+      sleep 1.5
+      after = app.drain.grep(/^timed out/).size
+      # Five a second; swallowed, the block runs on for good (none).
+      expect(after - before).to be >= 3
+    ensure
+      Process.kill(:USR1, app.pid)
+      Process.kill(:CONT, client.pid)
+    end
+    client.wait_for(/\*\*\* \d+ events lost/)
+    expect(client.stop).to be_success
+    expect(app).to be_alive
+  end
+end

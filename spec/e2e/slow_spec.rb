@@ -137,3 +137,66 @@ RSpec.describe 'slow calls (--slow, --slowcpu)' do
     expect(methods_shown(out) - ['String#upcase', 'Kernel#sleep']).to eq([]), out
   end
 end
+
+# Every thread's watched calls have a stack of their own in the app, freed
+# when the thread is gone: short-lived threads (every Timeout.timeout
+# starts one on Ruby 3.1) never run it out of room.
+RSpec.describe 'slow calls of many short-lived threads' do
+  SHORT_THREADS = 6000
+
+  it "reports the slow call of each of #{SHORT_THREADS} threads that ran one after another" do
+    app = start_target(<<~RUBY).ready
+      class Probe
+        def slow; sleep 0.002; end
+        def warm; slow; end
+      end
+      Signal.trap('USR1') { $go = true }
+      puts "ready"
+      Probe.new.warm until $go
+      # A few at a time, each batch ending before the next one starts. The
+      # dead threads are kept: none of their addresses is reused (as the GC
+      # would, on some Rubies more than others), each is a new thread.
+      kept = []
+      (#{SHORT_THREADS} / 8).times do
+        kept.concat(8.times.map { Thread.new { Probe.new.slow } }.each(&:join))
+      end
+      puts "done"
+      sleep
+    RUBY
+    r = trace(app, '--slow', '1', '--slow-methods', 'Probe#slow', 'Probe#warm') do |c|
+      c.wait_for(/Probe#warm </)
+      Process.kill(:USR1, app.pid)
+      app.wait_for('done', timeout: 120)
+      # Until all came, or none came for 2 s.
+      count = -> { c.stdout.scan(/^\[t\d+\]\s*Probe#slow </).size }
+      seen = -1
+      until (now = count.call) >= SHORT_THREADS || now == seen
+        seen = now
+        sleep 2
+      end
+    end
+    expect(r.stdout.scan(/^\[t\d+\]\s*Probe#slow </).size).to eq(SHORT_THREADS)
+    expect(r.stderr).not_to match(/not watched|error/)
+  end
+end
+
+RSpec.describe 'slow calls nested deeper than --slow keeps' do
+  it 'says once that the calls past 10,000 levels in a thread are not watched' do
+    app = start_target(<<~'RUBY', env: { 'RUBY_THREAD_VM_STACK_SIZE' => '8000000' }).ready
+      class Probe
+        def deep(n) = n.zero? ? 0 : 1 + deep(n - 1)
+      end
+      puts "ready"
+      loop do
+        puts Thread.new { Probe.new.deep(10_100) }.value
+        sleep 0.05
+      end
+    RUBY
+    r = trace(app, '--slow', '1000', '--slow-methods', 'Probe#deep') do |c|
+      c.wait_for(/calls nested more than 10000 deep in a thread are not watched/, stream: :stderr)
+      seen = app.drain.count('10100')
+      app.wait_for(->(_) { app.lines.count('10100') >= seen + 3 })
+    end
+    expect(r.stderr.scan('nested more than').size).to eq(1), r.stderr
+  end
+end
