@@ -1,0 +1,89 @@
+require_relative '../spec_helper'
+require 'fiddle'
+require 'socket'
+
+# Issue 20, item 10: once a client is attached, its commands travel over
+# its own socket (the app connected to it and checked who listens); the
+# message queue, which any process of the app's user can write, only wakes
+# the app and names a socket. Here a second process of the same user (this
+# spec's own) writes into the app's queue while a client is attached.
+RSpec.describe 'commands of an attached session' do
+  TICKER = "puts 'ready'\nloop { Process.pid; sleep 0.02 }".freeze
+  PROTOCOL = File.read(File.join(RBTraceSpec::ROOT, 'ext/rbtrace/protocol.h'))[/RBTRACE_PROTOCOL_VERSION (\d+)/, 1].to_i
+
+  # Just enough msgpack for commands (protocol.h): arrays, uints, strings.
+  def pack(obj)
+    case obj
+    when Array then [0xdd, obj.size].pack('CN') + obj.map { |o| pack(o) }.join.b
+    when Integer then [0xce, obj].pack('CN')
+    when String then [0xdb, obj.bytesize].pack('CN') + obj.b
+    end
+  end
+
+  def libc_fn(name, args)
+    Fiddle::Function.new(Fiddle.dlopen(nil)[name], args, Fiddle::TYPE_INT)
+  end
+
+  # One whole command into pid's queue, as the client chunks it (flags FIRST).
+  def enqueue(pid, command)
+    qid = libc_fn('msgget', [Fiddle::TYPE_INT, Fiddle::TYPE_INT]).call(0x52000000 | pid, 0)
+    raise "no queue for #{pid}: errno #{Fiddle.last_error}" if qid.negative?
+
+    msg = [1].pack('q') + "\x02".b + pack(command)
+    sent = libc_fn('msgsnd', [Fiddle::TYPE_INT, Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T, Fiddle::TYPE_INT])
+           .call(qid, msg, msg.bytesize - 8, 0)
+    raise "msgsnd: errno #{Fiddle.last_error}" unless sent.zero?
+  end
+
+  # A socket of ours the app may connect to; yields its path and then the
+  # first bytes the app writes there.
+  def probe_socket(dir, name)
+    server = UNIXServer.new(path = File.join(dir, name))
+    answer = yield path
+    conn = Timeout.timeout(10) { server.accept }
+    answer.replace(Timeout.timeout(10) { conn.readpartial(4096) }.b)
+  ensure
+    conn&.close
+    server&.close
+  end
+
+  it 'a second process of the same user cannot get a command run in an attached session (eval, selectors, detach)' do
+    app = start_target(TICKER).ready
+    client = start_client('-p', app.pid, '-m', 'Process.pid')
+    client.attached
+    client.wait_for(/^Process\.pid </)
+    Dir.mktmpdir('rbtrace-spec-') do |dir|
+      marker = File.join(dir, 'injected')
+      busy = +''
+      again = +''
+      # In the queue, in this order: an eval and more selectors that name
+      # the attached client, a probe ATTACH of our own (answered once the
+      # ones before it were carried out: the app reads its queue in order),
+      # a DETACH naming the client, and a second probe after it.
+      probe_socket(dir, 'probe1') do |probe1|
+        probe_socket(dir, 'probe2') do |probe2|
+          enqueue(app.pid, [5, client.pid, 77, "File.write(#{marker.inspect}, 'x')", 5000])
+          enqueue(app.pid, [3, client.pid, ['Kernel#sleep']])
+          enqueue(app.pid, [1, Process.pid, PROTOCOL, probe1])
+          enqueue(app.pid, [2, client.pid])
+          enqueue(app.pid, [1, Process.pid, PROTOCOL, probe2])
+          Process.kill(:URG, app.pid)
+          again
+        end
+        busy
+      end
+      # Both probes refused: the client stayed attached (REFUSED, BUSY).
+      [busy, again].each do |answer|
+        expect(answer.bytes.first(3)).to eq([0x94, 0x02, 0x01]), answer.inspect
+        expect(answer).to include("already traced by rbtrace pid #{client.pid}")
+      end
+      expect(File.exist?(marker)).to be false
+    end
+    mark = client.stdout.scan(/^Process\.pid </).size
+    client.wait_for(/(?:^Process\.pid <.*\n){#{mark + 3}}/)
+    expect(client.stdout).not_to include('sleep')
+    expect(client.stderr).not_to include('detached')
+    expect(client.stop).to be_success
+    expect(app).to be_alive
+  end
+end
