@@ -86,4 +86,67 @@ RSpec.describe 'commands of an attached session' do
     expect(client.stop).to be_success
     expect(app).to be_alive
   end
+  # A client of our own, in this process: ATTACH through the queue, then
+  # the connection the app makes to our socket, ATTACHED read off it.
+  def fake_client(app, dir)
+    server = UNIXServer.new(path = File.join(dir, 'sock'))
+    Process.kill(:URG, app.pid)   # the app makes its queue on the first signal
+    Timeout.timeout(10) { sleep 0.01 while RBTraceSpec::Queues.of(app.pid).empty? }
+    enqueue(app.pid, [1, Process.pid, PROTOCOL, path])
+    Process.kill(:URG, app.pid)
+    conn = Timeout.timeout(10) { server.accept }
+    expect(read_until(conn, +'', /\A\x96\x01/n)).to start_with("\x96\x01".b)
+    conn
+  ensure
+    server&.close
+  end
+
+  # Reads conn into buf until it matches pattern (or the app hangs up).
+  def read_until(conn, buf, pattern)
+    Timeout.timeout(10) do
+      buf << conn.readpartial(65_536).b until buf.match?(pattern)
+    end
+    buf
+  rescue EOFError
+    buf
+  end
+
+  def frame(bytes)
+    [bytes.bytesize].pack('N') + bytes.b
+  end
+
+  it 'reads a command that comes in pieces without holding up the app, reports malformed ones, and detaches on a length past the limit' do
+    app = start_target("$n = 0\nputs 'ready'\nloop { $n += 1; sleep 0.005 }").ready
+    Dir.mktmpdir('rbtrace-spec-') do |dir|
+      conn = fake_client(app, dir)
+      buf = +''
+      # EVAL [5, pid, id, code, timeout_ms]: $n, in three pieces 0.3 s apart;
+      # the app's loop goes on meanwhile (the helper thread never waits on the socket).
+      before = frame(pack([5, Process.pid, 1, '$n', 5000]))
+      conn.write(before)
+      n0 = read_until(conn, buf, /\x94\x09\x01\x00.{1,2}\d+/n)[/\x94\x09\x01\x00.(\d+)/n, 1].to_i
+      slow = frame(pack([5, Process.pid, 2, '$n', 5000]))
+      [slow[0, 2], slow[2, 10], slow[12..]].each do |piece|
+        conn.write(piece)
+        sleep 0.3
+      end
+      n1 = read_until(conn, buf, /\x94\x09\x02\x00.(\d+)/n)[/\x94\x09\x02\x00.(\d+)/n, 1].to_i
+      expect(n1 - n0).to be > 20
+      # not msgpack; a truncated EVAL; an ATTACH (not a socket's command,
+      # ignored): two errors, and the next eval still runs
+      conn.write(frame("\xc1") + frame(pack([5, Process.pid])[0, 3]) + frame(pack([1, Process.pid, PROTOCOL, 'x'])))
+      conn.write(frame(pack([5, Process.pid, 3, '40 + 2', 5000])))
+      read_until(conn, buf, /\x94\x09\x03\x00.42/n)
+      expect(buf.scan(/malformed command/).size).to eq(2), buf.inspect
+      # A length past RBTRACE_COMMAND_MAX: said so, then DETACHED ([3]) and the end.
+      conn.write([4 * 1024 * 1024 + 1].pack('N'))
+      read_until(conn, buf, /\x91\x03\z/n)
+      expect(buf).to include('a command of 4194305 bytes on the socket (at most 4194304)')
+      expect(buf).to end_with("\x91\x03".b)
+      expect(Timeout.timeout(10) { conn.read }).to eq('')
+      conn.close
+    end
+    expect(app).to be_alive
+    expect(rbtrace('-p', app.pid, '-e', '40 + 2').stdout).to eq(">> 40 + 2\n=> 42\n")
+  end
 end
