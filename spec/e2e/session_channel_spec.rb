@@ -8,8 +8,9 @@ require 'socket'
 # the app and names a socket. Here a second process of the same user (this
 # spec's own) writes into the app's queue while a client is attached.
 RSpec.describe 'commands of an attached session' do
-  TICKER = "puts 'ready'\nloop { Process.pid; sleep 0.02 }".freeze
-  PROTOCOL = File.read(File.join(RBTraceSpec::ROOT, 'ext/rbtrace/protocol.h'))[/RBTRACE_PROTOCOL_VERSION (\d+)/, 1].to_i
+  let(:ticker) { "puts 'ready'\nloop { Process.pid; sleep 0.02 }" }
+  # The version this build speaks (an ATTACH must name it).
+  let(:protocol) { File.read(File.join(RBTraceSpec::ROOT, 'ext/rbtrace/protocol.h'))[/RBTRACE_PROTOCOL_VERSION (\d+)/, 1].to_i }
 
   # Just enough msgpack for commands (protocol.h): arrays, uints, strings.
   def pack(obj)
@@ -48,7 +49,7 @@ RSpec.describe 'commands of an attached session' do
   end
 
   it 'a second process of the same user cannot get a command run in an attached session (eval, selectors, detach)' do
-    app = start_target(TICKER).ready
+    app = start_target(ticker).ready
     client = start_client('-p', app.pid, '-m', 'Process.pid')
     client.attached
     client.wait_for(/^Process\.pid </)
@@ -64,9 +65,9 @@ RSpec.describe 'commands of an attached session' do
         probe_socket(dir, 'probe2') do |probe2|
           enqueue(app.pid, [5, client.pid, 77, "File.write(#{marker.inspect}, 'x')", 5000])
           enqueue(app.pid, [3, client.pid, ['Kernel#sleep']])
-          enqueue(app.pid, [1, Process.pid, PROTOCOL, probe1])
+          enqueue(app.pid, [1, Process.pid, protocol, probe1])
           enqueue(app.pid, [2, client.pid])
-          enqueue(app.pid, [1, Process.pid, PROTOCOL, probe2])
+          enqueue(app.pid, [1, Process.pid, protocol, probe2])
           Process.kill(:URG, app.pid)
           again
         end
@@ -92,7 +93,7 @@ RSpec.describe 'commands of an attached session' do
     server = UNIXServer.new(path = File.join(dir, 'sock'))
     Process.kill(:URG, app.pid)   # the app makes its queue on the first signal
     Timeout.timeout(10) { sleep 0.01 while RBTraceSpec::Queues.of(app.pid).empty? }
-    enqueue(app.pid, [1, Process.pid, PROTOCOL, path])
+    enqueue(app.pid, [1, Process.pid, protocol, path])
     Process.kill(:URG, app.pid)
     conn = Timeout.timeout(10) { server.accept }
     expect(read_until(conn, +'', /\A\x96\x01/n)).to start_with("\x96\x01".b)
@@ -134,7 +135,7 @@ RSpec.describe 'commands of an attached session' do
       expect(n1 - n0).to be > 20
       # not msgpack; a truncated EVAL; an ATTACH (not a socket's command,
       # ignored): two errors, and the next eval still runs
-      conn.write(frame("\xc1") + frame(pack([5, Process.pid])[0, 3]) + frame(pack([1, Process.pid, PROTOCOL, 'x'])))
+      conn.write(frame("\xc1") + frame(pack([5, Process.pid])[0, 3]) + frame(pack([1, Process.pid, protocol, 'x'])))
       conn.write(frame(pack([5, Process.pid, 3, '40 + 2', 5000])))
       read_until(conn, buf, /\x94\x09\x03\x00.42/n)
       expect(buf.scan(/malformed command/).size).to eq(2), buf.inspect
