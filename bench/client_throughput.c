@@ -5,7 +5,7 @@
  * This program plays the target: it creates the message queue the client
  * looks for, maps rbtrace.so (the client checks /proc/PID/maps for it),
  * starts the client on its own pid, answers ATTACH with ATTACHED, and once
- * METHODS arrives it writes the METHOD names, then the events as fast as the
+ * METHODS arrives (on the connection) it writes the METHOD names, then the events as fast as the
  * socket takes them (a pre-encoded block sent over and over), then DETACHED.
  * The client then exits by itself. The time from the first event to the
  * client's exit, and the client's CPU time, give the rates.
@@ -126,32 +126,61 @@ static void start_client(struct bench *b)
     die(b->client);
 }
 
-/* The next command from the client, decoded; its strings point into buf. */
-static void receive(struct bench *b, char *buf, size_t cap, struct rbtrace_command *cmd)
+/* buf (len bytes) decoded into cmd; its strings point into buf. */
+static void decode(const char *buf, size_t len, struct rbtrace_command *cmd)
+{
+    char err[RBTRACE_ERRLEN];
+    msgpack_zone zone;
+
+    if (!msgpack_zone_init(&zone, 4096)) fail("out of memory");
+    if (rbtrace_command_decode(buf, len, &zone, cmd, err) != RBTRACE_OK) fail(err);
+    msgpack_zone_destroy(&zone);   /* only numbers and buf's strings are used */
+}
+
+/* The client's ATTACH, one message in the queue (protocol.h). */
+static void receive_attach(struct bench *b, char *buf, size_t cap, struct rbtrace_command *cmd)
 {
     struct rbtrace_msg msg;
     double deadline = now_s() + WAIT_MS / 1000.0;
-    char err[RBTRACE_ERRLEN];
-    msgpack_zone zone;
-    size_t len = 0;
 
     for (;;) {
         ssize_t n = msgrcv(b->qid, &msg, sizeof(msg.mtext), RBTRACE_MSG_TYPE, IPC_NOWAIT);
         if (n < 0 && errno != ENOMSG && errno != EINTR) die("msgrcv");
         if (n > 0) {
-            if ((size_t)n - 1 > cap - len) fail("command too long");
-            memcpy(buf + len, msg.mtext + 1, (size_t)n - 1);
-            len += (size_t)n - 1;
-            if (!(msg.mtext[0] & RBTRACE_CHUNK_MORE)) break;
-            continue;
+            if ((size_t)n - 1 > cap) fail("command too long");
+            memcpy(buf, msg.mtext + 1, (size_t)n - 1);
+            decode(buf, (size_t)n - 1, cmd);
+            return;
         }
         if (now_s() > deadline || waitpid(b->child, NULL, WNOHANG) != 0)
             fail("the client sent no command");
         if (usleep(1000) < 0 && errno != EINTR) die("usleep");
     }
-    if (!msgpack_zone_init(&zone, 4096)) fail("out of memory");
-    if (rbtrace_command_decode(buf, len, &zone, cmd, err) != RBTRACE_OK) fail(err);
-    msgpack_zone_destroy(&zone);   /* only numbers and buf's strings are used */
+}
+
+static void read_all(int fd, char *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = read(fd, p, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) die("read from the client");
+        if (n == 0) fail("the client closed the connection");
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+/* A command after the attach: a frame on the connection (protocol.h). */
+static void receive_frame(struct bench *b, char *buf, size_t cap, struct rbtrace_command *cmd)
+{
+    unsigned char h[RBTRACE_FRAME_HEADER];
+    size_t len;
+
+    read_all(b->conn, (char *)h, sizeof(h));
+    len = (size_t)h[0] << 24 | (size_t)h[1] << 16 | (size_t)h[2] << 8 | h[3];
+    if (len > cap) fail("command too long");
+    read_all(b->conn, buf, len);
+    decode(buf, len, cmd);
 }
 
 static void connect_back(struct bench *b, const struct rbtrace_command *cmd)
@@ -269,11 +298,11 @@ int main(int argc, char **argv)
     block = encode_block(b.nested, &block_len);
     start_client(&b);
 
-    receive(&b, cmdbuf, sizeof(cmdbuf), cmd);
+    receive_attach(&b, cmdbuf, sizeof(cmdbuf), cmd);
     if (cmd->type != RBTRACE_CMD_ATTACH) fail("expected ATTACH");
     connect_back(&b, cmd);
     send_packed(&b, pack_attached, NULL);
-    receive(&b, cmdbuf, sizeof(cmdbuf), cmd);
+    receive_frame(&b, cmdbuf, sizeof(cmdbuf), cmd);
     if (cmd->type != RBTRACE_CMD_METHODS) fail("expected METHODS");
     send_packed(&b, pack_methods, NULL);
 

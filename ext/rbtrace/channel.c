@@ -1,6 +1,16 @@
 /*
  * channel.c - how commands reach the app: the SIGURG handler, the parked
- * helper thread it wakes, and the SysV message queue they drain.
+ * helper thread it wakes, the SysV message queue they drain for an ATTACH,
+ * and the attached client's socket, which carries every later command.
+ *
+ * The queue is writable by any process of our user, so it is trusted with
+ * nothing but ATTACH, which names a socket the session checks before it
+ * attaches. Once attached, the client writes its commands (framed:
+ * protocol.h) on the connection we made: nobody else can write there. The
+ * writer thread, which polls that socket anyway, sees them come
+ * (sock_readable) and wakes the helper thread, which reads them without
+ * waiting (the socket is non-blocking) and carries them out; no app thread
+ * ever reads the socket.
  *
  * Getting the job to run whatever the app is doing (DESIGN.md): the signal
  * handler only sets `pending` and posts a semaphore (both async-signal-
@@ -31,6 +41,7 @@
 #include <string.h>
 #include <sys/ipc.h>
 #include <sys/msg.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
@@ -138,10 +149,15 @@ static void channel_report_errno(const char *what)
             strerror(errno));
 }
 
-static void channel_command_reset(void)
+/* ---- the attached client's socket ---- */
+
+/* Forgets a half-read command: a new session starts afresh. */
+void rbtrace_channel_reset_socket(void)
 {
     rbtrace.command_len = 0;
-    rbtrace.command_receiving = 0;
+    rbtrace.frame_header_len = 0;
+    rbtrace.frame_len = 0;
+    rbtrace.sock_readable = 0;
 }
 
 /* Makes room for len more bytes of the command. Returns 0, or -1. */
@@ -159,36 +175,99 @@ static int channel_command_grow(size_t len)
     return 0;
 }
 
-/* Appends one chunk; returns 1 when a whole command is ready. */
-static int channel_chunk(const unsigned char *chunk, size_t len)
+/* One recv of at most len bytes, never waiting: >0 bytes read; 0 nothing
+ * to read now; -1 the client hung up or the socket failed. */
+static ssize_t channel_recv(void *buf, size_t len)
 {
-    int more, first;
+    for (;;) {
+        ssize_t n = recv(rbtrace.sock, buf, len, MSG_DONTWAIT);
+        if (n > 0) return n;
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        return -1;
+    }
+}
 
-    if (len == 0) return 0;
-    more = chunk[0] & RBTRACE_CHUNK_MORE;
-    first = chunk[0] & RBTRACE_CHUNK_FIRST;
-    chunk++;
-    len--;
-    if (first) {
-        channel_command_reset();
-        rbtrace.command_receiving = 1;
+/* The length just read is not one a client sends: the stream is broken. */
+static void channel_bad_frame(uint32_t len)
+{
+    rbtrace_emit_message(RBTRACE_EV_ERROR, "a command of %u bytes on the socket (at most %d): "
+                         "the client's stream is broken; detaching", (unsigned)len,
+                         RBTRACE_COMMAND_MAX);
+    rbtrace_session_detach(1);
+}
+
+/*
+ * Reads toward the next whole command: its length, then its bytes, never
+ * more than RBTRACE_COMMAND_MAX of them. 1 when one is whole (in
+ * rbtrace.command, command_len bytes), 0 when the socket has nothing more
+ * for now, -1 when the session ended (hang-up, or a broken stream).
+ */
+static int channel_read_frame(void)
+{
+    ssize_t n;
+
+    while (rbtrace.frame_header_len < RBTRACE_FRAME_HEADER) {
+        n = channel_recv(rbtrace.frame_header + rbtrace.frame_header_len,
+                         RBTRACE_FRAME_HEADER - rbtrace.frame_header_len);
+        if (n <= 0) return (int)n;
+        rbtrace.frame_header_len += (size_t)n;
     }
-    if (!rbtrace.command_receiving) return 0;   /* the rest of a dropped one */
-    if (rbtrace.command_len + len > RBTRACE_COMMAND_MAX || channel_command_grow(len) != 0) {
-        if (rbtrace.attached)
-            rbtrace_emit_message(RBTRACE_EV_ERROR, "command longer than %d bytes ignored",
-                                 RBTRACE_COMMAND_MAX);
-        channel_command_reset();
-        return 0;
+    if (rbtrace.frame_len == 0) {
+        const unsigned char *h = rbtrace.frame_header;
+        uint32_t len = (uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 | (uint32_t)h[2] << 8 | h[3];
+
+        if (len == 0 || len > RBTRACE_COMMAND_MAX) {
+            channel_bad_frame(len);
+            return -1;
+        }
+        rbtrace.frame_len = len;
+        rbtrace.command_len = 0;
+        if (channel_command_grow(len) != 0) {
+            rbtrace_emit_message(RBTRACE_EV_ERROR, "out of memory for a command of %u bytes; "
+                                 "detaching", (unsigned)len);
+            rbtrace_session_detach(1);
+            return -1;
+        }
     }
-    memcpy(rbtrace.command + rbtrace.command_len, chunk, len);
-    rbtrace.command_len += len;
-    if (more) return 0;
-    rbtrace.command_receiving = 0;
+    while (rbtrace.command_len < rbtrace.frame_len) {
+        n = channel_recv(rbtrace.command + rbtrace.command_len,
+                         rbtrace.frame_len - rbtrace.command_len);
+        if (n <= 0) return (int)n;
+        rbtrace.command_len += (size_t)n;
+    }
+    rbtrace.frame_header_len = 0;
+    rbtrace.frame_len = 0;
     return 1;
 }
 
-/* Carries out every command waiting in the queue. GVL held. */
+/*
+ * Carries out the commands the attached client sent, until its socket has
+ * nothing more (the writer, which saw them come, then watches it again),
+ * or the session ends. Helper thread, GVL held: the socket never blocks.
+ */
+static void channel_read_socket(void)
+{
+    int r;
+
+    while (rbtrace.attached && rbtrace.sock_readable && !rbtrace.peer_gone) {
+        r = channel_read_frame();
+        if (r == 0) {
+            rbtrace.sock_readable = 0;
+            return;
+        }
+        if (r < 0) {
+            if (rbtrace.attached) rbtrace_session_detach(0);   /* hung up */
+            return;
+        }
+        rbtrace_session_execute(rbtrace.command, rbtrace.command_len, 1);
+    }
+}
+
+/* ---- the queue's messages ---- */
+
+/* Carries out every message waiting in the queue: an ATTACH, whole in one
+ * message (protocol.h), or nothing. GVL held. */
 static void channel_drain(void)
 {
     struct rbtrace_msg msg;
@@ -205,11 +284,9 @@ static void channel_drain(void)
             else if (errno != ENOMSG) channel_report_errno("msgrcv");
             return;
         }
-        if (channel_chunk(msg.mtext, (size_t)n)) {
-            size_t len = rbtrace.command_len;
-            channel_command_reset();
-            rbtrace_session_execute(rbtrace.command, len);
-        }
+        /* A part of a longer command (protocol 3's chunks) is not one. */
+        if (n < 2 || msg.mtext[0] != RBTRACE_CHUNK_FIRST) continue;
+        rbtrace_session_execute((const char *)msg.mtext + 1, (size_t)n - 1, 0);
     }
 }
 
@@ -218,6 +295,7 @@ static VALUE channel_service_body(VALUE unused)
     if (!rbtrace.in_job) {
         rbtrace_session_check_peer();
         rbtrace_session_run_deferred();
+        channel_read_socket();
     }
     if (rbtrace.pending) {
         rbtrace.pending = 0;
@@ -265,7 +343,8 @@ static int channel_work_waiting(void)
 {
     struct msqid_ds ds;
 
-    if (rbtrace.deferred != NULL || (rbtrace.attached && rbtrace.peer_gone)) return 1;
+    if (rbtrace.deferred != NULL || (rbtrace.attached && (rbtrace.peer_gone || rbtrace.sock_readable)))
+        return 1;
     if (!rbtrace.pending) return 0;
     if (rbtrace.queue_id < 0) return 1;   /* the first signal: the queue is made */
     if (msgctl(rbtrace.queue_id, IPC_STAT, &ds) != 0) return 1;   /* service says why */
@@ -424,7 +503,7 @@ void rbtrace_channel_after_fork(void)
     rbtrace.queue_refused = 0;
     rbtrace.pending = 0;
     rbtrace.servicing = 0;
-    channel_command_reset();
+    rbtrace_channel_reset_socket();
     sem_destroy(&rbtrace.wake);
     sem_init(&rbtrace.wake, 0, 0);
 }

@@ -3,10 +3,13 @@
  * and the rbtrace client. Both sides include this header and nothing else
  * defines a message: change a message here, bump RBTRACE_PROTOCOL_VERSION.
  *
- * Commands travel client -> target through a SysV message queue, keyed by
- * the target's pid, in chunks (a command may be longer than one message).
- * Events travel target -> client as a stream of msgpack arrays over a Unix
- * stream socket that the client listens on.
+ * The client puts one ATTACH into a SysV message queue keyed by the
+ * target's pid and signals the target, which connects to the socket the
+ * ATTACH names (and checks who listens there). Every later command travels
+ * client -> target over that connection: the queue, which any process of
+ * the target's user can write, only wakes the target and names a socket,
+ * and cannot reach into an attached session. Events travel target ->
+ * client as a stream of msgpack arrays over the same connection.
  *
  * Every command and every event is one msgpack array whose first element
  * is its number (enum rbtrace_command_type / rbtrace_event_type). The fields
@@ -22,7 +25,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define RBTRACE_PROTOCOL_VERSION 3
+/* 4: commands after ATTACH come over the socket (3 sent them through the
+ * queue, in chunks). A target refuses an ATTACH of another version with
+ * RBTRACE_REFUSED_VERSION, saying both versions. */
+#define RBTRACE_PROTOCOL_VERSION 4
 
 /* ---- the command queue ------------------------------------------------ */
 
@@ -39,10 +45,11 @@
 #define RBTRACE_MSG_PAYLOAD 2048
 
 /*
- * mtext[0] holds chunk flags; mtext[1..] holds the next bytes of the
- * command. The first chunk of a command has FIRST (a half-received command
- * before it is dropped); a command is complete at its first chunk without
- * MORE.
+ * mtext[0] holds flags, mtext[1..] the ATTACH command, whole. The flags are
+ * FIRST alone: protocol 3 sent longer commands in chunks, the first with
+ * FIRST, all but the last with MORE; a target takes only a message that is
+ * a whole command (so that an older target still reads a newer ATTACH,
+ * and refuses it for its version).
  */
 #define RBTRACE_CHUNK_MORE 0x01
 #define RBTRACE_CHUNK_FIRST 0x02
@@ -52,14 +59,26 @@
 
 struct rbtrace_msg {
     long mtype;                                  /* RBTRACE_MSG_TYPE */
-    unsigned char mtext[RBTRACE_MSG_PAYLOAD];    /* flags byte + chunk */
+    unsigned char mtext[RBTRACE_MSG_PAYLOAD];    /* flags byte + command */
 };
+
+/* ---- commands on the socket ------------------------------------------ */
+
+/*
+ * After the attach, each command is a frame: its length in 4 bytes, big
+ * endian (1 to RBTRACE_COMMAND_MAX), then the command. A target that reads
+ * a length out of range says so (ERROR) and detaches: the stream is broken.
+ */
+#define RBTRACE_FRAME_HEADER 4
 
 /* ---- commands: client -> target ---------------------------------------- */
 
 /*
- * Every command is [type(uint), client_pid(uint), ...fields]. The target
- * carries out a command only from the client that attached (except ATTACH).
+ * Every command is [type(uint), client_pid(uint), ...fields]. ATTACH comes
+ * through the queue, every other command through the attached client's
+ * socket: the target carries out no other command from the queue, and no
+ * ATTACH from a socket. client_pid on the socket is the sender's own (the
+ * connection, not the field, says who sent it).
  */
 enum rbtrace_command_type {
     /* [1, client_pid, protocol_version(uint), socket_path(str)] */

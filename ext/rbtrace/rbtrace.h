@@ -6,7 +6,8 @@
  * held. The writer pthread (writer.c) shares only the ring buffer (ring.h,
  * lock-free single producer / single consumer), a few volatile int
  * flags, each written by one side only (writer_stop by Ruby, peer_gone by
- * the writer), and the eventfd that wakes it (made before it starts,
+ * the writer; sock_readable set by the writer and cleared by the helper
+ * thread once it read the socket dry), and the eventfd that wakes it (made before it starts,
  * closed once it is joined). A Ruby thread that waits for room in the ring without the
  * GVL (emit.c, emit_wait_nogvl) reads only the consumer's tail.
  */
@@ -104,9 +105,12 @@ struct rbtrace_state {
     int in_job;                      /* ... from a postponed job, on an app thread */
     struct rbtrace_deferred *deferred;       /* commands left for the helper, oldest first */
     struct rbtrace_deferred **deferred_tail; /* where the next one is linked */
-    char *command;                   /* chunks of the command being received */
+    char *command;                   /* the socket's command being received */
     size_t command_len, command_cap;
-    int command_receiving;           /* between a FIRST chunk and the last */
+    unsigned char frame_header[RBTRACE_FRAME_HEADER];   /* its length, as read so far */
+    size_t frame_header_len;         /* bytes of it read (all: the length is known) */
+    uint32_t frame_len;              /* the command's length, once known */
+    volatile int sock_readable;      /* set by the writer: the client sent bytes */
 
     /*
      * What every traced event looks at, a byte each, 0 or 1, sharing one
@@ -242,8 +246,9 @@ static inline int rbtrace_clock_ns_quick(uint64_t *now)
 VALUE rbtrace_protect(VALUE (*func)(VALUE), VALUE arg, int *state, VALUE *error);
 int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg);
 
-/* channel.c: signal, queue, command chunks */
+/* channel.c: signal, queue, the socket's commands */
 void rbtrace_channel_init(void);
+void rbtrace_channel_reset_socket(void);
 void rbtrace_channel_after_fork(void);
 void rbtrace_channel_wake(void);
 void Init_rbtrace_channel(VALUE mod);
@@ -256,7 +261,8 @@ void rbtrace_handoff_after_fork(void);
 void Init_rbtrace_handoff(VALUE mod);
 
 /* session.c: carrying out commands */
-void rbtrace_session_execute(const char *buf, size_t len);
+/* from_socket: the attached client's socket (else the queue: ATTACH only). */
+void rbtrace_session_execute(const char *buf, size_t len, int from_socket);
 void rbtrace_session_run_deferred(void);
 void rbtrace_session_drop_deferred(void);
 void rbtrace_session_detach(int tell_client);

@@ -1,6 +1,8 @@
 /*
  * session.c - carries out commands: attach (connect to the client's
  * socket, check who is there), detach, method tracers, firehose, eval.
+ * ATTACH comes from the queue; every other command from the attached
+ * client's socket (channel.c).
  *
  * Runs with the GVL, on the helper thread (or a postponed job on 3.3+).
  * Every Ruby call is made under rbtrace_protect: an exception must never
@@ -127,6 +129,7 @@ static void session_attach(const struct rbtrace_command *cmd)
         session_refuse(fd, RBTRACE_REFUSED_PEER, 0, "out of memory or descriptors in the target");
         return;
     }
+    rbtrace_channel_reset_socket();   /* before the writer watches it */
     rbtrace.sock = fd;
     rbtrace.client_pid = (pid_t)cmd->client_pid;
     rbtrace.clock_origin_ns = rbtrace_clock_ns();
@@ -235,14 +238,25 @@ static VALUE session_selectors(const struct rbtrace_command *cmd)
     return list;
 }
 
-static void session_dispatch(const struct rbtrace_command *cmd)
+/* A command and where it came from. */
+struct session_dispatch_arg {
+    const struct rbtrace_command *cmd;
+    int from_socket;
+};
+
+/*
+ * Only the attached client steers the session, and only through its
+ * socket: the queue, which any process of our user can write, carries an
+ * ATTACH and nothing else (a command there naming the client's pid is not
+ * the client's). A socket's ATTACH means nothing.
+ */
+static void session_dispatch(const struct rbtrace_command *cmd, int from_socket)
 {
-    if (cmd->type == RBTRACE_CMD_ATTACH) {
-        session_attach(cmd);
+    if (!from_socket) {
+        if (cmd->type == RBTRACE_CMD_ATTACH) session_attach(cmd);
         return;
     }
-    /* Only the attached client may steer the session. */
-    if (!rbtrace.attached || cmd->client_pid != (uint32_t)rbtrace.client_pid) return;
+    if (!rbtrace.attached) return;
     switch (cmd->type) {
     case RBTRACE_CMD_DETACH:
         rbtrace_session_detach(1);
@@ -278,7 +292,9 @@ static void session_dispatch(const struct rbtrace_command *cmd)
 
 static VALUE session_dispatch_i(VALUE p)
 {
-    session_dispatch((const struct rbtrace_command *)p);
+    const struct session_dispatch_arg *arg = (const struct session_dispatch_arg *)p;
+
+    session_dispatch(arg->cmd, arg->from_socket);
     return Qnil;
 }
 
@@ -286,8 +302,9 @@ static VALUE session_dispatch_i(VALUE p)
  * A postponed job runs on an app thread, in the middle of its work, where
  * Ruby code must not run (it could swallow the app's own Thread#raise or
  * Timeout) and nothing may wait. It carries out only a first ATTACH, which
- * is plain C; every other command, and every command after one that was
- * left, goes to the helper thread in order.
+ * is plain C; an ATTACH while attached (refused: a connect, which may
+ * wait), and any after one that was left, go to the helper thread in
+ * order. The queue brings no other command (rbtrace_session_execute).
  */
 static int session_defer(const struct rbtrace_command *cmd, const char *buf, size_t len)
 {
@@ -314,7 +331,7 @@ void rbtrace_session_run_deferred(void)
 
     while ((d = rbtrace.deferred) != NULL) {
         rbtrace.deferred = d->next;
-        rbtrace_session_execute(d->data, d->len);
+        rbtrace_session_execute(d->data, d->len, 0);
         free(d);
     }
 }
@@ -330,10 +347,13 @@ void rbtrace_session_drop_deferred(void)
     }
 }
 
-/* Decodes and carries out one whole command. */
-void rbtrace_session_execute(const char *buf, size_t len)
+/* Decodes and carries out one whole command, from the attached client's
+ * socket or (from_socket 0) from the queue. A malformed one is the
+ * client's to hear of only when it came on its socket. */
+void rbtrace_session_execute(const char *buf, size_t len, int from_socket)
 {
     static struct rbtrace_command cmd;   /* large; the GVL serialises use */
+    struct session_dispatch_arg arg = { &cmd, from_socket };
     char err[RBTRACE_ERRLEN];
     msgpack_zone zone;
     int state = 0;
@@ -341,11 +361,13 @@ void rbtrace_session_execute(const char *buf, size_t len)
 
     if (!msgpack_zone_init(&zone, 4096)) return;
     if (rbtrace_command_decode(buf, len, &zone, &cmd, err) != RBTRACE_OK) {
-        if (rbtrace.attached) rbtrace_emit_message(RBTRACE_EV_ERROR, "malformed command: %s", err);
+        if (from_socket && rbtrace.attached)
+            rbtrace_emit_message(RBTRACE_EV_ERROR, "malformed command: %s", err);
         goto destroy_zone;
     }
-    if (session_defer(&cmd, buf, len)) goto destroy_zone;
-    rbtrace_protect(session_dispatch_i, (VALUE)&cmd, &state, &e);
+    if (!from_socket && cmd.type != RBTRACE_CMD_ATTACH) goto destroy_zone;   /* not the client's */
+    if (!from_socket && session_defer(&cmd, buf, len)) goto destroy_zone;
+    rbtrace_protect(session_dispatch_i, (VALUE)&arg, &state, &e);
     if (state) {
         if (rbtrace.attached) {
             VALUE msg = rbtrace_protect(rb_inspect, e, &state, NULL);

@@ -6,8 +6,12 @@
  * It is a plain pthread with every signal blocked; it never touches Ruby.
  * It polls: when the ring is empty it sleeps in poll(2) on the socket for a
  * millisecond, which also tells it when the client has gone (hang-up or
- * EOF: the client never writes). It then sets peer_gone and wakes the
- * helper thread, which detaches at the next safe point.
+ * EOF): it then sets peer_gone and wakes the helper thread, which detaches
+ * at the next safe point. Bytes from the client are its commands: the
+ * writer reads none of them, it sets sock_readable and wakes the helper
+ * thread, which reads them (channel.c), and looks for more only once the
+ * helper cleared the flag (else poll would find the same bytes at once,
+ * and spin).
  *
  * Calls and returns wait for the next batch; the events a client waits on
  * (the attach's answer, an eval's result, a message, DETACHED) and a stop
@@ -38,7 +42,8 @@ static void writer_peer_gone(void)
     rbtrace_channel_wake();
 }
 
-/* Returns 1 if the client hung up (or sent something it never should). */
+/* Returns 1 if the client hung up; hands the commands it sent to the
+ * helper thread. */
 static int writer_check_hangup(int fd, short revents)
 {
     char byte;
@@ -46,8 +51,20 @@ static int writer_check_hangup(int fd, short revents)
 
     if (revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) return 1;
     if (!(revents & POLLIN)) return 0;
-    n = recv(fd, &byte, 1, MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+    n = recv(fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+    if (n > 0) {
+        rbtrace.sock_readable = 1;
+        rbtrace_channel_wake();
+        return 0;
+    }
+    return n == 0 || (errno != EAGAIN && errno != EINTR);
+}
+
+/* What to poll the socket for, besides room to write: commands, unless
+ * the helper thread has yet to read those that came. */
+static short writer_poll_events(void)
+{
+    return rbtrace.sock_readable ? POLLRDHUP : POLLIN | POLLRDHUP;
 }
 
 /* Sends what the ring holds. Returns 0, or -1 when the client is gone. */
@@ -83,11 +100,12 @@ static int writer_flush(int fd)
     return 0;
 }
 
-/* Sleeps until the next batch or a nudge; returns -1 if the client hung up. */
-static int writer_sleep(int fd)
+/* Sleeps until the next batch or a nudge (for timeout_ms: 0 only looks);
+ * returns -1 if the client hung up. */
+static int writer_sleep(int fd, int timeout_ms)
 {
-    struct pollfd p[2] = { { fd, POLLIN | POLLRDHUP, 0 }, { writer_wake_fd, POLLIN, 0 } };
-    int r = poll(p, 2, WRITER_IDLE_MS);
+    struct pollfd p[2] = { { fd, writer_poll_events(), 0 }, { writer_wake_fd, POLLIN, 0 } };
+    int r = poll(p, 2, timeout_ms);
     uint64_t nudges;
 
     if (r < 0) return errno == EINTR ? 0 : -1;
@@ -135,8 +153,11 @@ static void *writer_main(void *unused)
             if (rbtrace_now_ns() > stop_at) return NULL;
             continue;
         }
-        if (rbtrace_ring_used(&rbtrace.ring) > rbtrace.ring.size / 2) continue;
-        if (writer_sleep(fd) != 0) break;
+        /* Busy: on at once, but a look at the socket first, so that a
+         * firehose does not keep the client's commands (a detach) waiting. */
+        if (writer_sleep(fd, rbtrace_ring_used(&rbtrace.ring) > rbtrace.ring.size / 2
+                                 ? 0 : WRITER_IDLE_MS) != 0)
+            break;
     }
     writer_peer_gone();
     return NULL;

@@ -1,10 +1,11 @@
 /*
  * attach.c - reaching a target: pid checks, the private socket, the
- * target's message queue, chunked commands, and the target's connection.
+ * target's message queue, and the target's connection.
  *
- * Security (DESIGN.md): we send commands only into a queue that belongs to
- * us and grants nothing to others, and we read events only from a
- * connection whose peer (SO_PEERCRED) is the target itself.
+ * Security: we send ATTACH only into a queue that belongs to the target's
+ * user and grants nothing to others; we read events only from a
+ * connection whose peer (SO_PEERCRED) is the target itself, and send every
+ * later command on it, where no other process can interleave its own.
  */
 #define _GNU_SOURCE   /* accept4, pipe2, struct ucred */
 #include <errno.h>
@@ -320,9 +321,10 @@ int attach_find_queue(struct attach *a)
 }
 
 /* One message; when the queue is full, nudge the target until it drains. */
-static int attach_send_chunk(struct attach *a, const struct rbtrace_msg *msg, size_t size,
-                             int64_t deadline)
+static int attach_send_message(struct attach *a, const struct rbtrace_msg *msg, size_t size)
 {
+    int64_t deadline = cli_now_ms() + a->timeout_ms;
+
     for (;;) {
         if (msgsnd(a->qid, msg, size, IPC_NOWAIT) == 0) return CLI_OK;
         if (errno == EINTR) continue;
@@ -337,29 +339,6 @@ static int attach_send_chunk(struct attach *a, const struct rbtrace_msg *msg, si
         if (attach_signal(a) != CLI_OK) return CLI_ERR;
         cli_sleep_ms(1);
     }
-}
-
-/*
- * One command in chunks (protocol.h): FIRST on the first, MORE on all but
- * the last. Not interruptible: DETACH is sent after ^C.
- */
-static int attach_send_chunks(struct attach *a, const char *data, size_t len)
-{
-    int64_t deadline = cli_now_ms() + a->timeout_ms;
-    struct rbtrace_msg msg;
-    size_t off = 0;
-
-    msg.mtype = RBTRACE_MSG_TYPE;
-    do {
-        size_t n = len - off;
-        if (n > RBTRACE_MSG_PAYLOAD - 1) n = RBTRACE_MSG_PAYLOAD - 1;
-        msg.mtext[0] = (unsigned char)((off + n < len ? RBTRACE_CHUNK_MORE : 0) |
-                                       (off == 0 ? RBTRACE_CHUNK_FIRST : 0));
-        memcpy(msg.mtext + 1, data + off, n);
-        if (attach_send_chunk(a, &msg, n + 1, deadline) != CLI_OK) return CLI_ERR;
-        off += n;
-    } while (off < len);
-    return CLI_OK;
 }
 
 /* cmd as msgpack into sbuf (initialised here; the caller destroys it). */
@@ -378,28 +357,81 @@ static int attach_encode(struct attach *a, const struct rbtrace_command *cmd,
     return CLI_OK;
 }
 
-int attach_send(struct attach *a, const struct rbtrace_command *cmd)
+/* ATTACH, whole in one queue message (protocol.h), then the signal. */
+int attach_send_attach(struct attach *a, const struct rbtrace_command *cmd)
 {
-    return attach_send_two(a, cmd, NULL);
-}
-
-/* Both are encoded before either is queued: a command that cannot be sent
- * leaves nothing behind in the queue. */
-int attach_send_two(struct attach *a, const struct rbtrace_command *first,
-                    const struct rbtrace_command *then)
-{
-    msgpack_sbuffer one, two;
+    msgpack_sbuffer sb;
+    struct rbtrace_msg msg;
     int rc = CLI_ERR;
 
-    msgpack_sbuffer_init(&two);
-    if (attach_encode(a, first, &one) != CLI_OK) goto free_bufs;
-    if (then && attach_encode(a, then, &two) != CLI_OK) goto free_bufs;
-    if (attach_send_chunks(a, one.data, one.size) != CLI_OK) goto free_bufs;
-    if (then && attach_send_chunks(a, two.data, two.size) != CLI_OK) goto free_bufs;
-    rc = attach_signal(a);
-free_bufs:
-    msgpack_sbuffer_destroy(&one);
-    msgpack_sbuffer_destroy(&two);
+    if (attach_encode(a, cmd, &sb) != CLI_OK) goto free_buf;
+    if (sb.size > sizeof(msg.mtext) - 1) {   /* a socket path is short: cannot happen */
+        attach_fail(a, "the attach command is too long (%zu bytes)", sb.size);
+        goto free_buf;
+    }
+    msg.mtype = RBTRACE_MSG_TYPE;
+    msg.mtext[0] = RBTRACE_CHUNK_FIRST;
+    memcpy(msg.mtext + 1, sb.data, sb.size);
+    if (attach_send_message(a, &msg, sb.size + 1) == CLI_OK) rc = attach_signal(a);
+free_buf:
+    msgpack_sbuffer_destroy(&sb);
+    return rc;
+}
+
+/*
+ * len bytes on the target's connection, waiting (up to the timeout) while
+ * it is full: a target reads its commands when its helper thread gets the
+ * GVL. Not interruptible: DETACH is sent after ^C.
+ */
+static int attach_write(struct attach *a, const char *data, size_t len, int64_t deadline)
+{
+    size_t off = 0;
+
+    while (off < len) {
+        ssize_t n = send(a->conn_fd, data + off, len - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+        struct pollfd p = { a->conn_fd, POLLOUT, 0 };
+        int64_t left;
+
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+            if (errno == EPIPE || errno == ECONNRESET)
+                return attach_fail(a, "process %d closed the connection", (int)a->pid);
+            return attach_fail_errno(a, "could not send a command");
+        }
+        if (!attach_target_alive(a)) return attach_fail(a, "process %d exited", (int)a->pid);
+        left = deadline - cli_now_ms();
+        if (left <= 0)
+            return attach_fail(a, "process %d does not read its commands (they waited %g s)",
+                               (int)a->pid, attach_timeout_s(a));
+        if (poll(&p, 1, left < ATTACH_TICK_MS ? (int)left : ATTACH_TICK_MS) < 0 && errno != EINTR)
+            return attach_fail_errno(a, "poll");
+    }
+    return CLI_OK;
+}
+
+/* A command after the attach: one frame (protocol.h) on the connection
+ * the target made, which nobody else can write to. */
+int attach_send(struct attach *a, const struct rbtrace_command *cmd)
+{
+    int64_t deadline = cli_now_ms() + a->timeout_ms;
+    unsigned char header[RBTRACE_FRAME_HEADER];
+    msgpack_sbuffer sb;
+    int rc = CLI_ERR;
+
+    if (a->conn_fd < 0) return attach_fail(a, "not attached");
+    if (attach_encode(a, cmd, &sb) != CLI_OK) goto free_buf;
+    header[0] = (unsigned char)(sb.size >> 24);
+    header[1] = (unsigned char)(sb.size >> 16);
+    header[2] = (unsigned char)(sb.size >> 8);
+    header[3] = (unsigned char)sb.size;
+    if (attach_write(a, (const char *)header, sizeof(header), deadline) == CLI_OK)
+        rc = attach_write(a, sb.data, sb.size, deadline);
+free_buf:
+    msgpack_sbuffer_destroy(&sb);
     return rc;
 }
 

@@ -4,8 +4,9 @@
  * In order: attach_check_target (exists, ours to signal, has rbtrace
  * loaded), attach_listen (private 0700 directory, Unix socket),
  * attach_find_queue (SIGURG until the target's queue appears; refuse a
- * queue others could use), attach_send (one command, in chunks),
- * attach_accept (the target connects back; the peer must be the target).
+ * queue others could use), attach_send_attach (ATTACH into the queue),
+ * attach_accept (the target connects back; the peer must be the target),
+ * then attach_send for every later command, on that connection.
  * attach_close releases everything, whatever step failed.
  *
  * Every function returns CLI_OK, CLI_ERR with a message in errstr, or
@@ -45,12 +46,11 @@ void attach_init(struct attach *a, pid_t pid, int timeout_ms,
 int attach_check_target(struct attach *a);
 int attach_listen(struct attach *a);
 int attach_find_queue(struct attach *a);
-int attach_send(struct attach *a, const struct rbtrace_command *cmd);
-/* Two commands, then one signal: the target reads both in one wake-up
- * (then may be NULL). */
-int attach_send_two(struct attach *a, const struct rbtrace_command *first,
-                    const struct rbtrace_command *then);
+/* ATTACH into the target's queue, then SIGURG. */
+int attach_send_attach(struct attach *a, const struct rbtrace_command *cmd);
 int attach_accept(struct attach *a);
+/* A command on the target's connection (once attach_accept made it). */
+int attach_send(struct attach *a, const struct rbtrace_command *cmd);
 
 /* Sends SIGURG to the target: it then reads its queue. */
 int attach_signal(struct attach *a);

@@ -702,10 +702,9 @@ static enum cli_exit session_attach_error(struct session *s, int rc)
 
 /*
  * Sends ATTACH and waits for the target to connect and answer. first, if
- * not NULL, is a one-shot run's command (-e, a report), queued right behind
- * ATTACH under the same signal: the target reads both in one wake-up, which
- * saves a round trip and, against a busy app, a GVL hand-off. A target that
- * refuses the attach drops it: only the attached client may steer a session.
+ * not NULL, is a one-shot run's command (-e, a report), sent on the
+ * connection once the target said ATTACHED, as every command after the
+ * attach is (protocol.h).
  */
 static enum cli_exit session_attach(struct session *s, struct rbtrace_command *first)
 {
@@ -721,14 +720,18 @@ static enum cli_exit session_attach(struct session *s, struct rbtrace_command *f
     cmd.protocol_version = RBTRACE_PROTOCOL_VERSION;
     cmd.text.ptr = s->at.sock_path;
     cmd.text.len = (uint32_t)strlen(s->at.sock_path);
-    if (first) first->client_pid = cmd.client_pid;
-    if ((rc = attach_send_two(&s->at, &cmd, first)) != CLI_OK) return session_attach_error(s, rc);
+    if ((rc = attach_send_attach(&s->at, &cmd)) != CLI_OK) return session_attach_error(s, rc);
     if ((rc = attach_accept(&s->at)) != CLI_OK) return session_attach_error(s, rc);
 
     switch (session_wait(s, &s->answered, cli_now_ms() + s->timeout_ms)) {
     case SESSION_DONE:
         /* Refused: already said why. Attached: said so (session_on_attached). */
-        return s->attached ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+        if (!s->attached) return CLI_EXIT_FAIL;
+        if (!first) return CLI_EXIT_OK;
+        first->client_pid = cmd.client_pid;
+        if (attach_send(&s->at, first) == CLI_OK) return CLI_EXIT_OK;
+        fprintf(stderr, "rbtrace: %s\n", s->at.errstr);
+        return CLI_EXIT_FAIL;
     case SESSION_TIMEOUT:
         fprintf(stderr, "rbtrace: process %d did not answer the attach within %g s\n",
                 (int)s->at.pid, session_timeout_s(s));
