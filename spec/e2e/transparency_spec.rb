@@ -39,6 +39,7 @@ RSpec.describe 'transparency: what the app observes' do
     before(:context) do
       @without = TransparencySpec::Probe.new(rbtrace: false)
       @loaded = TransparencySpec::Probe.new(rbtrace: true)
+      [@without, @loaded].each(&:ready)
       @observed = { 'without rbtrace' => @without, 'rbtrace loaded' => @loaded }.transform_values do |probe|
         probe.observe.merge(probe.ask('urg'))   # last: it takes SIGURG from rbtrace
       end
@@ -85,15 +86,22 @@ RSpec.describe 'transparency: what the app observes' do
                                     ending: :sigkill }
   }.freeze
 
+  # The modes whose examples run (all, unless filtered) are run ahead.
+  before(:context) do
+    wanted = self.class.children.select { |g| g.metadata[:mode] && RSpec.world.filtered_examples[g].any? }
+    TransparencySpec::Pool.start(wanted.map { |g| [g.metadata[:mode], MODES.fetch(g.metadata[:mode])] })
+  end
+
+  after(:context) { TransparencySpec::Pool.kill_all }
+
   MODES.each do |mode, spec|
-    describe "#{mode}: untraced, traced and after the detach" do
+    describe "#{mode}: untraced, traced and after the detach", mode: mode do
       before(:context) do
-        @run = TransparencySpec::ModeRun.new(spec[:args], shows: spec[:shows], ending: spec.fetch(:ending, :interrupt))
-        @run.run
+        @run = TransparencySpec::Pool.fetch(mode)
         @observed = { 'untraced' => @run.before, 'traced' => @run.during, 'after detach' => @run.after }
       end
 
-      after(:context) { @run&.kill }
+      after(:context) { TransparencySpec::Pool.kill(mode) }
 
       it 'the client traced the probe while it was observed, and the app detached' do
         expect(@run.traced?).to be(true), "the client's output never matched #{spec[:shows].inspect}\n#{@run.client_output}"
@@ -101,7 +109,7 @@ RSpec.describe 'transparency: what the app observes' do
       end
 
       it 'the client shows no malformed event' do
-        expect(@run.client.stdout + @run.client.stderr).not_to match(/malformed/), @run.client_output
+        expect(@run.client_lines(/malformed/)).to eq([]), "#{@run.client_lines(/malformed/).join}\n#{@run.client_output}"
       end
 
       ASPECTS.each do |aspect, what|

@@ -6,46 +6,74 @@ require_relative '../../spec_helper'
 
 module TransparencySpec
   PROBE_APP = File.expand_path('probe_app.rb', __dir__)
+  # The aspects each request of probe_app.rb observes: an app that died
+  # before answering is reported under them.
+  REQUEST_ASPECTS = {
+    'observe' => ['introspection', 'calls', '$!', 'threads', 'foreign threads', 'joining', 'signals', 'fork',
+                  'exec', 'app code run'],
+    'recursion' => %w[recursion], 'deepest' => %w[recursion], 'ractor' => %w[ractor], 'urg' => %w[urg]
+  }.freeze
 
-  # The probe app, started with or without rbtrace loaded.
+  # The probe app, started with or without rbtrace loaded. `requests`: what
+  # #observe asks it (see probe_app.rb); `name` labels its stderr.
   class Probe
-    attr_reader :target, :dir
+    attr_reader :target, :dir, :name
 
-    def initialize(rbtrace: true)
+    def initialize(rbtrace: true, requests: %w[observe recursion deepest ractor], name: 'app')
       @dir = Dir.mktmpdir('rbtrace-probe-')
       @target = RBTraceSpec::Target.new("load #{PROBE_APP.inspect}", rbtrace: rbtrace,
                                                                       env: { 'PROBE_DIR' => @dir })
+      @requests = requests
+      @name = name
       @ids = 0
       @stderr_read = 0
-      @target.wait_for('ready', timeout: 20)
+    end
+
+    def ready
+      target.wait_for('ready', timeout: 20)
+      self
     end
 
     def pid; target.pid; end
 
     # Asks the app for one answer (see probe_app.rb); an app that died or
-    # did not answer gives a Hash that says so, under the key 'died'.
+    # did not answer gives a Hash that says so, under the request's aspects.
     def ask(word, timeout: 60)
-      id = (@ids += 1)
+      send_request(word)
+      answer(word, timeout: timeout)
+    end
+
+    def send_request(word)
+      @pending = [word, (@ids += 1)]
       tmp = File.join(dir, 'req.tmp')
-      File.write(tmp, "#{word} #{id}")
+      File.write(tmp, "#{word} #{@ids}")
       File.rename(tmp, File.join(dir, 'req'))
-      answer = File.join(dir, "answer.#{id}")
+    end
+
+    def answer(word, timeout: 60)
+      path = File.join(dir, "answer.#{@ids}")
       deadline = monotonic + timeout
-      until File.exist?(answer)
-        return { 'died' => "the app exited (#{target.status.inspect}) before it answered #{word.inspect}" } unless target.alive?
-        return { 'died' => "the app did not answer #{word.inspect} within #{timeout} s" } if monotonic > deadline
+      until File.exist?(path)
+        return died(word, "exited (#{target.status.inspect}) before it answered #{word.inspect}") unless target.alive?
+        return died(word, "did not answer #{word.inspect} within #{timeout} s") if monotonic > deadline
 
         sleep 0.01
       end
-      Marshal.load(File.binread(answer))
+      Marshal.load(File.binread(path))
     end
 
-    # Everything the app observes now, and what it wrote to its stderr
-    # since the last time.
+    def died(word, why)
+      REQUEST_ASPECTS.fetch(word, ['died']).to_h { |aspect| ["#{aspect}.(the #{name} died)", why] }
+    end
+
+    # Everything the app observes now (its requests), and what it wrote to
+    # its stderr since the last time.
     def observe
-      o = ask('observe')
-      o.merge!(ask('ractor')) unless o['died']
-      o['stderr.written by the app since the last observation'] = new_stderr.lines
+      o = {}
+      @requests.each do |word|
+        o.merge!(target.alive? ? ask(word) : died(word, "had died before it was asked #{word.inspect}"))
+      end
+      o["stderr.written by the #{name} since the last observation"] = new_stderr.lines
       o
     end
 
@@ -62,7 +90,7 @@ module TransparencySpec
 
     # Pings the app (it calls every method a mode traces) until the block
     # is true, at most timeout seconds; returns the block's last value.
-    def ping_until(timeout: 10)
+    def ping_until(timeout: 5)
       deadline = monotonic + timeout
       loop do
         ask('ping', timeout: timeout)
@@ -81,85 +109,206 @@ module TransparencySpec
     def monotonic; Process.clock_gettime(Process::CLOCK_MONOTONIC); end
   end
 
-  # One mode (client arguments) run against a fresh probe: observations
-  # before any client attached, while one is (once its output shows that it
-  # traces: `shows`), and after it detached. `ending`: :interrupt (^C),
-  # :sigkill, or :eval (the client runs an -e that lasts until released).
-  class ModeRun
-    attr_reader :probe, :client, :before, :during, :after, :notes
+  # One probe app of a mode's run and the client tracing it.
+  class Subject
+    attr_reader :probe, :client, :notes
 
-    def initialize(args, shows:, ending: :interrupt)
-      @args = args
-      @shows = shows
-      @ending = ending
+    def initialize(requests, name)
+      @probe = Probe.new(requests: requests, name: name)
       @notes = []
     end
-
-    def run
-      @probe = Probe.new
-      @before = probe.observe
-      @ending == :eval ? run_eval : run_trace
-      @after = probe.observe
-      self
-    end
-
-    def kill
-      @client&.kill
-      @probe&.kill
-    end
-
-    # Whether the client showed what the mode traces while the app was observed.
-    def traced?
-      @shows === client.stdout
-    end
-
-    def client_output
-      "client stdout (end): #{client.tail(:stdout, 1500)}\nclient stderr: #{client.tail(:stderr, 1500)}"
-    end
-
-    private
 
     def start_client(args)
       @client = RBTraceSpec::Client.new(['-p', probe.pid, *args])
     end
 
-    def run_trace
-      start_client(@args)
-      client.attached
-      @notes << "the client never showed #{@shows.inspect} while the app was pinged" unless probe.ping_until { traced? }
-      @during = probe.observe
-      probe.ask('ping')   # one more traced call, so that a killed client is noticed
-      if @ending == :sigkill
-        Process.kill(:KILL, client.pid)
-        client.wait
-      else
-        client.stop(:INT)
+    def output
+      return "the #{probe.name}: no client" unless client
+
+      "the #{probe.name}'s client: stdout (end): #{client.tail(:stdout, 1500)}
+stderr: #{client.tail(:stderr, 1500)}"
+    end
+
+    def kill
+      client&.kill
+      probe.kill
+    end
+  end
+
+  # One mode (client arguments) run against fresh probe apps: observations
+  # before any client attached, while one is (once its output shows that
+  # it traces: `shows`), and after it detached. `ending`: :interrupt (^C),
+  # :sigkill, or :eval (the client runs an -e that lasts until released).
+  # The parts of the observation that may kill an app (deep recursion, a
+  # Ractor) are made in apps of their own, so that the rest is observed
+  # whole; the apps are traced alike, side by side.
+  class ModeRun
+    PARTS = { 'app' => %w[observe], 'recursion app' => %w[recursion deepest], 'Ractor app' => %w[ractor] }.freeze
+
+    attr_reader :subjects, :before, :during, :after
+
+    def initialize(args, shows:, ending: :interrupt)
+      @args = args
+      @shows = shows
+      @ending = ending
+    end
+
+    def run
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      @subjects = PARTS.map { |name, requests| Subject.new(requests, name) }
+      subjects.each { |s| s.probe.ready }
+      @before = observe
+      @ending == :eval ? run_eval : run_trace
+      @after = observe
+      @took = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+      warn format('transparency: %<args>s ran in %<took>.1f s', args: @args.inspect, took: @took) if ENV['RBTRACE_SPEC_TIMES']
+      self
+    end
+
+    def kill
+      subjects&.each(&:kill)
+    end
+
+    def notes; subjects.flat_map(&:notes); end
+
+    # Whether each client showed what the mode traces.
+    def traced?
+      subjects.all? { |s| @shows === s.client.stdout }
+    end
+
+    def client_output; subjects.map(&:output).join("
+"); end
+
+    # The clients' lines that match pattern, each prefixed with its app's name.
+    def client_lines(pattern)
+      subjects.flat_map do |s|
+        (s.client.stdout + s.client.stderr).lines.grep(pattern).map { |l| "the #{s.probe.name}'s client: #{l}" }
       end
-      wait_detached
+    end
+
+    attr_reader :took
+
+    private
+
+    # The apps observe themselves side by side.
+    def observe
+      threads = subjects.map { |s| Thread.new { s.probe.observe } }
+      threads.map(&:value).reduce(:merge)
+    end
+
+    def run_trace
+      subjects.each { |s| s.start_client(@args) }
+      subjects.each do |s|
+        s.client.attached
+        unless s.probe.ping_until { @shows === s.client.stdout }
+          s.notes << "the #{s.probe.name}'s client never showed #{@shows.inspect} while the app was pinged"
+        end
+      end
+      @during = observe
+      subjects.each do |s|
+        s.probe.ask('ping')   # one more traced call, so that a killed client is noticed
+        if @ending == :sigkill
+          Process.kill(:KILL, s.client.pid)
+          s.client.wait
+        else
+          s.client.stop(:INT)
+        end
+      end
+      subjects.each { |s| wait_detached(s) }
     end
 
     # The eval signals that it runs, and returns once the spec releases it.
     def run_eval
-      running = File.join(probe.dir, 'eval-running')
-      release = File.join(probe.dir, 'eval-release')
-      start_client(['-e', "File.write(#{running.inspect}, ''); sleep 0.01 until File.exist?(#{release.inspect}); :released"])
-      Timeout.timeout(10) { sleep 0.02 until File.exist?(running) || client.exited? }
-      @during = probe.observe
-      File.write(release, '')
-      client.wait(timeout: 10)
-      wait_detached
+      subjects.each do |s|
+        running = File.join(s.probe.dir, 'eval-running')
+        release = File.join(s.probe.dir, 'eval-release')
+        s.start_client(['-e', "File.write(#{running.inspect}, ''); sleep 0.01 until File.exist?(#{release.inspect}); :released"])
+        Timeout.timeout(10) { sleep 0.02 until File.exist?(running) || s.client.exited? }
+      end
+      @during = observe
+      subjects.each do |s|
+        File.write(File.join(s.probe.dir, 'eval-release'), '')
+        s.client.wait(timeout: 10)
+        wait_detached(s)
+      end
     end
 
-    def wait_detached
-      return if probe.ping_until(timeout: 5) { probe.attached? == false }
+    def wait_detached(subject)
+      return unless subject.probe.target.alive?
+      return if subject.probe.ping_until(timeout: 5) { subject.probe.attached? == false }
 
-      @notes << "the app still said RBTrace.attached? 5 s after the client #{@ending == :sigkill ? 'was killed' : 'ended'}"
+      subject.notes << "the #{subject.probe.name} still said RBTrace.attached? 5 s after its client " \
+                       "#{@ending == :sigkill ? 'was killed' : 'ended'}"
+    end
+  end
+
+  # The mode runs of one spec run, made ahead, two at a time, in the order
+  # given: most of a run is waiting (for an attach, an answer, a detach),
+  # and two side by side halve the suite's time.
+  module Pool
+    WORKERS = 2
+
+    class << self
+      def start(modes)
+        @lock = Mutex.new
+        @todo = modes.dup
+        @runs = {}
+        @workers = Array.new(WORKERS) { Thread.new { work } }
+      end
+
+      # The run of a mode once it is done; an error in it is raised here.
+      def fetch(name)
+        Thread.pass until @lock.synchronize { @runs.key?(name) && @runs[name].done }
+        @runs[name].value
+      end
+
+      def kill(name)
+        @lock.synchronize { @runs[name] }&.kill
+      end
+
+      def kill_all
+        @lock&.synchronize { @todo.clear }
+        @workers&.each(&:join)
+        @runs&.each_value(&:kill)
+      end
+
+      private
+
+      def work
+        while (name, args = @lock.synchronize { @todo.shift })
+          job = Job.new
+          @lock.synchronize { @runs[name] = job }
+          job.perform(args)
+        end
+      end
+    end
+
+    # One mode's run: its ModeRun, or the error that ended it.
+    class Job
+      attr_reader :done
+
+      def perform(args)
+        @run = ModeRun.new(args[:args], shows: args[:shows], ending: args.fetch(:ending, :interrupt))
+        @run.run
+      rescue Exception => e   # rubocop:disable Lint/RescueException
+        @error = e
+      ensure
+        @done = true
+      end
+
+      def value
+        raise @error if @error
+
+        @run
+      end
+
+      def kill; @run&.kill; end
     end
   end
 
   # The keys of an observation under an aspect (the text before the first dot).
   def self.aspect_keys(aspect, *observations)
-    observations.flat_map(&:keys).uniq.select { |k| k.start_with?("#{aspect}.") || k == 'died' }
+    observations.flat_map(&:keys).uniq.select { |k| k.start_with?("#{aspect}.") }
   end
 
   # The keys where a labelled observation differs from the first, with a

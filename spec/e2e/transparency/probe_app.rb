@@ -8,8 +8,10 @@
 # by rename); the answer is PROBE_DIR/answer.<id>, a Marshal dump (written
 # by rename). The main thread polls, so that every observation is
 # made from the same call path (caller depths and backtraces compare).
-#   observe  everything but Ractors
-#   ractor   a Ractor calling the probe's methods (apart: it may kill the app)
+#   observe    everything but recursion and Ractors
+#   recursion  deep recursion of a traced method (apart: it may kill the app)
+#   deepest    recursion until SystemStackError (likewise)
+#   ractor     a Ractor calling traced methods (apart: it may kill the app)
 #   ping     calls each method the modes trace, for the client to show
 #   status   rbtrace's state, for the harness only (never compared)
 #   urg      what the app's first trap('URG') returns (once: it takes SIGURG)
@@ -98,7 +100,7 @@ APP_TRAPS.each { |sig, handler| Signal.trap(sig, handler) }
 module ProbeObserve
   RUBY_METHODS = %i[greet depth deepest where boom bang rescuer yielder].freeze
   C_METHODS = [[Integer, :gcd], [String, :center], [String, :each_char]].freeze
-  JOIN_LIMIT = 0.3   # a thread that has not ended by then never will
+  JOIN_LIMIT = 0.15   # the app's own have ended: one that has not by then never will
 
   module_function
 
@@ -190,16 +192,26 @@ module ProbeObserve
     rescue Exception => e   # rubocop:disable Lint/RescueException
       "Thread#value raised #{e.class}"
     end
-    deepest = Thread.new { Probe.new.deepest(0) }
-    deepest.report_on_exception = false
     main = begin
       Probe.new.depth(5000)
     rescue Exception => e   # rubocop:disable Lint/RescueException
       "raised #{e.class}"
     end
     { 'recursion.depth(5000) in a thread' => value,
-      'recursion.depth(5000) in the main thread' => main,
-      'recursion.deepest level in a thread' => (deepest.value rescue "raised #{$!.class}") }
+      'recursion.depth(5000) in the main thread' => main }
+  end
+
+  # Apart from recursion: with a C frame a level, this overflows the
+  # machine stack rather than the VM's.
+  def deepest
+    thread = Thread.new { Probe.new.deepest(0) }
+    thread.report_on_exception = false
+    value = begin
+      thread.value
+    rescue Exception => e   # rubocop:disable Lint/RescueException
+      "Thread#value raised #{e.class}"
+    end
+    { 'recursion.the deepest level reached in a thread' => value }
   end
 
   def thread_info(t)
@@ -303,7 +315,7 @@ module ProbeObserve
 
   # Each part's keys start with its aspect; a part that raises says so
   # under its aspect and the others are still observed.
-  PARTS = { introspection: 'introspection', calls: 'calls', dollar_bang: '$!', recursion: 'recursion',
+  PARTS = { introspection: 'introspection', calls: 'calls', dollar_bang: '$!',
             threads: 'threads', signals: 'signals', forks: 'fork', execs: 'exec', app_code_run: 'app code run' }.freeze
 
   def observe
@@ -320,18 +332,24 @@ module ProbeObserve
     o
   end
 
+  # Two Ractors at once, each calling the traced methods a few hundred
+  # times (what corrupted the stream of the single-producer ring).
   def ractor
     return { 'ractor.available' => false } unless defined?(Ractor)
 
-    r = Ractor.new do
-      [Probe.new.greet('rac'), Probe.new.depth(50), 12.gcd(8), 'ab'.center(4), 'ab'.each_char.to_a]
-    rescue Exception => e   # rubocop:disable Lint/RescueException
-      "raised in the Ractor: #{e.class}: #{e.message}"
+    ractors = 2.times.map do |i|
+      Ractor.new(i) do |k|
+        last = nil
+        300.times { last = [Probe.new.greet("r#{k}"), Probe.new.depth(20), 12.gcd(8), 'ab'.center(4), 'ab'.each_char.to_a] }
+        last
+      rescue Exception => e   # rubocop:disable Lint/RescueException
+        "raised in the Ractor: #{e.class}: #{e.message}"
+      end
     end
-    value = r.respond_to?(:value) ? r.value : r.take
-    { 'ractor.traced methods called in a Ractor return' => value }
+    values = ractors.map { |r| r.respond_to?(:value) ? r.value : r.take }
+    { 'ractor.traced methods called in two Ractors return' => values }
   rescue Exception => e   # rubocop:disable Lint/RescueException
-    { 'ractor.traced methods called in a Ractor return' => "raised: #{e.class}: #{e.message}" }
+    { 'ractor.traced methods called in two Ractors return' => "raised: #{e.class}: #{e.message}" }
   end
 
   def ping
@@ -367,7 +385,7 @@ loop do
     word, id = File.read(request).split
     File.delete(request)
     answer = case word
-             when 'observe', 'ractor', 'ping', 'status', 'urg' then ProbeObserve.public_send(word)
+             when 'observe', 'recursion', 'deepest', 'ractor', 'ping', 'status', 'urg' then ProbeObserve.public_send(word)
              else { 'error' => "unknown request #{word.inspect}" }
              end
     File.binwrite(File.join(dir, 'answer.tmp'), Marshal.dump(answer))
