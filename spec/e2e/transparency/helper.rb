@@ -29,9 +29,12 @@ module TransparencySpec
       @stderr_read = 0
     end
 
+    # Generous: on a loaded machine several apps start at once.
     def ready
-      target.wait_for('ready', timeout: 20)
+      target.wait_for('ready', timeout: 60)
       self
+    rescue Timeout::Error
+      raise "the #{name} (pid #{pid}) did not print ready within 60 s; stderr: #{target.stderr}"
     end
 
     def pid; target.pid; end
@@ -199,7 +202,7 @@ stderr: #{client.tail(:stderr, 1500)}"
     def run_trace
       subjects.each { |s| s.start_client(@args) }
       subjects.each do |s|
-        s.client.attached
+        s.client.wait_for(/\*\*\* attached/, stream: :stderr, timeout: 30)
         unless s.probe.ping_until { @shows === s.client.stdout }
           s.notes << "the #{s.probe.name}'s client never showed #{@shows.inspect} while the app was pinged"
         end

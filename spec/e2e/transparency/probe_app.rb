@@ -100,6 +100,7 @@ APP_TRAPS.each { |sig, handler| Signal.trap(sig, handler) }
 module ProbeObserve
   RUBY_METHODS = %i[greet depth deepest where boom bang rescuer yielder].freeze
   C_METHODS = [[Integer, :gcd], [String, :center], [String, :each_char]].freeze
+  RACTOR_ROUNDS = 10_000
   JOIN_LIMIT = 0.15   # the app's own have ended: one that has not by then never will
 
   module_function
@@ -332,20 +333,23 @@ module ProbeObserve
     o
   end
 
-  # Two Ractors at once, each calling the traced methods a few hundred
-  # times (what corrupted the stream of the single-producer ring).
+  # Two Ractors at once, each calling the traced methods RACTOR_ROUNDS
+  # times, and the main one meanwhile (what corrupted the stream of the
+  # single-producer ring: the more calls, the surer a collision).
   def ractor
     return { 'ractor.available' => false } unless defined?(Ractor)
 
     ractors = 2.times.map do |i|
       Ractor.new(i) do |k|
         last = nil
-        300.times { last = [Probe.new.greet("r#{k}"), Probe.new.depth(20), 12.gcd(8), 'ab'.center(4), 'ab'.each_char.to_a] }
+        RACTOR_ROUNDS.times { last = [Probe.new.greet("r#{k}"), Probe.new.depth(20), 12.gcd(8), 'ab'.center(4), 'ab'.each_char.to_a] }
         last
       rescue Exception => e   # rubocop:disable Lint/RescueException
         "raised in the Ractor: #{e.class}: #{e.message}"
       end
     end
+    # and the main Ractor too, meanwhile
+    RACTOR_ROUNDS.times { Probe.new.greet('main') }
     values = ractors.map { |r| r.respond_to?(:value) ? r.value : r.take }
     { 'ractor.traced methods called in two Ractors return' => values }
   rescue Exception => e   # rubocop:disable Lint/RescueException
