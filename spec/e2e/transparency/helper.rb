@@ -174,9 +174,9 @@ stderr: #{client.tail(:stderr, 1500)}"
 
     def notes; subjects.flat_map(&:notes); end
 
-    # Whether each client showed what the mode traces.
-    def traced?
-      subjects.all? { |s| @shows === s.client.stdout }
+    # The apps whose client did not show what the mode traces.
+    def untraced
+      subjects.reject { |s| @shows === s.client.stdout }.map { |s| s.probe.name }
     end
 
     def client_output; subjects.map(&:output).join("
