@@ -225,7 +225,9 @@ stderr: #{client.tail(:stderr, 1500)}"
       subjects.each do |s|
         running = File.join(s.probe.dir, 'eval-running')
         release = File.join(s.probe.dir, 'eval-release')
-        s.start_client(['-e', "File.write(#{running.inspect}, ''); sleep 0.01 until File.exist?(#{release.inspect}); :released"])
+        # --timeout: the eval lasts as long as the observation, slow on a loaded machine
+        s.start_client(['--timeout', '120', '-e',
+                        "File.write(#{running.inspect}, ''); sleep 0.01 until File.exist?(#{release.inspect}); :released"])
         Timeout.timeout(10) { sleep 0.02 until File.exist?(running) || s.client.exited? }
       end
       @during = observe
@@ -245,11 +247,11 @@ stderr: #{client.tail(:stderr, 1500)}"
     end
   end
 
-  # The mode runs of one spec run, made ahead, two at a time, in the order
-  # given: most of a run is waiting (for an attach, an answer, a detach),
-  # and two side by side halve the suite's time.
+  # The mode runs of one spec run, made ahead, WORKERS at a time, in the
+  # order given: most of a run is waiting (for an attach, an answer, a
+  # detach), and runs side by side divide the suite's time.
   module Pool
-    WORKERS = 2
+    WORKERS = 3
 
     class << self
       def start(modes)
