@@ -49,7 +49,10 @@ module TransparencySpec
     '--raise' => { args: ['--raise'], shows: /RuntimeError/ },
     '-e, while the eval runs' => { args: [], shows: /=> :released/, ending: :eval },
     '-m, the client SIGKILLed' => { args: ['-m', *RUBY_SELECTORS, 'Integer#gcd'], shows: /^ *Probe#greet\b/,
-                                    ending: :sigkill }
+                                    ending: :sigkill },
+    '-m, the client gave up before the app answered (app stopped)' => {
+      args: ['-m', *RUBY_SELECTORS, 'Integer#gcd'], shows: /did not connect back/, ending: :gave_up
+    }
   }.freeze
 end
 
@@ -97,10 +100,11 @@ RSpec.describe 'transparency: what the app observes' do
   after(:context) { TransparencySpec::Pool.kill_all }
 
   TransparencySpec::MODES.each do |mode, spec|
-    describe "#{mode}: untraced, traced and after the detach", mode: mode do
+    phases = spec[:ending] == :gave_up ? 'untraced and after' : 'untraced, traced and after the detach'
+    describe "#{mode}: #{phases}", mode: mode do
       before(:context) do
         @run = TransparencySpec::Pool.fetch(mode)
-        @observed = { 'untraced' => @run.before, 'traced' => @run.during, 'after detach' => @run.after }
+        @observed = { 'untraced' => @run.before, 'traced' => @run.during, 'after detach' => @run.after }.compact
       end
 
       after(:context) { TransparencySpec::Pool.kill(mode) }

@@ -141,7 +141,8 @@ stderr: #{client.tail(:stderr, 1500)}"
   # One mode (client arguments) run against fresh probe apps: observations
   # before any client attached, while one is (once its output shows that
   # it traces: `shows`), and after it detached. `ending`: :interrupt (^C),
-  # :sigkill, or :eval (the client runs an -e that lasts until released).
+  # :sigkill, :eval (the client runs an -e that lasts until released), or
+  # :gave_up (no observation while traced: see #run_gave_up).
   # The parts of the observation that may kill an app (deep recursion, a
   # Ractor) are made in apps of their own, so that the rest is observed
   # whole; the apps are traced alike, side by side.
@@ -160,8 +161,13 @@ stderr: #{client.tail(:stderr, 1500)}"
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       @subjects = PARTS.map { |name, requests| Subject.new(requests, name) }
       subjects.each { |s| s.probe.ready }
+      prime_queues if @ending == :gave_up
       @before = observe
-      @ending == :eval ? run_eval : run_trace
+      case @ending
+      when :eval then run_eval
+      when :gave_up then run_gave_up
+      else run_trace
+      end
       @after = observe
       @took = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
       warn format('transparency: %<args>s ran in %<took>.1f s', args: @args.inspect, took: @took) if ENV['RBTRACE_SPEC_TIMES']
@@ -174,9 +180,10 @@ stderr: #{client.tail(:stderr, 1500)}"
 
     def notes; subjects.flat_map(&:notes); end
 
-    # The apps whose client did not show what the mode traces.
+    # The apps whose client did not show what the mode traces (on stderr
+    # for a client that gave up).
     def untraced
-      subjects.reject { |s| @shows === s.client.stdout }.map { |s| s.probe.name }
+      subjects.reject { |s| @shows === (@ending == :gave_up ? s.client.stderr : s.client.stdout) }.map { |s| s.probe.name }
     end
 
     def client_output; subjects.map(&:output).join("
@@ -236,6 +243,38 @@ stderr: #{client.tail(:stderr, 1500)}"
         s.client.wait(timeout: 10)
         wait_detached(s)
       end
+    end
+
+    # The app makes its message queue at its first attach: one -e first, so
+    # that a client that gives up has sent its commands.
+    def prime_queues
+      subjects.each do |s|
+        s.start_client(['-e', '1'])
+        s.client.wait(timeout: 30)
+        s.client.kill
+      end
+    end
+
+    # The app is stopped (SIGSTOP) while a client with --timeout 1 attaches;
+    # the client gives up, and then the app continues and finds the
+    # commands in its queue, from a tracer that went away.
+    def run_gave_up
+      subjects.each do |s|
+        Process.kill(:STOP, s.probe.pid)
+        s.start_client(['--timeout', '1', *@args])
+        s.client.wait(timeout: 30)
+        Process.kill(:CONT, s.probe.pid)
+      end
+      subjects.each do |s|
+        s.probe.ping_until { queued(s.probe.pid).zero? }
+        wait_detached(s)
+      end
+    end
+
+    # Messages in pid's queue (/proc/sysvipc/msg: key msqid perms cbytes qnum ...).
+    def queued(pid)
+      line = File.readlines('/proc/sysvipc/msg').find { |l| l.split[0].to_i == (RBTraceSpec::Queues::KEY_BASE | pid) }
+      line ? line.split[4].to_i : 0
     end
 
     def wait_detached(subject)
