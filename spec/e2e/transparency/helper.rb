@@ -42,19 +42,11 @@ module TransparencySpec
     # Asks the app for one answer (see probe_app.rb); an app that died or
     # did not answer gives a Hash that says so, under the request's aspects.
     def ask(word, timeout: 60)
-      send_request(word)
-      answer(word, timeout: timeout)
-    end
-
-    def send_request(word)
-      @pending = [word, (@ids += 1)]
+      id = (@ids += 1)
       tmp = File.join(dir, 'req.tmp')
-      File.write(tmp, "#{word} #{@ids}")
+      File.write(tmp, "#{word} #{id}")
       File.rename(tmp, File.join(dir, 'req'))
-    end
-
-    def answer(word, timeout: 60)
-      path = File.join(dir, "answer.#{@ids}")
+      path = File.join(dir, "answer.#{id}")
       deadline = monotonic + timeout
       until File.exist?(path)
         return died(word, "exited (#{target.status.inspect}) before it answered #{word.inspect}") unless target.alive?
@@ -302,7 +294,7 @@ stderr: #{client.tail(:stderr, 1500)}"
 
       # The run of a mode once it is done; an error in it is raised here.
       def fetch(name)
-        Thread.pass until @lock.synchronize { @runs.key?(name) && @runs[name].done }
+        sleep 0.05 until @lock.synchronize { @runs.key?(name) && @runs[name].done }
         @runs[name].value
       end
 
