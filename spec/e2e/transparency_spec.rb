@@ -10,7 +10,9 @@ require_relative 'transparency/helper'
 # that differs with its values.
 module TransparencySpec
   ASPECTS = {
-    'recursion' => 'a traced recursive method reaches the same depth, in a thread and in the main thread',
+    'recursion' => 'a traced recursive method reaches depth 5000 as untraced, in a thread and in the main thread',
+    'stack edge' => 'the deepest level a traced recursive method reaches before SystemStackError is the same ' \
+                    '(a traced call takes no more stack)',
     'introspection' => "the traced methods' arity, parameters, source_location, owner, super_method, ancestors",
     'calls' => 'return values, caller inside, backtraces of exceptions raised inside, super chains',
     '$!' => '$! around and inside traced calls',

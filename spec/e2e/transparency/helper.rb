@@ -11,7 +11,7 @@ module TransparencySpec
   REQUEST_ASPECTS = {
     'observe' => ['introspection', 'calls', '$!', 'threads', 'foreign threads', 'joining', 'signals', 'fork',
                   'exec', 'app code run'],
-    'recursion' => %w[recursion], 'deepest' => %w[recursion], 'ractor' => %w[ractor], 'urg' => %w[urg]
+    'recursion' => %w[recursion], 'deepest' => ['stack edge'], 'ractor' => %w[ractor], 'urg' => %w[urg]
   }.freeze
 
   # The probe app, started with or without rbtrace loaded. `requests`: what

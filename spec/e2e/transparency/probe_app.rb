@@ -212,7 +212,7 @@ module ProbeObserve
     rescue Exception => e   # rubocop:disable Lint/RescueException
       "Thread#value raised #{e.class}"
     end
-    { 'recursion.the deepest level reached in a thread' => value }
+    { 'stack edge.the deepest level reached in a thread' => value }
   end
 
   def thread_info(t)
