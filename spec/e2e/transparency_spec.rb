@@ -1,0 +1,133 @@
+require_relative 'transparency/helper'
+
+# Tracing must change nothing the app can observe (issue 20). One probe app
+# (transparency/probe_app.rb) observes itself: recursion depth, its traced
+# methods' introspection, return values, caller, backtraces, $!, threads,
+# signal handlers, fork and exec, Ractors, the app code run, its stderr.
+# It is observed without rbtrace and with it loaded, and, for each mode,
+# before a client attaches, while it is attached and after it detached: the
+# observations must be equal, aspect by aspect. A failure lists each key
+# that differs with its values.
+module TransparencySpec
+  ASPECTS = {
+    'recursion' => 'a traced recursive method reaches depth 5000 as untraced, in a thread and in the main thread',
+    'stack edge' => 'the deepest level a traced recursive method reaches before SystemStackError is the same ' \
+                    '(a traced call takes no more stack)',
+    'introspection' => "the traced methods' arity, parameters, source_location, owner, super_method, ancestors",
+    'calls' => 'return values, caller inside, backtraces of exceptions raised inside, super chains',
+    '$!' => '$! around and inside traced calls',
+    'threads' => "the app's own threads in Thread.list, their priorities and status",
+    'signals' => 'trap returns the handlers the app set',
+    'fork' => 'fork: what the child sees, its exit status',
+    'exec' => 'popen, fork+exec, system, backticks: what the program inherits (signal mask, ignored ' \
+              'signals, fds, environment), exit statuses',
+    'app code run' => "none of the app's code is run for the tracer (Probe#inspect, ProbeError#message)",
+    'ractor' => 'traced methods called in two Ractors (and the main one meanwhile) return the same',
+    'stderr' => "nothing is written to the app's stderr"
+  }.freeze
+  # Aspects that show rbtrace's own threads: examples of their own, so that
+  # what stays by design is decided apart.
+  FOREIGN_THREADS = 'threads the app did not start, in Thread.list and in a forked child (Thread.list - the own)'
+  JOINING = 'joining every other thread finishes: (Thread.list - [Thread.current]).each(&:join)'
+
+  RUBY_SELECTORS = %w[Probe#greet ProbeBase#greet ProbeLoud#greet Probe#depth Probe#deepest Probe#where
+                      Probe#boom Probe#bang Probe#rescuer Probe#yielder].freeze
+  MODES = {
+    '-m on Ruby methods' => { args: ['-m', *RUBY_SELECTORS], shows: /^ *Probe#greet\b/ },
+    '-m on Ruby methods with trace expressions (one fails: self.no_such_thing)' => {
+      args: ['-m', 'Probe#greet(name, greeting)', 'ProbeBase#greet(name)', 'ProbeLoud#greet(name)', 'Probe#depth(n)',
+             'Probe#deepest(n)', 'Probe#where(self.class)', 'Probe#boom(msg)', 'Probe#bang',
+             'Probe#rescuer(self.no_such_thing)', 'Probe#yielder(__source__)'],
+      shows: /Probe#greet\(name="ping"/
+    },
+    '-m on C methods' => { args: %w[-m Integer#gcd String#center String#each_char], shows: /^ *Integer#gcd\b/ },
+    '-m on C methods with trace expressions' => {
+      args: ['-m', 'Integer#gcd(self)', 'String#center(self, __source__)', 'String#each_char(self.size)'],
+      shows: /Integer#gcd\(self=12\)/
+    },
+    '-f' => { args: ['-f'], shows: /^ *Probe#greet\b/ },
+    '--slow 0' => { args: %w[--slow 0], shows: /^ *Probe#greet\b/ },
+    '--gc' => { args: ['--gc'], shows: /\S/ },
+    '--raise' => { args: ['--raise'], shows: /RuntimeError/ },
+    '-e, while the eval runs' => { args: [], shows: /=> :released/, ending: :eval },
+    '-m, the client SIGKILLed' => { args: ['-m', *RUBY_SELECTORS, 'Integer#gcd'], shows: /^ *Probe#greet\b/,
+                                    ending: :sigkill },
+    '-m, the client gave up before the app answered (app stopped)' => {
+      args: ['-m', *RUBY_SELECTORS, 'Integer#gcd'], shows: /did not connect back/, ending: :gave_up
+    }
+  }.freeze
+end
+
+RSpec.describe 'transparency: what the app observes' do
+  def expect_same(aspect, what, labelled)
+    keys = TransparencySpec.aspect_keys(aspect, *labelled.values)
+    expect(keys).not_to be_empty, "the probe observed nothing of #{aspect}"
+    diffs = TransparencySpec.differences(keys, labelled)
+    expect(diffs).to be_empty, "#{what}: differs\n#{diffs.join("\n")}"
+  end
+
+  describe 'loading rbtrace, no client attached' do
+    before(:context) do
+      @without = TransparencySpec::Probe.new(rbtrace: false)
+      @loaded = TransparencySpec::Probe.new(rbtrace: true)
+      [@without, @loaded].each(&:ready)
+      @observed = { 'without rbtrace' => @without, 'rbtrace loaded' => @loaded }.transform_values do |probe|
+        probe.observe.merge(probe.ask('urg'))   # last: it takes SIGURG from rbtrace
+      end
+    end
+
+    after(:context) do
+      @without&.kill
+      @loaded&.kill
+    end
+
+    TransparencySpec::ASPECTS.each do |aspect, what|
+      it(what) { expect_same(aspect, what, @observed) }
+    end
+
+    it(TransparencySpec::FOREIGN_THREADS) { expect_same('foreign threads', TransparencySpec::FOREIGN_THREADS, @observed) }
+    it(TransparencySpec::JOINING) { expect_same('joining', TransparencySpec::JOINING, @observed) }
+
+    it "the app's first trap('URG') returns what it returns without rbtrace, and then the app's handler" do
+      expect_same('urg', "trap('URG')", @observed)
+    end
+  end
+
+  # The modes whose examples run (all, unless filtered) are run ahead.
+  before(:context) do
+    wanted = self.class.children.select { |g| g.metadata[:mode] && RSpec.world.filtered_examples[g].any? }
+    TransparencySpec::Pool.start(wanted.map { |g| [g.metadata[:mode], TransparencySpec::MODES.fetch(g.metadata[:mode])] })
+  end
+
+  after(:context) { TransparencySpec::Pool.kill_all }
+
+  TransparencySpec::MODES.each do |mode, spec|
+    phases = spec[:ending] == :gave_up ? 'untraced and after' : 'untraced, traced and after the detach'
+    describe "#{mode}: #{phases}", mode: mode do
+      before(:context) do
+        @run = TransparencySpec::Pool.fetch(mode)
+        @observed = { 'untraced' => @run.before, 'traced' => @run.during, 'after detach' => @run.after }.compact
+      end
+
+      after(:context) { TransparencySpec::Pool.kill(mode) }
+
+      it 'the client traced the probe while it was observed, and the app detached' do
+        expect(@run.untraced).to eq([]),
+                                 "the client of #{@run.untraced.join(' and ')} never showed #{spec[:shows].inspect}, " \
+                                 "though the app called what it traces\n#{@run.client_output}"
+        expect(@run.notes).to be_empty, "#{@run.notes.join("\n")}\n#{@run.client_output}"
+      end
+
+      it 'the client shows no malformed event' do
+        expect(@run.client_lines(/malformed/)).to eq([]), "#{@run.client_lines(/malformed/).join}\n#{@run.client_output}"
+      end
+
+      TransparencySpec::ASPECTS.each do |aspect, what|
+        it(what) { expect_same(aspect, what, @observed) }
+      end
+
+      it(TransparencySpec::FOREIGN_THREADS) { expect_same('foreign threads', TransparencySpec::FOREIGN_THREADS, @observed) }
+      it(TransparencySpec::JOINING) { expect_same('joining', TransparencySpec::JOINING, @observed) }
+    end
+  end
+end
