@@ -320,7 +320,7 @@ void rbtrace_devmode_mark(void);
 void Init_rbtrace_devmode(VALUE mod);
 
 /* wrapper.c: tracing one method by wrapping it */
-void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility);
+void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility, VALUE arity);
 int rbtrace_wrapper_module_p(VALUE klass);
 void rbtrace_wrapper_clear(void);
 void rbtrace_wrapper_mark(void);

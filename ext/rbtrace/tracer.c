@@ -8,9 +8,13 @@
  * method), that the hook compares against every call: an unmatched call
  * costs a few comparisons and no allocation.
  *
- * A selector naming one method of one class is traced by a wrapper
- * (wrapper.c), which costs nothing elsewhere. Every other selector and
- * --firehose use one global call/return hook. Such a hook leaves the VM
+ * A selector naming one Ruby method of one class is traced by a TracePoint
+ * on that method's bytecode alone (enable(target:)): no frame of ours in
+ * its calls, so its arity, parameters, owner, source_location, caller and
+ * the stack depth it reaches are its own. One naming a C method is traced
+ * by a wrapper (wrapper.c) of the original's arity. Neither costs anything
+ * elsewhere. Every other selector and --firehose use one global
+ * call/return hook. Such a hook leaves the VM
  * somewhat slower after it is removed (see DESIGN.md, "Leave the process
  * as fast as it was"); the client is told when it is installed.
  *
@@ -278,7 +282,8 @@ static VALUE tracer_parse_i(VALUE selector)
 
 static VALUE tracer_wrap_i(VALUE parsed)
 {
-    rbtrace_wrapper_add(RARRAY_AREF(parsed, 0), RARRAY_AREF(parsed, 1), RARRAY_AREF(parsed, 3));
+    rbtrace_wrapper_add(RARRAY_AREF(parsed, 0), RARRAY_AREF(parsed, 1), RARRAY_AREF(parsed, 3),
+                        RARRAY_AREF(parsed, 5));
     return Qnil;
 }
 
@@ -368,8 +373,9 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
     parsed = rbtrace_protect(tracer_parse_i, sel, &state, &err);
     if (!state && !NIL_P(RARRAY_AREF(parsed, 3))) {
         /* parsed is [owner or nil, method Symbol or nil, expressions or nil,
-         * visibility Symbol if the method can be wrapped instead of hooked].
-         * Wrapping can fail (a frozen class): that selector alone. */
+         * visibility Symbol if the method (a C one) is wrapped instead of
+         * hooked, the UnboundMethod if it is a Ruby one, the wrapper's
+         * arity]. Wrapping can fail (a frozen class): that selector alone. */
         rbtrace_protect(tracer_wrap_i, parsed, &state, &err);
         if (!state) return 1;
     }
@@ -392,8 +398,8 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
     t->mid = rbtrace_method_id_of(RARRAY_AREF(parsed, 1));
     t->exprs = RARRAY_AREF(parsed, 2);
     t->selector = sel;
-    /* A Ruby method (with expressions, or one a wrapper may not stand in
-     * for) gets a TracePoint of its own; anything else, the global hook. */
+    /* A Ruby method gets a TracePoint of its own; anything else (or a Ruby
+     * method whose TracePoint the VM refused), the global hook. */
     t->tp = RARRAY_LEN(parsed) > 4 && !NIL_P(RARRAY_AREF(parsed, 4))
             ? tracer_targeted(RARRAY_AREF(parsed, 4)) : 0;
     if (!t->tp) *hook = 1;
