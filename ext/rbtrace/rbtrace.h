@@ -65,8 +65,9 @@ struct rbtrace_tracer {
     ID mid;             /* method name to match, or 0 for any */
     VALUE exprs;        /* Array of expression Strings, or Qnil */
     VALUE selector;     /* the selector's text, as the client sent it */
-    VALUE tp;           /* a TracePoint on this Ruby method alone, or 0 (the
-                           global hook watches it) */
+    VALUE tp;           /* a TracePoint of calls of this Ruby method alone,
+                           or 0 (the global hook watches it) */
+    VALUE tp_return;    /* ... and of its returns */
 };
 
 /* A method name Symbol (or nil) as the ID the hooks compare (0 for nil).
