@@ -33,6 +33,11 @@ have_func('rb_postponed_job_preregister', 'ruby/debug.h')
 have_func('rb_postponed_job_register_one', 'ruby/debug.h')
 have_func('rb_class_attached_object', 'ruby.h')
 
+# Ractor-local storage (Ruby 3.0+): which Ractor a hook runs in (ractors.c).
+if have_header('ruby/ractor.h') && have_func('rb_ractor_local_storage_ptr_newkey', 'ruby/ractor.h')
+  $defs << '-DRBTRACE_HAVE_RACTORS'
+end
+
 # A timer that asks a busy main thread for the GVL (handoff.c); in libc
 # since glibc 2.34, in librt before.
 have_func('timer_create', 'time.h') || (have_library('rt', 'timer_create', 'time.h') && have_func('timer_create', 'time.h'))

@@ -12,7 +12,8 @@
  * handoff_trap.c before), clock.c (events' time
  * stamps), session.c
  * (commands), tracer.c (selectors, event hook), wrapper.c (tracing one
- * method by prepending a wrapper), emit.c (event encoding),
+ * method by prepending a wrapper), ractors.c (the main Ractor alone is
+ * traced), emit.c (event encoding),
  * ring.c (the buffer between app threads and the writer), writer.c (the
  * writer pthread), codec.c (the wire format, shared with the client).
  */
@@ -163,6 +164,7 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     Init_rbtrace_gcwatch(rbtrace_mRBTrace);
     Init_rbtrace_raisewatch(rbtrace_mRBTrace);
     Init_rbtrace_devmode(rbtrace_mRBTrace);
+    Init_rbtrace_ractors(rbtrace_mRBTrace);
     rbtrace_clock_init();
     rbtrace_channel_init();
 }

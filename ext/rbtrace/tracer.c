@@ -167,6 +167,8 @@ static __attribute__((noinline)) RBTRACE_NO_STACK_PROTECTOR void tracer_hook_fra
     tracer_hook_known(ev, klass, mid);
 }
 
+/* (A hook added by rb_add_event_hook is the main Ractor's alone: other
+ * Ractors never run it, ractors.c.) */
 static void tracer_hook_i(rb_event_flag_t ev, VALUE data, VALUE self, ID id, VALUE klass)
 {
     /* --firehose alone implies attached: under it a C method's event met
@@ -217,8 +219,15 @@ static void tracer_targeted_i(VALUE tpval, void *data)
     const struct rbtrace_tracer *t;
     rb_event_flag_t ev = (rb_event_flag_t)(uintptr_t)data;
 
+    if (!rbtrace.attached) return;
+    /* Every Ractor runs the method's bytecode: another's call is counted
+     * (ractors.c), before anything of rbtrace's is read. */
+    if (!rbtrace_main_ractor_p()) {
+        if (ev == RUBY_EVENT_CALL) rbtrace_ractors_count_other();
+        return;
+    }
     /* Under -f the global hook shows every call already. */
-    if (!rbtrace.attached || rbtrace.firehose || RBTRACE_OWN_CALL()) return;
+    if (rbtrace.firehose || RBTRACE_OWN_CALL()) return;
     if ((t = tracer_of_tracepoint(tpval)) == NULL) return;
     tracer_event(t->exprs != Qnil && ev == RUBY_EVENT_CALL ? rb_tracearg_from_tracepoint(tpval) : NULL,
                  ev, t, t->klass, t->mid);

@@ -82,16 +82,20 @@ int rbtrace_wrapper_module_p(VALUE klass)
 }
 
 /* The body of every wrapper method. Under --firehose it records nothing:
- * the global hook shows the wrapped method's every call already. */
+ * the global hook shows the wrapped method's every call already. A call
+ * from a Ractor other than the main one is only counted (ractors.c). */
 static VALUE wrapper_call_m(int argc, const VALUE *argv, VALUE self)
 {
     struct wrapper_call c = { argc, argv, rb_keyword_given_p(), NULL };
     ID mid;
     VALUE module;
 
-    if (rbtrace.attached && !rbtrace.firehose && !RBTRACE_OWN_CALL() &&
-        rb_frame_method_id_and_class(&mid, &module))
-        c.w = wrapper_find(module, mid);
+    if (rbtrace.attached) {
+        if (!rbtrace_main_ractor_p())
+            rbtrace_ractors_count_other();
+        else if (!rbtrace.firehose && !RBTRACE_OWN_CALL() && rb_frame_method_id_and_class(&mid, &module))
+            c.w = wrapper_find(module, mid);
+    }
     if (c.w == NULL) return rb_call_super_kw(argc, argv, c.kw_splat);
     rbtrace_emit_call(RUBY_EVENT_C_CALL, c.w->owner, c.w->mid, rbtrace_clock_ns());
     return rb_ensure(wrapper_super_i, (VALUE)&c, wrapper_return_i, (VALUE)&c);
