@@ -10,6 +10,11 @@
 # spells move both), each the median of several runs of the thread's CPU
 # time; last, untraced again after the detaches (as fast as before?).
 #
+# Then bench/hash_key_bench.rb's loop, `h.key?(keys.sample)` on 1,000,000
+# keys, untraced and under `-m 'Hash#key?'` (a wrapped C method), in the
+# same alternating rounds: its speed traced over untraced, by the thread's
+# CPU time (benchmark-ips's wall clock moves by 2x on a loaded host).
+#
 # The old wrapper is asked for by the bench alone: the app it starts makes
 # RBTrace::Selector answer, for that round only, that Worker#step has no
 # bytecode and takes a wrapper of arity -1 (the old wrapper's), before the
@@ -43,6 +48,9 @@ LOOP = if BURST.positive?
 
 WORKLOAD = <<~RUBY
   $stdout.sync = true
+  H = {}
+  KEYS = Array.new(1_000_000) { |i| i }
+  KEYS.sample(500_000).each { |k| H[k] = true }
   class Worker
     def initialize = @sum = 0
     def step(x) = @sum += x
@@ -61,20 +69,29 @@ WORKLOAD = <<~RUBY
     #{LOOP}
     Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - t
   end
+  def run_key(n)
+    h = H
+    keys = KEYS
+    t = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
+    i = 0
+    #{LOOP.sub('w.step(i)', 'h.key?(keys.sample)')}
+    Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - t
+  end
   puts "ready"
   while (line = $stdin.gets)
     case line.chomp
     when 'old' then $old_wrapper = true; puts 'ok'
     when 'new' then $old_wrapper = false; puts 'ok'
     when 'ancestors' then puts Worker.ancestors.first(2).inspect
+    when 'key' then puts run_key(#{ITERS})
     else puts run(#{ITERS})
     end
   end
 RUBY
 
-def runs(input, output)
+def runs(input, output, command = 'go')
   Array.new(RUNS) do
-    input.puts 'go'
+    input.puts command
     Float(output.gets)
   end
 end
@@ -86,16 +103,16 @@ end
 
 # The loop's median while `rbtrace -m Worker#step` is attached, the way
 # (old or new) set first; and the client's count of lost events.
-def traced_runs(pid, input, output, way)
+def traced_runs(pid, input, output, way, selector = 'Worker#step', command = 'go')
   ask(input, output, way)
   err_r, err_w = IO.pipe
-  client = spawn(CLIENT, '-p', pid.to_s, '-m', 'Worker#step', '--stats', out: File::NULL, err: err_w)
+  client = spawn(CLIENT, '-p', pid.to_s, '-m', selector, '--stats', out: File::NULL, err: err_w)
   err_w.close
   nil until err_r.gets.to_s.start_with?('*** attached')
   sleep 0.2
   wrapped = ask(input, output, 'ancestors')
-  runs(input, output) # warm-up: the method named, the clock's rate measured
-  traced = median(runs(input, output))
+  runs(input, output, command) # warm-up: the method named, the clock's rate measured
+  traced = median(runs(input, output, command))
   Process.kill(:INT, client)
   Process.wait(client)
   client = nil
@@ -119,6 +136,12 @@ begin
     [untraced, new, old, new_lost, old_lost, new_anc, old_anc]
   end
   after = median(runs(in_w, out_r))
+  runs(in_w, out_r, 'key') # warm-up
+  key_rows = Array.new(ROUNDS) do
+    untraced = median(runs(in_w, out_r, 'key'))
+    traced, lost, = traced_runs(pid, in_w, out_r, 'new', 'Hash#key?', 'key')
+    [untraced, traced, lost]
+  end
 ensure
   in_w.close
   Process.kill(:KILL, pid) rescue nil
@@ -144,3 +167,11 @@ end
 puts
 puts format('After the detaches: %.1f ns a call untraced, %.3fx of before (first round: %.1f ns)',
             ns[after], rows[0][0] / after, ns[rows[0][0]])
+puts
+puts "`h.key?(keys.sample)` (bench/hash_key_bench.rb's loop), untraced and under `-m 'Hash#key?'` (wrapped):"
+puts
+puts '| round | untraced (CPU ns/call) | traced (CPU ns/call) | traced speed / untraced | lost |'
+puts '| --- | ---: | ---: | ---: | ---: |'
+key_rows.each_with_index do |(untraced, traced, lost), i|
+  puts format('| %d | %.1f | %.1f | %.2fx | %s |', i + 1, ns[untraced], ns[traced], untraced / traced, lost || '?')
+end
