@@ -24,7 +24,7 @@ RUNS = Integer(ENV.fetch('BENCH_RUNS', '5'))
 ITERS = Integer(ENV.fetch('BENCH_ITERS', '2000000'))
 
 MODES = [
-  ['-m Worker#step (a wrapped Ruby method)', ['-m', 'Worker#step']],
+  ['-m Worker#step (a Ruby method: its TracePoints)', ['-m', 'Worker#step']],
   ['-m Hash#key? (a wrapped C method)', ['-m', 'Hash#key?']],
   ['-m step (bare name: global hook)', ['-m', 'step']],
   ['-m Worker#step(x) (expressions: a TracePoint on it)', ['-m', 'Worker#step(x)']],

@@ -596,10 +596,19 @@ int rbtrace_emit_detached(void)
     msgpack_packer pk;
     int state;
 
+    uint64_t other = rbtrace_ractors_take_other();
+    char text[160];
+    int n;
+
     /* Not the shared scratch: pushing may give up the GVL, and a thread
      * still returning from a traced call could reuse the scratch. */
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    /* Told once, with the session's total (ractors.c). */
+    if (other && (n = snprintf(text, sizeof(text), "%llu calls in other Ractors not traced (rbtrace "
+                               "traces the main Ractor only)", (unsigned long long)other)) > 0)
+        rbtrace_event_pack_message(&pk, RBTRACE_EV_NOTICE, text,
+                                   (size_t)n < sizeof(text) ? (size_t)n : sizeof(text) - 1);
     rbtrace_event_pack_detached(&pk);
     state = emit_sbuffer_push(&sb);
     rbtrace.sealed = 1;
@@ -652,6 +661,7 @@ int rbtrace_emit_open(void)
     rbtrace.forget_from = 0;
     memset(rbtrace_recent_methods, 0, sizeof(rbtrace_recent_methods));
     rbtrace.lost = 0;
+    rbtrace_ractors_take_other();
     rbtrace.big_event = 0;
     rbtrace.sealed = 0;
     rbtrace.calls_ended = 0;

@@ -33,6 +33,11 @@ have_func('rb_postponed_job_preregister', 'ruby/debug.h')
 have_func('rb_postponed_job_register_one', 'ruby/debug.h')
 have_func('rb_class_attached_object', 'ruby.h')
 
+# Ractor-local storage (Ruby 3.0+): which Ractor a hook runs in (ractors.c).
+if have_header('ruby/ractor.h') && have_func('rb_ractor_local_storage_ptr_newkey', 'ruby/ractor.h')
+  $defs << '-DRBTRACE_HAVE_RACTORS'
+end
+
 # The thread an event is of, in one instruction (rbtrace.h, rbtrace_thread_id).
 if checking_for('__builtin_thread_pointer') { try_compile('int main(void) { return __builtin_thread_pointer() == 0; }') }
   $defs << '-DRBTRACE_HAVE_THREAD_POINTER'

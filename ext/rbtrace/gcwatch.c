@@ -58,6 +58,9 @@ static void gc_flush_job(void *unused)
 
     (void)unused;
     gcw.job_queued = 0;
+    /* Only the main Ractor writes to the ring (ractors.c): the records
+     * wait for the next collection's job. */
+    if (!rbtrace_main_ractor_p()) return;
     if (!gcw.active || !rbtrace.attached) {
         gcw.n_pending = 0;
         return;
@@ -102,7 +105,8 @@ static void gc_hook(rb_event_flag_t flag, VALUE data, VALUE self, ID mid, VALUE 
     uint64_t now = rbtrace_clock_ns();
 
     (void)data; (void)self; (void)mid; (void)klass;
-    if (!gcw.active) return;
+    /* The main Ractor's hook (ractors.c); gcw is not another's to touch. */
+    if (!gcw.active || !rbtrace_main_ractor_p()) return;
     switch (flag) {
     case RUBY_INTERNAL_EVENT_GC_ENTER:
         gcw.step_start = now;

@@ -221,7 +221,8 @@ static void raise_hook_i(VALUE data, rb_trace_arg_t *targ)
     int state = 0;
 
     (void)data;
-    if (!raise_active || raise_busy || !rbtrace.attached) return;
+    /* The main Ractor's hook; the check is the ring's safety (ractors.c). */
+    if (!raise_active || raise_busy || !rbtrace.attached || !rbtrace_main_ractor_p()) return;
     now = rbtrace_clock_ns();
     exc = rb_tracearg_raised_exception(targ);
     arg.path = rb_tracearg_path(targ);

@@ -11,7 +11,8 @@
  * GVL for our threads while the app is busy; handoff_job.c, on 3.3+),
  * clock.c (events' time stamps), session.c
  * (commands), tracer.c (selectors, event hook), wrapper.c (tracing one
- * method by prepending a wrapper), emit.c (event encoding),
+ * method by prepending a wrapper), ractors.c (the main Ractor alone is
+ * traced), emit.c (event encoding),
  * ring.c (the buffer between app threads and the writer), writer.c (the
  * writer pthread), codec.c (the wire format, shared with the client).
  */
@@ -201,6 +202,7 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     Init_rbtrace_gcwatch(rbtrace_mRBTrace);
     Init_rbtrace_raisewatch(rbtrace_mRBTrace);
     Init_rbtrace_devmode(rbtrace_mRBTrace);
+    Init_rbtrace_ractors(rbtrace_mRBTrace);
     rbtrace_clock_init();
     rbtrace_mn_threads_init();
     rbtrace_channel_init();

@@ -66,8 +66,9 @@ struct rbtrace_tracer {
     ID mid;             /* method name to match, or 0 for any */
     VALUE exprs;        /* Array of expression Strings, or Qnil */
     VALUE selector;     /* the selector's text, as the client sent it */
-    VALUE tp;           /* a TracePoint on this Ruby method alone, or 0 (the
-                           global hook watches it) */
+    VALUE tp;           /* a TracePoint of calls of this Ruby method alone,
+                           or 0 (the global hook watches it) */
+    VALUE tp_return;    /* ... and of its returns */
 };
 
 /* A method name Symbol (or nil) as the ID the hooks compare (0 for nil).
@@ -334,8 +335,29 @@ void rbtrace_devmode_stop(void);
 void rbtrace_devmode_mark(void);
 void Init_rbtrace_devmode(VALUE mod);
 
+/* ractors.c: the main Ractor alone is traced */
+#ifdef RBTRACE_HAVE_RACTORS
+#include <ruby/ractor.h>
+extern rb_ractor_local_key_t rbtrace_main_ractor_key;
+
+/* Whether the running thread is the main Ractor's: a call into Ruby, which
+ * answers for the main Ractor with two loads. */
+static inline int rbtrace_main_ractor_p(void)
+{
+    return rb_ractor_local_storage_ptr(rbtrace_main_ractor_key) != NULL;
+}
+#else
+static inline int rbtrace_main_ractor_p(void)
+{
+    return 1;
+}
+#endif
+void rbtrace_ractors_count_other(void);
+uint64_t rbtrace_ractors_take_other(void);
+void Init_rbtrace_ractors(VALUE mod);
+
 /* wrapper.c: tracing one method by wrapping it */
-void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility);
+void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility, VALUE arity);
 int rbtrace_wrapper_module_p(VALUE klass);
 void rbtrace_wrapper_clear(void);
 void rbtrace_wrapper_mark(void);

@@ -8,9 +8,13 @@
  * method), that the hook compares against every call: an unmatched call
  * costs a few comparisons and no allocation.
  *
- * A selector naming one method of one class is traced by a wrapper
- * (wrapper.c), which costs nothing elsewhere. Every other selector and
- * --firehose use one global call/return hook. Such a hook leaves the VM
+ * A selector naming one Ruby method of one class is traced by a TracePoint
+ * on that method's bytecode alone (enable(target:)): no frame of ours in
+ * its calls, so its arity, parameters, owner, source_location, caller and
+ * the stack depth it reaches are its own. One naming a C method is traced
+ * by a wrapper (wrapper.c) of the original's arity. Neither costs anything
+ * elsewhere. Every other selector and --firehose use one global
+ * call/return hook. Such a hook leaves the VM
  * somewhat slower after it is removed (see DESIGN.md, "Leave the process
  * as fast as it was"); the client is told when it is installed.
  *
@@ -30,16 +34,27 @@
 
 static ID id_parse_selector, id_trace_exprs, id_enable_targeted, id_Selector, id_NotLoaded, id_at_path;
 
-/* The tracer of (klass, mid): among those the global hook watches, or
- * (targeted) those with a TracePoint of their own. */
-static const struct rbtrace_tracer *tracer_match(VALUE klass, ID mid, int targeted)
+/* The tracer of (klass, mid) among those the global hook watches. */
+static const struct rbtrace_tracer *tracer_match(VALUE klass, ID mid)
 {
     uint32_t i;
 
     for (i = 0; i < rbtrace.n_tracers; i++) {
         const struct rbtrace_tracer *t = &rbtrace.tracers[i];
-        if ((t->tp != 0) != targeted) continue;
+        if (t->tp) continue;
         if (rbtrace_selects(t->klass, t->mid, klass, mid)) return t;
+    }
+    return NULL;
+}
+
+/* The tracer whose TracePoint (of calls or of returns) tpval is. */
+static const struct rbtrace_tracer *tracer_of_tracepoint(VALUE tpval)
+{
+    uint32_t i;
+
+    for (i = 0; i < rbtrace.n_tracers; i++) {
+        const struct rbtrace_tracer *t = &rbtrace.tracers[i];
+        if (t->tp == tpval || t->tp_return == tpval) return t;
     }
     return NULL;
 }
@@ -100,7 +115,7 @@ tracer_hooked(rb_trace_arg_t *targ, rb_event_flag_t ev, VALUE klass, ID mid)
      * shown, nor named, so never among the recent methods either. */
     if ((ev & (RUBY_EVENT_C_CALL | RUBY_EVENT_C_RETURN)) && rbtrace_wrapper_module_p(klass)) return;
     if (rbtrace.slow) rbtrace_slow_event(ev, klass, mid);
-    if (!rbtrace.firehose && (t = tracer_match(klass, mid, 0)) == NULL) return;
+    if (!rbtrace.firehose && (t = tracer_match(klass, mid)) == NULL) return;
     tracer_event(targ, ev, targ ? t : NULL, klass, mid);
 }
 
@@ -152,6 +167,8 @@ static __attribute__((noinline)) RBTRACE_NO_STACK_PROTECTOR void tracer_hook_fra
     tracer_hook_known(ev, klass, mid);
 }
 
+/* (A hook added by rb_add_event_hook is the main Ractor's alone: other
+ * Ractors never run it, ractors.c.) */
 static void tracer_hook_i(rb_event_flag_t ev, VALUE data, VALUE self, ID id, VALUE klass)
 {
     /* --firehose alone implies attached: under it a C method's event met
@@ -189,22 +206,31 @@ tracer_event(rb_trace_arg_t *targ, rb_event_flag_t ev, const struct rbtrace_trac
         rbtrace_emit_call(ev, klass, mid, rbtrace_clock_ns());
 }
 
-/* A TracePoint on one Ruby method (RBTrace.enable_targeted): only that
- * method's bytecode fires it; nothing else in the process pays. */
+/*
+ * The TracePoints on one Ruby method (RBTrace.enable_targeted): only that
+ * method's bytecode fires them; nothing else in the process pays. Two of
+ * them, one for calls and one for returns, whose data is the event: the
+ * method is the tracer's own (its owner and original name, whichever alias
+ * was called), so a call needs no question to the VM (each rb_tracearg_*
+ * is a call into it) unless it has trace expressions.
+ */
 static void tracer_targeted_i(VALUE tpval, void *data)
 {
-    rb_trace_arg_t *targ = rb_tracearg_from_tracepoint(tpval);
     const struct rbtrace_tracer *t;
-    VALUE klass;
-    ID mid;
+    rb_event_flag_t ev = (rb_event_flag_t)(uintptr_t)data;
 
-    (void)data;
+    if (!rbtrace.attached) return;
+    /* Every Ractor runs the method's bytecode: another's call is counted
+     * (ractors.c), before anything of rbtrace's is read. */
+    if (!rbtrace_main_ractor_p()) {
+        if (ev == RUBY_EVENT_CALL) rbtrace_ractors_count_other();
+        return;
+    }
     /* Under -f the global hook shows every call already. */
-    if (!rbtrace.attached || rbtrace.firehose || RBTRACE_OWN_CALL()) return;
-    mid = rbtrace_method_id_of(rb_tracearg_method_id(targ));
-    klass = rb_tracearg_defined_class(targ);
-    if ((t = tracer_match(klass, mid, 1)) != NULL)
-        tracer_event(targ, rb_tracearg_event_flag(targ), t, klass, mid);
+    if (rbtrace.firehose || RBTRACE_OWN_CALL()) return;
+    if ((t = tracer_of_tracepoint(tpval)) == NULL) return;
+    tracer_event(t->exprs != Qnil && ev == RUBY_EVENT_CALL ? rb_tracearg_from_tracepoint(tpval) : NULL,
+                 ev, t, t->klass, t->mid);
 }
 
 struct tracer_target_arg {
@@ -218,17 +244,49 @@ static VALUE tracer_enable_targeted_i(VALUE p)
     return rb_funcall(rbtrace_mRBTrace, id_enable_targeted, 2, a->tp, a->method);
 }
 
-/* A TracePoint for method alone; 0 if the VM refuses (the caller then
- * uses the global hook). */
-static VALUE tracer_targeted(VALUE method)
+/* A TracePoint of event (its data) for method alone; 0 if the VM refuses. */
+static VALUE tracer_targeted_one(VALUE method, rb_event_flag_t event)
 {
     struct tracer_target_arg a;
     int state = 0;
 
-    a.tp = rb_tracepoint_new(Qnil, RUBY_EVENT_CALL | RUBY_EVENT_RETURN, tracer_targeted_i, NULL);
+    a.tp = rb_tracepoint_new(Qnil, event, tracer_targeted_i, (void *)(uintptr_t)event);
     a.method = method;
     rbtrace_protect(tracer_enable_targeted_i, (VALUE)&a, &state, NULL);
     return state ? 0 : a.tp;
+}
+
+/* t's TracePoints on method, of calls and of returns; 0 (none) if the VM
+ * refuses (the caller then uses the global hook). */
+static int tracer_targeted(struct rbtrace_tracer *t, VALUE method)
+{
+    t->tp = tracer_targeted_one(method, RUBY_EVENT_CALL);
+    t->tp_return = t->tp ? tracer_targeted_one(method, RUBY_EVENT_RETURN) : 0;
+    if (t->tp && !t->tp_return) {
+        rb_tracepoint_disable(t->tp);
+        t->tp = 0;
+    }
+    return t->tp != 0;
+}
+
+/* Stops t's TracePoints, if it has any. */
+static void tracer_untarget(const struct rbtrace_tracer *t)
+{
+    if (t->tp) rb_tracepoint_disable(t->tp);
+    if (t->tp_return) rb_tracepoint_disable(t->tp_return);
+}
+
+/* Whether a tracer with TracePoints already watches (klass, mid): another
+ * selector naming the same Ruby method (an alias of it) would make each
+ * call shown twice. */
+static int tracer_targeted_p(VALUE klass, ID mid)
+{
+    uint32_t i;
+
+    for (i = 0; i < rbtrace.n_tracers; i++)
+        if (rbtrace.tracers[i].tp && rbtrace.tracers[i].klass == klass && rbtrace.tracers[i].mid == mid)
+            return 1;
+    return 0;
 }
 
 /* Whether a selector the global hook watches has trace expressions,
@@ -278,7 +336,8 @@ static VALUE tracer_parse_i(VALUE selector)
 
 static VALUE tracer_wrap_i(VALUE parsed)
 {
-    rbtrace_wrapper_add(RARRAY_AREF(parsed, 0), RARRAY_AREF(parsed, 1), RARRAY_AREF(parsed, 3));
+    rbtrace_wrapper_add(RARRAY_AREF(parsed, 0), RARRAY_AREF(parsed, 1), RARRAY_AREF(parsed, 3),
+                        RARRAY_AREF(parsed, 5));
     return Qnil;
 }
 
@@ -345,7 +404,7 @@ static void tracer_remove(VALUE selector)
 
     for (i = 0; i < rbtrace.n_tracers; i++) {
         if (rb_str_equal(rbtrace.tracers[i].selector, selector) == Qtrue) {
-            if (rbtrace.tracers[i].tp) rb_tracepoint_disable(rbtrace.tracers[i].tp);
+            tracer_untarget(&rbtrace.tracers[i]);
             continue;
         }
         rbtrace.tracers[kept++] = rbtrace.tracers[i];
@@ -361,15 +420,17 @@ static void tracer_remove(VALUE selector)
  * error is not NULL. Returns 1 if the selector is traced. */
 static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
 {
-    VALUE parsed, err = Qnil;
+    VALUE parsed, err = Qnil, ruby, klass;
     struct rbtrace_tracer *t;
+    ID mid;
     int state = 0;
 
     parsed = rbtrace_protect(tracer_parse_i, sel, &state, &err);
     if (!state && !NIL_P(RARRAY_AREF(parsed, 3))) {
         /* parsed is [owner or nil, method Symbol or nil, expressions or nil,
-         * visibility Symbol if the method can be wrapped instead of hooked].
-         * Wrapping can fail (a frozen class): that selector alone. */
+         * visibility Symbol if the method (a C one) is wrapped instead of
+         * hooked, the UnboundMethod if it is a Ruby one, the wrapper's
+         * arity]. Wrapping can fail (a frozen class): that selector alone. */
         rbtrace_protect(tracer_wrap_i, parsed, &state, &err);
         if (!state) return 1;
     }
@@ -385,18 +446,21 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
                              RSTRING_PTR(sel));
         return 0;
     }
-    t = &rbtrace.tracers[rbtrace.n_tracers++];
-    t->klass = NIL_P(RARRAY_AREF(parsed, 0)) ? 0 : RARRAY_AREF(parsed, 0);
+    ruby = RARRAY_LEN(parsed) > 4 ? RARRAY_AREF(parsed, 4) : Qnil;
+    klass = NIL_P(RARRAY_AREF(parsed, 0)) ? 0 : RARRAY_AREF(parsed, 0);
     /* A name the user typed stays in the symbol table (rbtrace_method_id_of):
      * no method of that name may exist yet. */
-    t->mid = rbtrace_method_id_of(RARRAY_AREF(parsed, 1));
+    mid = rbtrace_method_id_of(RARRAY_AREF(parsed, 1));
+    if (!NIL_P(ruby) && tracer_targeted_p(klass, mid)) return 1;
+    t = &rbtrace.tracers[rbtrace.n_tracers++];
+    t->klass = klass;
+    t->mid = mid;
     t->exprs = RARRAY_AREF(parsed, 2);
     t->selector = sel;
-    /* A Ruby method (with expressions, or one a wrapper may not stand in
-     * for) gets a TracePoint of its own; anything else, the global hook. */
-    t->tp = RARRAY_LEN(parsed) > 4 && !NIL_P(RARRAY_AREF(parsed, 4))
-            ? tracer_targeted(RARRAY_AREF(parsed, 4)) : 0;
-    if (!t->tp) *hook = 1;
+    t->tp = t->tp_return = 0;
+    /* A Ruby method gets TracePoints of its own; anything else (or a Ruby
+     * method whose TracePoint the VM refused), the global hook. */
+    if (NIL_P(ruby) || !tracer_targeted(t, ruby)) *hook = 1;
     return 1;
 }
 
@@ -466,8 +530,7 @@ void rbtrace_tracer_clear(void)
 {
     uint32_t i;
 
-    for (i = 0; i < rbtrace.n_tracers; i++)
-        if (rbtrace.tracers[i].tp) rb_tracepoint_disable(rbtrace.tracers[i].tp);
+    for (i = 0; i < rbtrace.n_tracers; i++) tracer_untarget(&rbtrace.tracers[i]);
     rbtrace_wrapper_clear();
     tracer_remove_hook();
     rbtrace.firehose = 0;
@@ -491,6 +554,7 @@ void rbtrace_tracer_mark(void)
         rb_gc_mark(rbtrace.tracers[i].exprs);
         rb_gc_mark(rbtrace.tracers[i].selector);
         rb_gc_mark(rbtrace.tracers[i].tp);
+        rb_gc_mark(rbtrace.tracers[i].tp_return);
     }
     rbtrace_slow_mark();
     rbtrace_devmode_mark();

@@ -10,6 +10,12 @@
  * (rb_ensure), so blocks, keywords, results, exceptions and throw/break
  * pass through unchanged. Nothing else in the process pays anything.
  *
+ * Only C methods are wrapped (a Ruby method gets a TracePoint on its own
+ * bytecode, tracer.c, which adds no frame). The wrapper is defined with the
+ * original's arity, one C function per arity (0 to WRAPPER_ARITY_MAX, and
+ * -1), all calling one body: `arity` and `parameters` are the original's
+ * (a C method's parameters are unnamed: only its arity shows).
+ *
  * Detach removes the wrapper methods; the empty module stays prepended
  * (a module cannot be un-prepended) and costs nothing. One module per
  * owner is kept for the life of the process and reused.
@@ -76,19 +82,79 @@ int rbtrace_wrapper_module_p(VALUE klass)
 }
 
 /* The body of every wrapper method. Under --firehose it records nothing:
- * the global hook shows the wrapped method's every call already. */
-static VALUE wrapper_call_m(int argc, VALUE *argv, VALUE self)
+ * the global hook shows the wrapped method's every call already. A call
+ * from a Ractor other than the main one is only counted (ractors.c). */
+static VALUE wrapper_call_m(int argc, const VALUE *argv, VALUE self)
 {
     struct wrapper_call c = { argc, argv, rb_keyword_given_p(), NULL };
     ID mid;
     VALUE module;
 
-    if (rbtrace.attached && !rbtrace.firehose && !RBTRACE_OWN_CALL() &&
-        rb_frame_method_id_and_class(&mid, &module))
-        c.w = wrapper_find(module, mid);
+    if (rbtrace.attached) {
+        if (!rbtrace_main_ractor_p())
+            rbtrace_ractors_count_other();
+        else if (!rbtrace.firehose && !RBTRACE_OWN_CALL() && rb_frame_method_id_and_class(&mid, &module))
+            c.w = wrapper_find(module, mid);
+    }
     if (c.w == NULL) return rb_call_super_kw(argc, argv, c.kw_splat);
     rbtrace_emit_call(RUBY_EVENT_C_CALL, c.w->owner, c.w->mid, rbtrace_clock_ns());
     return rb_ensure(wrapper_super_i, (VALUE)&c, wrapper_return_i, (VALUE)&c);
+}
+
+/* The wrapper's C functions of fixed arity: each passes its arguments on
+ * to the one body. WRAPPER_ARITY_MAX is lib/rbtrace/selector.rb's
+ * Selector::WRAPPER_ARITY_MAX. */
+#define WRAPPER_ARITY_MAX 15
+#define WRAPPER_FIXED(n, params, ...) \
+    static VALUE wrapper_call_##n(VALUE self params) \
+    { \
+        const VALUE argv[] = { __VA_ARGS__ }; \
+        return wrapper_call_m(n, argv, self); \
+    }
+#define P(i) , VALUE a##i
+
+static VALUE wrapper_call_0(VALUE self) { return wrapper_call_m(0, NULL, self); }
+WRAPPER_FIXED(1, P(0), a0)
+WRAPPER_FIXED(2, P(0) P(1), a0, a1)
+WRAPPER_FIXED(3, P(0) P(1) P(2), a0, a1, a2)
+WRAPPER_FIXED(4, P(0) P(1) P(2) P(3), a0, a1, a2, a3)
+WRAPPER_FIXED(5, P(0) P(1) P(2) P(3) P(4), a0, a1, a2, a3, a4)
+WRAPPER_FIXED(6, P(0) P(1) P(2) P(3) P(4) P(5), a0, a1, a2, a3, a4, a5)
+WRAPPER_FIXED(7, P(0) P(1) P(2) P(3) P(4) P(5) P(6), a0, a1, a2, a3, a4, a5, a6)
+WRAPPER_FIXED(8, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7), a0, a1, a2, a3, a4, a5, a6, a7)
+WRAPPER_FIXED(9, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8), a0, a1, a2, a3, a4, a5, a6, a7, a8)
+WRAPPER_FIXED(10, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9),
+              a0, a1, a2, a3, a4, a5, a6, a7, a8, a9)
+WRAPPER_FIXED(11, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9) P(10),
+              a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
+WRAPPER_FIXED(12, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9) P(10) P(11),
+              a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
+WRAPPER_FIXED(13, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9) P(10) P(11) P(12),
+              a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12)
+WRAPPER_FIXED(14, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9) P(10) P(11) P(12) P(13),
+              a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13)
+WRAPPER_FIXED(15, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9) P(10) P(11) P(12) P(13) P(14),
+              a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14)
+
+#undef P
+#undef WRAPPER_FIXED
+
+/* Ruby calls a method's C function through a pointer of its arity's type;
+ * the table holds them untyped, as rb_define_method takes them. */
+#define WRAPPER_FN(f) ((VALUE (*)(ANYARGS))(f))
+static VALUE (*const wrapper_fixed[WRAPPER_ARITY_MAX + 1])(ANYARGS) = {
+    WRAPPER_FN(wrapper_call_0), WRAPPER_FN(wrapper_call_1), WRAPPER_FN(wrapper_call_2),
+    WRAPPER_FN(wrapper_call_3), WRAPPER_FN(wrapper_call_4), WRAPPER_FN(wrapper_call_5),
+    WRAPPER_FN(wrapper_call_6), WRAPPER_FN(wrapper_call_7), WRAPPER_FN(wrapper_call_8),
+    WRAPPER_FN(wrapper_call_9), WRAPPER_FN(wrapper_call_10), WRAPPER_FN(wrapper_call_11),
+    WRAPPER_FN(wrapper_call_12), WRAPPER_FN(wrapper_call_13), WRAPPER_FN(wrapper_call_14),
+    WRAPPER_FN(wrapper_call_15),
+};
+
+/* The variadic one (arity -1). */
+static VALUE wrapper_call_v(int argc, VALUE *argv, VALUE self)
+{
+    return wrapper_call_m(argc, argv, self);
 }
 
 static VALUE wrapper_module_for(VALUE owner)
@@ -105,14 +171,21 @@ static VALUE wrapper_module_for(VALUE owner)
 
 /*
  * Wraps owner's method mid (a Symbol) with the given visibility
- * (:public, :private or :protected). GVL held, from a command.
+ * (:public, :private or :protected) and arity (an Integer, -1 to
+ * WRAPPER_ARITY_MAX: the original's). GVL held, from a command.
  */
-void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility)
+void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility, VALUE arity_v)
 {
     VALUE module;
     const char *name;
     struct wrapper_entry *w;
     ID id = rbtrace_method_id_of(mid);
+    int arity = NUM2INT(arity_v);
+    VALUE (*fn)(ANYARGS);
+
+    if (arity < -1 || arity > WRAPPER_ARITY_MAX)
+        rb_raise(rb_eArgError, "a wrapper takes -1 to %d arguments, not %d", WRAPPER_ARITY_MAX, arity);
+    fn = arity < 0 ? WRAPPER_FN(wrapper_call_v) : wrapper_fixed[arity];
 
     if (n_wrappers >= RBTRACE_SELECTORS_MAX) {
         rbtrace_emit_message(RBTRACE_EV_ERROR, "too many wrapped methods (at most %d)",
@@ -124,12 +197,15 @@ void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility)
     name = rb_id2name(id);
     /* Braces: Ruby 2.7's rb_define_*method macros end in a ';' of their
      * own, which would leave the else without its if. */
+    /* The functions in parentheses: the macros of the same names check a
+     * constant arity against the function's type, and ours is chosen at
+     * run time. */
     if (visibility == ID2SYM(rb_intern("private"))) {
-        rb_define_private_method(module, name, wrapper_call_m, -1);
+        (rb_define_private_method)(module, name, fn, arity);
     } else if (visibility == ID2SYM(rb_intern("protected"))) {
-        rb_define_protected_method(module, name, wrapper_call_m, -1);
+        (rb_define_protected_method)(module, name, fn, arity);
     } else {
-        rb_define_method(module, name, wrapper_call_m, -1);
+        (rb_define_method)(module, name, fn, arity);
     }
     w = &wrappers[n_wrappers++];
     w->module = module;

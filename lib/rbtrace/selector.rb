@@ -55,17 +55,35 @@ module RBTrace
     module_function
 
     # Returns [owner or nil, method Symbol or nil, expressions or nil,
-    # visibility Symbol when the method can be traced by a wrapper, else nil,
-    # the UnboundMethod when it is defined in Ruby (a TracePoint can target
-    # its bytecode alone), else nil].
+    # visibility Symbol when the method is traced by a wrapper, else nil,
+    # the UnboundMethod when it is defined in Ruby (a TracePoint targets its
+    # bytecode alone), else nil, the wrapper's arity (the method's own)].
+    # A Ruby method is never wrapped: its TracePoint leaves it as it is
+    # (frames, arity, parameters, owner, source_location, stack depth); a
+    # wrapper is a C method of the original's arity, for C methods only.
     # Raises ArgumentError with a message meant for the user (NotLoaded when
     # the class is not defined).
     def parse(text)
       name, exprs = split_expressions(text.strip)
       owner, meth, via_alias = resolve(name)
-      wrappable = !exprs && !via_alias
-      [owner, meth, exprs, wrappable ? wrapper_visibility(owner, meth) : nil,
-       ruby_method(owner, meth)]
+      ruby = ruby_method(owner, meth)
+      arity = !ruby && !exprs && !via_alias ? wrapper_arity(owner, meth) : nil
+      [owner, meth, exprs, arity ? wrapper_visibility(owner, meth) : nil, ruby, arity]
+    end
+
+    # The most arguments a wrapper of fixed arity takes (ext/rbtrace/wrapper.c
+    # has one C function per arity up to it, and one for -1).
+    WRAPPER_ARITY_MAX = 15
+
+    # The wrapper's arity: the C method's own, where one of the wrapper's C
+    # functions has it; nil (traced by the hook) where none does.
+    def wrapper_arity(owner, meth)
+      return nil if owner.nil? || meth.nil?
+
+      arity = owner.instance_method(meth).arity
+      arity.between?(-1, WRAPPER_ARITY_MAX) ? arity : nil
+    rescue NameError, TypeError
+      nil
     end
 
     # The method, if it has bytecode of its own (not C, not attr_reader).
@@ -78,7 +96,8 @@ module RBTrace
       nil
     end
 
-    # Trace expressions need the call's binding, which only the hook has.
+    # The wrapper's visibility (the method's), or nil where a wrapper may not
+    # stand in for it (UNWRAPPABLE, refinements, Kernel before 3.0).
     def wrapper_visibility(owner, meth)
       return nil if owner.nil? || meth.nil? || UNWRAPPABLE.include?(meth)
       return nil if owner.instance_of?(Module) && !PREPEND_REACHES_INCLUDERS
@@ -157,8 +176,10 @@ module RBTrace
     end
 
     # The method's owner and original name: what the VM reports at each call;
-    # and whether meth is an alias: a wrapper of the original name would not
-    # see the calls made through the alias (PG::Connection#exec), a hook does.
+    # and whether meth is an alias: a wrapper of a C method's original name
+    # would not see the calls made through the alias (PG::Connection#exec), a
+    # hook does. A Ruby method's alias shares its bytecode, and so its
+    # TracePoint: calls through any of its names are seen, under the original.
     def owned_method(mod, meth, prefix)
       unless mod.method_defined?(meth) || mod.private_method_defined?(meth)
         raise NotDefined, "no such method #{prefix}#{meth}"

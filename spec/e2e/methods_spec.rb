@@ -123,18 +123,20 @@ RSpec.describe 'tracing methods (-m)' do
     expect(result.stdout).to match(/^Process\.pid </)
   end
 
-  it 'reports a method that cannot be wrapped (frozen class) and traces the others' do
+  it 'reports a C method that cannot be wrapped (frozen class), traces a Ruby one of such a class, and the others' do
     frozen = start_target(<<~'RUBY').ready
+      Ice = Struct.new(:cube)     # Ice#cube: an accessor, not Ruby bytecode
       class Ice
-        def cube; 1; end
+        def melt; 1; end
       end
       Ice.freeze
       puts "ready"
-      loop { Ice.new.cube; sleep 0.02 }
+      loop { Ice.new(1).cube; Ice.new(1).melt; sleep 0.02 }
     RUBY
-    result = trace(frozen, '-m', 'sleep', 'Ice#cube', until_output: /Kernel#sleep </)
+    result = trace(frozen, '-m', 'sleep', 'Ice#cube', 'Ice#melt', until_output: /Ice#melt <.*Kernel#sleep </m)
     expect(result.stderr).to include("Ice#cube: can't modify frozen class: Ice (not traced)")
     expect(result.stdout).to match(/^Kernel#sleep </)
+    expect(result.stdout).to match(/^Ice#melt </)
   end
 
   it 'never evaluates the class part of a selector' do

@@ -1,7 +1,8 @@
 require_relative '../spec_helper'
 
-# A selector naming one method of one class is traced by a prepended
-# wrapper (ext/rbtrace/wrapper.c); the program must not notice.
+# A selector naming one method of one class is traced by a TracePoint on
+# its bytecode (a Ruby method) or by a prepended wrapper (a C method,
+# ext/rbtrace/wrapper.c); the program must not notice.
 RSpec.describe 'method wrappers' do
   APP_WRAPPED = <<~'RUBY'.freeze
     class Calc
@@ -56,11 +57,12 @@ RSpec.describe 'method wrappers' do
     expect(app.lines.count('ok')).to be > 5
   end
 
-  it 'does not install global hooks for wrapped selectors, and removes the wrappers on detach' do
-    r = trace(app, '-m', 'Calc#add', until_output: /Calc#add </)
+  it 'installs no global hook, prepends nothing for a Ruby method, and removes a C method\'s wrapper on detach' do
+    r = trace(app, '-m', 'Calc#add', 'Process.pid', until_output: /Calc#add <.*Process\.pid </m)
     expect(r.stderr).not_to include('global VM hooks')
-    owner = rbtrace('-p', app.pid, '-e', '[Calc.instance_method(:add).owner, Calc.ancestors.first.instance_methods(false)]')
-    expect(owner.stdout).to end_with("=> [Calc, []]\n")
+    owner = rbtrace('-p', app.pid, '-e', '[Calc.instance_method(:add).owner, Calc.ancestors.first, ' \
+                                         'Process.singleton_class.ancestors.first.instance_methods(false)]')
+    expect(owner.stdout).to end_with("=> [Calc, Calc, []]\n")
   end
 
   it 'keeps tracing through a GC compaction, and detaches cleanly after it' do

@@ -1,0 +1,60 @@
+require_relative '../spec_helper'
+
+# rbtrace traces the main Ractor only (ext/rbtrace/ractors.c): the event ring
+# has one producer, and another Ractor runs in parallel with the main one.
+# A traced method called from another Ractor is skipped and counted, and
+# the count told once, at the detach (issue 20, item 3).
+RSpec.describe 'Ractors' do
+  it 'shows the main Ractor\'s calls of traced Ruby and C methods only, and counts the others\'' do
+    skip 'this Ruby has no Ractors' unless defined?(Ractor)
+    app = start_target(<<~'RUBY').ready
+      class Probe
+        def triple(x)
+          x * 3
+        end
+      end
+
+      # Each round, a batch of calls in each of two Ractors, and one call of
+      # each method in the main one while they run.
+      workers = Array.new(2) do
+        Ractor.new do
+          loop do
+            n = Ractor.receive
+            h = { 1 => 2 }
+            Ractor.yield(n.times.sum { Probe.new.triple(1) + (h.key?(1) ? 1 : 0) })
+          end
+        end
+      end
+      puts "ready"
+      loop do
+        workers.each { |r| r.send(2000) }
+        mine = [Probe.new.triple(2), { 1 => 2 }.key?(1)]
+        results = workers.map(&:take)
+        puts(results == [8000, 8000] && mine == [6, true] ? 'ok' : "BAD #{results.inspect} #{mine.inspect}")
+        sleep 0.02
+      end
+    RUBY
+    app.wait_for('ok')
+    client = start_client('-p', app.pid, '-m', 'Probe#triple', 'Hash#key?')
+    client.attached
+    client.wait_for(/^Probe#triple <.*^Hash#key\? <.*^Probe#triple <.*^Hash#key\? </m)
+    app.drain
+    rounds = app.lines.size
+    app.wait_for(->(_) { app.lines.size > rounds + 3 })
+    expect(client.stop).to be_success
+    app.drain
+    expect(app).to be_alive
+    expect(app.lines.grep(/BAD/)).to be_empty
+
+    expect(client.stderr).not_to include('malformed')
+    counts = client.stderr.scan(/^\*\*\* (\d+) calls in other Ractors not traced/).flatten.map(&:to_i)
+    expect(counts.size).to eq(1)
+    expect(counts.first).to be >= 2000            # one batch's calls at least
+    # Only the main Ractor's thread: the client prefixes no line with one.
+    expect(client.stdout).not_to match(/^\[t\d+\]/)
+    lines = client.stdout.lines.map(&:chomp).reject(&:empty?)
+    expect(lines).to all(match(/\A(Probe#triple|Hash#key\?) <\d+\.\d{6}>\z/))
+    # One call of each a round, in the main Ractor: nowhere near a batch's.
+    expect(lines.size).to be < 2 * (app.lines.size + 2)
+  end
+end
