@@ -64,6 +64,7 @@ module RBTrace
     def evaluate(code, format)
       RBTrace.handoff_done
       Thread.current.name = 'rbtrace eval'
+      Thread.current.thread_variable_set(:fork_safe, true)   # as the helper's (lib/rbtrace.rb)
       Thread.current.report_on_exception = false
       [OK, render(TOPLEVEL_BINDING.eval(code, EVAL_PATH), format)]
     rescue Exception => e # rubocop:disable Lint/RescueException

@@ -215,8 +215,10 @@ module ProbeObserve
     { 'stack edge.the deepest level reached in a thread' => value }
   end
 
+  # Name, priority, status, and the thread variable that Puma's and Rails'
+  # fork checks skip a thread for.
   def thread_info(t)
-    [t.name, t.priority, t.status]
+    [t.name, t.priority, t.status, t.thread_variable_get(:fork_safe)]
   end
 
   def threads
@@ -236,10 +238,10 @@ module ProbeObserve
     }
     mine.size.times { queue << :done }
     mine.each(&:join)
-    o['foreign threads.Thread.list.size once the own ended'] = Thread.list.size
+    o['foreign threads.in Thread.list once the own ended'] = (Thread.list - [Thread.current]).map { |t| thread_info(t) }
     # The script idiom: wait for every other thread to end.
-    o['joining.every other thread ends (none listed)'] =
-      (Thread.list - [Thread.current]).reject { |t| t.join(JOIN_LIMIT) }.map { |t| "#{thread_info(t).inspect} never ends" }
+    o['joining.the threads that never end (none)'] =
+      (Thread.list - [Thread.current]).reject { |t| t.join(JOIN_LIMIT) }.map { |t| thread_info(t) }
     o
   end
 
