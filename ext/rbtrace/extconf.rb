@@ -32,6 +32,7 @@ end
 have_func('rb_postponed_job_preregister', 'ruby/debug.h')
 have_func('rb_postponed_job_register_one', 'ruby/debug.h')
 have_func('rb_class_attached_object', 'ruby.h')
+have_func('rb_ext_ractor_safe', 'ruby.h')   # Ractor-safe C methods (inplace.c)
 
 # The thread an event is of, in one instruction (rbtrace.h, rbtrace_thread_id).
 if checking_for('__builtin_thread_pointer') { try_compile('int main(void) { return __builtin_thread_pointer() == 0; }') }
