@@ -475,9 +475,10 @@ static VALUE channel_exec_m(int argc, VALUE *argv, VALUE self)
  * rbtrace loads, stays; its process may then leave the queue behind).
  * rb_method_basic_definition_p is asked of classes only (it caches into
  * the class it is given, which a module is not made for): Object for
- * Kernel#exec, what every object calls; Process.exec's singleton for the
- * private Process#exec that Ruby defines with it. $VERBOSE is off
- * meanwhile: Ruby would warn "method redefined".
+ * Kernel#exec, what every object calls; Process.exec's singleton (Ruby
+ * defines no Process#exec: Process.exec is a singleton method only, not a
+ * module function). $VERBOSE is off meanwhile: Ruby would warn "method
+ * redefined".
  */
 static void channel_exec_install(void)
 {
@@ -489,10 +490,8 @@ static void channel_exec_install(void)
         rb_define_private_method(rb_mKernel, "exec", channel_exec_m, -1);
     if (rb_method_basic_definition_p(rb_singleton_class(rb_mKernel), id))
         rb_define_singleton_method(rb_mKernel, "exec", channel_exec_m, -1);
-    if (rb_method_basic_definition_p(rb_singleton_class(rb_mProcess), id)) {
-        rb_define_private_method(rb_mProcess, "exec", channel_exec_m, -1);
+    if (rb_method_basic_definition_p(rb_singleton_class(rb_mProcess), id))
         rb_define_singleton_method(rb_mProcess, "exec", channel_exec_m, -1);
-    }
     ruby_verbose = verbose;
 }
 
