@@ -44,65 +44,18 @@ module RBTrace
     attr_reader :helper
   end
 
-  # An app's trap("URG") replaces rbtrace's handler, after which the process
-  # can no longer be attached to: say so once, where the app logs.
-  module TrapWatch
-    private def trap(*args, &block)
-      RBTrace.watch_trap(args.first) { super(*args, &block) }
-    end
-  end
-
-  module SignalTrapWatch
-    def trap(*args, &block)
-      RBTrace.watch_trap(args.first) { super(*args, &block) }
-    end
-  end
-
-  URG = Signal.list.fetch('URG')
-
-  # Runs the app's trap (the block) and returns what it returns, but for
-  # the old handler of SIGURG where it was rbtrace's: Ruby names a handler
-  # it did not set nil, and the app gets what it would have got untraced.
-  def self.watch_trap(signal)
-    ours = urg?(signal) && signal_handler_installed?
-    old = yield
-    check_signal_handler
-    ours && old.nil? ? signal_handler_before : old
-  end
-
-  def self.urg?(signal)
-    signal = signal.to_str if !signal.is_a?(Symbol) && signal.respond_to?(:to_str)
-    case signal
-    when Integer then signal == URG
-    when Symbol, String then signal.to_s.delete_prefix('SIG') == 'URG'
-    else false
-    end
-  end
-
-  def self.check_signal_handler
-    return if @handler_lost || signal_handler_installed?
-
-    @handler_lost = true
-    warn "rbtrace: the app replaced rbtrace's SIGURG handler (trap('URG')); " \
-         "this process (pid #{Process.pid}) can no longer be traced"
-  end
-
   # A forked child starts detached; only the forking thread survives fork,
   # so the child needs a helper of its own. Process._fork (Ruby 3.1+) sees
-  # fork, Kernel#fork and IO.popen('-'); Process.daemon forks without it.
+  # fork, Kernel#fork and IO.popen('-'): Ruby's own hook point, made to be
+  # overridden (this module shows in Process.singleton_class.ancestors).
+  # Process.daemon forks without it: ext/rbtrace/inplace.c replaces it in
+  # place, and its trap (the app's trap('URG') warned of), without a
+  # module in any ancestors.
   module ForkHook
     def _fork
       pid = super
       RBTrace.reset_in_child if pid.zero?
       pid
-    end
-  end
-
-  module DaemonHook
-    def daemon(*args)
-      result = super
-      RBTrace.reset_in_child   # only the child returns from daemon
-      result
     end
   end
 
@@ -135,11 +88,5 @@ module RBTrace
 end
 
 Process.singleton_class.prepend(RBTrace::ForkHook) if Process.respond_to?(:_fork)
-Process.singleton_class.prepend(RBTrace::DaemonHook)
-Signal.singleton_class.prepend(RBTrace::SignalTrapWatch)
-Kernel.singleton_class.prepend(RBTrace::SignalTrapWatch)
-# Before Ruby 3.0 a module prepended to Kernel does not reach the classes
-# that include it already (Object): there, Object stands in for Kernel.
-(RBTrace::Selector::PREPEND_REACHES_INCLUDERS ? Kernel : Object).prepend(RBTrace::TrapWatch)
 RBTrace.start_helper
 RBTrace::ExecWait.wait_if_asked

@@ -400,27 +400,28 @@ static VALUE channel_helper_loop_m(VALUE self)
 }
 
 /*
- * call-seq: RBTrace.signal_handler_installed? -> true or false
- *
- * Whether SIGURG still reaches rbtrace: an app's trap("URG") replaces it.
+ * Whether SIGURG still reaches rbtrace: an app's trap("URG") replaces it
+ * (asked by inplace.c's trap, before and after Ruby's). It must not raise
+ * what Ruby's trap would not: a query of a valid signal cannot fail, but
+ * if it did, the handler counts as still there (no warning, the app's
+ * trap unchanged).
  */
-static VALUE channel_handler_installed_p_m(VALUE self)
+int rbtrace_channel_handler_installed(void)
 {
     struct sigaction cur;
 
-    if (sigaction(SIGURG, NULL, &cur) != 0) rb_sys_fail("sigaction(SIGURG)");
-    return (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == channel_sigurg ? Qtrue : Qfalse;
+    if (sigaction(SIGURG, NULL, &cur) != 0) return 1;
+    return (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == channel_sigurg;
 }
 
 /*
- * call-seq: RBTrace.signal_handler_before -> "SYSTEM_DEFAULT", "IGNORE" or nil
- *
  * What Ruby's trap('URG', ...) would have returned as the old handler had
- * rbtrace not replaced SIGURG's (while the app has not trapped URG: else
- * Ruby returns the app's own). Ruby's trap sees our handler and returns
- * nil, so lib/rbtrace.rb returns this instead.
+ * rbtrace not replaced SIGURG's: "SYSTEM_DEFAULT", "IGNORE" or nil (while
+ * the app has not trapped URG: else Ruby returns the app's own). Ruby's
+ * trap sees our handler and returns nil, so rbtrace's trap (inplace.c)
+ * returns this instead.
  */
-static VALUE channel_handler_before_m(VALUE self)
+VALUE rbtrace_channel_handler_before(void)
 {
     return channel_urg_before ? rb_str_new_cstr(channel_urg_before) : Qnil;
 }
@@ -474,9 +475,10 @@ static VALUE channel_exec_m(int argc, VALUE *argv, VALUE self)
  * rbtrace loads, stays; its process may then leave the queue behind).
  * rb_method_basic_definition_p is asked of classes only (it caches into
  * the class it is given, which a module is not made for): Object for
- * Kernel#exec, what every object calls; Process.exec's singleton for the
- * private Process#exec that Ruby defines with it. $VERBOSE is off
- * meanwhile: Ruby would warn "method redefined".
+ * Kernel#exec, what every object calls; Process.exec's singleton (Ruby
+ * defines no Process#exec: Process.exec is a singleton method only, not a
+ * module function). $VERBOSE is off meanwhile: Ruby would warn "method
+ * redefined".
  */
 static void channel_exec_install(void)
 {
@@ -488,10 +490,8 @@ static void channel_exec_install(void)
         rb_define_private_method(rb_mKernel, "exec", channel_exec_m, -1);
     if (rb_method_basic_definition_p(rb_singleton_class(rb_mKernel), id))
         rb_define_singleton_method(rb_mKernel, "exec", channel_exec_m, -1);
-    if (rb_method_basic_definition_p(rb_singleton_class(rb_mProcess), id)) {
-        rb_define_private_method(rb_mProcess, "exec", channel_exec_m, -1);
+    if (rb_method_basic_definition_p(rb_singleton_class(rb_mProcess), id))
         rb_define_singleton_method(rb_mProcess, "exec", channel_exec_m, -1);
-    }
     ruby_verbose = verbose;
 }
 
@@ -539,7 +539,5 @@ void rbtrace_channel_init(void)
 void Init_rbtrace_channel(VALUE mod)
 {
     rb_define_singleton_method(mod, "helper_loop", channel_helper_loop_m, 0);
-    rb_define_singleton_method(mod, "signal_handler_installed?", channel_handler_installed_p_m, 0);
-    rb_define_singleton_method(mod, "signal_handler_before", channel_handler_before_m, 0);
     channel_exec_install();
 }

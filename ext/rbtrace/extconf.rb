@@ -32,6 +32,7 @@ end
 have_func('rb_postponed_job_preregister', 'ruby/debug.h')
 have_func('rb_postponed_job_register_one', 'ruby/debug.h')
 have_func('rb_class_attached_object', 'ruby.h')
+have_func('rb_ext_ractor_safe', 'ruby.h')   # Ractor-safe C methods (inplace.c)
 
 # Ractor-local storage (Ruby 3.0+): which Ractor a hook runs in (ractors.c).
 if have_header('ruby/ractor.h') && have_func('rb_ractor_local_storage_ptr_newkey', 'ruby/ractor.h')

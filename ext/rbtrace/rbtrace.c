@@ -203,6 +203,7 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     Init_rbtrace_raisewatch(rbtrace_mRBTrace);
     Init_rbtrace_devmode(rbtrace_mRBTrace);
     Init_rbtrace_ractors(rbtrace_mRBTrace);
+    rbtrace_inplace_install();
     rbtrace_clock_init();
     rbtrace_mn_threads_init();
     rbtrace_channel_init();

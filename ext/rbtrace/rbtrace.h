@@ -252,7 +252,12 @@ void rbtrace_channel_init(void);
 void rbtrace_channel_reset_socket(void);
 void rbtrace_channel_after_fork(void);
 void rbtrace_channel_wake(void);
+int rbtrace_channel_handler_installed(void);   /* SIGURG still ours */
+VALUE rbtrace_channel_handler_before(void);    /* what trap('URG') returned before rbtrace */
 void Init_rbtrace_channel(VALUE mod);
+
+/* inplace.c: Kernel#trap, Signal.trap, Process.daemon replaced in place */
+void rbtrace_inplace_install(void);
 
 /* handoff.c: the GVL for our threads while an app thread is busy */
 void rbtrace_handoff_request(void);

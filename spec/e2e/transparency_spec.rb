@@ -33,6 +33,21 @@ module TransparencySpec
   FOREIGN_THREADS = "no thread the app did not start but rbtrace's helper ('rbtrace', priority 0, :fork_safe), " \
                     'in Thread.list and in a forked child'
   JOINING = "joining every other thread finishes, but for rbtrace's helper: (Thread.list - [Thread.current]).each(&:join)"
+  # rbtrace's trap (ext/rbtrace/inplace.c) calls Ruby's, a C frame of its
+  # own: an error raised by trap has one more "in `trap'" line, the top one
+  # twice. What stays by design is decided apart, as above.
+  TRAP_ERRORS = 'an error raised by trap (an unknown or reserved signal, no handler): class, message, backtrace'
+
+  # An observation with its trap errors' top backtrace line doubled, the
+  # way rbtrace's trap adds it (the top label likewise).
+  def self.with_trap_frame(observation)
+    observation.to_h do |key, value|
+      next [key, value] unless key.start_with?('trap errors.') && value.is_a?(Array)
+
+      klass, message, backtrace, labels = value
+      [key, [klass, message, backtrace.first(1) + backtrace, labels.first(1) + labels]]
+    end
+  end
 
   RUBY_SELECTORS = %w[Probe#greet ProbeBase#greet ProbeLoud#greet Probe#depth Probe#deepest Probe#where
                       Probe#boom Probe#bang Probe#rescuer Probe#yielder].freeze
@@ -110,6 +125,12 @@ RSpec.describe 'transparency: what the app observes' do
     it(TransparencySpec::FOREIGN_THREADS) { expect_same('foreign threads', TransparencySpec::FOREIGN_THREADS, @observed) }
     it(TransparencySpec::JOINING) { expect_same('joining', TransparencySpec::JOINING, @observed) }
 
+    it "#{TransparencySpec::TRAP_ERRORS}: the same, but for one more `trap' line at the top of the backtrace" do
+      expected = TransparencySpec.with_trap_frame(@observed['without rbtrace'])
+      expect_same('trap errors', TransparencySpec::TRAP_ERRORS,
+                  { 'without rbtrace, its top line twice' => expected, 'rbtrace loaded' => @observed['rbtrace loaded'] })
+    end
+
     it "the app's first trap('URG') returns what it returns without rbtrace, and then the app's handler" do
       expect_same('urg', "trap('URG')", @observed)
     end
@@ -152,6 +173,7 @@ RSpec.describe 'transparency: what the app observes' do
 
       it(TransparencySpec::FOREIGN_THREADS) { expect_same('foreign threads', TransparencySpec::FOREIGN_THREADS, @observed) }
       it(TransparencySpec::JOINING) { expect_same('joining', TransparencySpec::JOINING, @observed) }
+      it(TransparencySpec::TRAP_ERRORS) { expect_same('trap errors', TransparencySpec::TRAP_ERRORS, @observed) }
     end
   end
 end

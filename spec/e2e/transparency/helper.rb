@@ -9,8 +9,8 @@ module TransparencySpec
   # The aspects each request of probe_app.rb observes: an app that died
   # before answering is reported under them.
   REQUEST_ASPECTS = {
-    'observe' => ['introspection', 'calls', '$!', 'threads', 'foreign threads', 'joining', 'signals', 'fork',
-                  'exec', 'app code run'],
+    'observe' => ['introspection', 'calls', '$!', 'threads', 'foreign threads', 'joining', 'signals', 'trap errors',
+                  'fork', 'exec', 'app code run'],
     'recursion' => %w[recursion], 'deepest' => ['stack edge'], 'ractor' => %w[ractor], 'urg' => %w[urg]
   }.freeze
 

@@ -122,6 +122,29 @@ module ProbeObserve
     end
     o['introspection.Probe#greet bound == unbound'] =
       Probe.new.method(:greet).unbind == Probe.instance_method(:greet)
+    o.merge(core_introspection)
+  end
+
+  # What rbtrace replaces in place (Kernel#trap, Signal.trap, Process.daemon:
+  # ext/rbtrace/inplace.c) and where it once prepended modules.
+  def core_introspection
+    o = {}
+    [[Kernel, :trap], [Signal, :trap], [Process, :daemon], [Kernel, :exec]].each do |mod, name|
+      o["introspection.#{mod}##{name}"] = describe_method(mod.instance_method(name))
+      o["introspection.#{mod}.#{name}"] = describe_method(mod.method(name))
+    end
+    o['introspection.Process.exec'] = describe_method(Process.method(:exec))   # no Process#exec
+    [Object, Kernel, BasicObject, Signal.singleton_class, Kernel.singleton_class].each do |mod|
+      o["introspection.#{mod.inspect}.ancestors"] = mod.ancestors.map(&:inspect)
+    end
+    # Process._fork is Ruby's own hook point for forks, made to be
+    # overridden: rbtrace prepends RBTrace::ForkHook there (README, Known limits).
+    o['introspection.Process.singleton_class.ancestors, but for the Process._fork hook'] =
+      Process.singleton_class.ancestors.map(&:inspect) - ['RBTrace::ForkHook']
+    [Kernel, Signal, Process].each do |mod|
+      o["introspection.#{mod}.private_instance_methods(false)"] = mod.private_instance_methods(false).sort
+      o["introspection.#{mod}.singleton_methods(false)"] = mod.singleton_methods(false).sort
+    end
     o
   end
 
@@ -246,10 +269,46 @@ module ProbeObserve
   end
 
   def signals
-    APP_TRAPS.to_h do |sig, handler|
+    o = APP_TRAPS.to_h do |sig, handler|
       back = Signal.trap(sig, 'DEFAULT')
       Signal.trap(sig, back)
       ["signals.trap('#{sig}') returns what the app set", back.equal?(handler) || back == handler || back.inspect]
+    end
+    o.merge(trap_calls)
+  end
+
+  # trap called every way (rbtrace's own trap calls Ruby's: inplace.c).
+  def trap_calls
+    o = {}
+    first = trap('INT') { :int }
+    back = trap('INT', first)
+    o["signals.trap('INT') { } returns, then gives back the block as a Proc"] =
+      [first, back.class.name, back.lambda?, back.call]
+    mine = ->(_) { :usr1 }
+    o["signals.Signal.trap(:USR1, ...) returns, IGNORE, a lambda, by number"] =
+      [Signal.trap(:USR1, 'IGNORE'), Kernel.trap('SIGUSR1', mine), Signal.trap(Signal.list['USR1'], 'DEFAULT').equal?(mine),
+       trap(:USR1, 'SYSTEM_DEFAULT'), Signal.trap('USR1', 'DEFAULT')]
+    o
+  end
+
+  # Errors raised by trap: class, message, backtrace. Kept apart from
+  # signals: rbtrace's trap adds a frame (README, Known limits).
+  TRAP_ERRORS = {
+    "trap('BOGUS') { }" => -> { trap('BOGUS') { nil } },
+    "trap('SEGV') { }" => -> { trap('SEGV') { nil } },
+    "Signal.trap('USR2') without a handler" => -> { Signal.trap('USR2') },
+    "Kernel.trap(:KILL, 'IGNORE')" => -> { Kernel.trap(:KILL, 'IGNORE') }
+  }.freeze
+
+  def trap_errors
+    TRAP_ERRORS.to_h do |what, call|
+      seen = begin
+        call.call
+        'no error'
+      rescue StandardError => e
+        [e.class.name, e.message, e.backtrace, e.backtrace_locations.map(&:label)]
+      end
+      ["trap errors.#{what}", seen]
     end
   end
 
@@ -319,7 +378,8 @@ module ProbeObserve
   # Each part's keys start with its aspect; a part that raises says so
   # under its aspect and the others are still observed.
   PARTS = { introspection: 'introspection', calls: 'calls', dollar_bang: '$!',
-            threads: 'threads', signals: 'signals', forks: 'fork', execs: 'exec', app_code_run: 'app code run' }.freeze
+            threads: 'threads', signals: 'signals', trap_errors: 'trap errors', forks: 'fork', execs: 'exec',
+            app_code_run: 'app code run' }.freeze
 
   def observe
     $probe_app_calls.clear
