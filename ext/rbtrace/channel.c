@@ -486,12 +486,18 @@ static void channel_exec_install(void)
     VALUE verbose = ruby_verbose;
 
     ruby_verbose = Qfalse;
+#ifdef HAVE_RB_EXT_RACTOR_SAFE
+    rb_ext_ractor_safe(true);   /* as Ruby's own: else exec in a Ractor raises */
+#endif
     if (rb_method_basic_definition_p(rb_cObject, id))
         rb_define_private_method(rb_mKernel, "exec", channel_exec_m, -1);
     if (rb_method_basic_definition_p(rb_singleton_class(rb_mKernel), id))
         rb_define_singleton_method(rb_mKernel, "exec", channel_exec_m, -1);
     if (rb_method_basic_definition_p(rb_singleton_class(rb_mProcess), id))
         rb_define_singleton_method(rb_mProcess, "exec", channel_exec_m, -1);
+#ifdef HAVE_RB_EXT_RACTOR_SAFE
+    rb_ext_ractor_safe(false);
+#endif
     ruby_verbose = verbose;
 }
 

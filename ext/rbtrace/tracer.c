@@ -219,6 +219,9 @@ static void tracer_targeted_i(VALUE tpval, void *data)
     const struct rbtrace_tracer *t;
     rb_event_flag_t ev = (rb_event_flag_t)(uintptr_t)data;
 
+    /* A block's method has one TracePoint of both events (data 0). */
+    if (!ev) ev = rb_tracearg_event_flag(rb_tracearg_from_tracepoint(tpval));
+
     if (!rbtrace.attached) return;
     /* Every Ractor runs the method's bytecode: another's call is counted
      * (ractors.c), before anything of rbtrace's is read. */
@@ -244,24 +247,32 @@ static VALUE tracer_enable_targeted_i(VALUE p)
     return rb_funcall(rbtrace_mRBTrace, id_enable_targeted, 2, a->tp, a->method);
 }
 
-/* A TracePoint of event (its data) for method alone; 0 if the VM refuses. */
-static VALUE tracer_targeted_one(VALUE method, rb_event_flag_t event)
+/* A TracePoint of events for method alone, its data the event when there
+ * is one (else 0); 0 if the VM refuses. */
+static VALUE tracer_targeted_tracepoint(VALUE method, rb_event_flag_t events, rb_event_flag_t data)
 {
     struct tracer_target_arg a;
     int state = 0;
 
-    a.tp = rb_tracepoint_new(Qnil, event, tracer_targeted_i, (void *)(uintptr_t)event);
+    a.tp = rb_tracepoint_new(Qnil, events, tracer_targeted_i, (void *)(uintptr_t)data);
     a.method = method;
     rbtrace_protect(tracer_enable_targeted_i, (VALUE)&a, &state, NULL);
     return state ? 0 : a.tp;
 }
 
 /* t's TracePoints on method, of calls and of returns; 0 (none) if the VM
- * refuses (the caller then uses the global hook). */
-static int tracer_targeted(struct rbtrace_tracer *t, VALUE method)
+ * refuses (the caller then uses the global hook). A block's method
+ * (define_method) gets one of both events: Ruby fires no call event for
+ * it to a second TracePoint targeted at it (spec/e2e/methods_spec.rb). */
+static int tracer_targeted(struct rbtrace_tracer *t, VALUE method, int block_method)
 {
-    t->tp = tracer_targeted_one(method, RUBY_EVENT_CALL);
-    t->tp_return = t->tp ? tracer_targeted_one(method, RUBY_EVENT_RETURN) : 0;
+    if (block_method) {
+        t->tp = tracer_targeted_tracepoint(method, RUBY_EVENT_CALL | RUBY_EVENT_RETURN, 0);
+        t->tp_return = 0;
+        return t->tp != 0;
+    }
+    t->tp = tracer_targeted_tracepoint(method, RUBY_EVENT_CALL, RUBY_EVENT_CALL);
+    t->tp_return = t->tp ? tracer_targeted_tracepoint(method, RUBY_EVENT_RETURN, RUBY_EVENT_RETURN) : 0;
     if (t->tp && !t->tp_return) {
         rb_tracepoint_disable(t->tp);
         t->tp = 0;
@@ -460,7 +471,8 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
     t->tp = t->tp_return = 0;
     /* A Ruby method gets TracePoints of its own; anything else (or a Ruby
      * method whose TracePoint the VM refused), the global hook. */
-    if (NIL_P(ruby) || !tracer_targeted(t, ruby)) *hook = 1;
+    if (NIL_P(ruby) || !tracer_targeted(t, ruby, RARRAY_LEN(parsed) > 6 && RTEST(RARRAY_AREF(parsed, 6))))
+        *hook = 1;
     return 1;
 }
 

@@ -68,7 +68,19 @@ module RBTrace
       owner, meth, via_alias = resolve(name)
       ruby = ruby_method(owner, meth)
       arity = !ruby && !exprs && !via_alias ? wrapper_arity(owner, meth) : nil
-      [owner, meth, exprs, arity ? wrapper_visibility(owner, meth) : nil, ruby, arity]
+      [owner, meth, exprs, arity ? wrapper_visibility(owner, meth) : nil, ruby, arity, block_method?(ruby)]
+    end
+
+    # Whether a Ruby method is a block's (define_method with a block): Ruby
+    # (3.1 to 3.3 at least) fires no call event for one to a second TracePoint
+    # targeted at it, so ext/rbtrace/tracer.c gives it one TracePoint of both
+    # events instead of one for calls and one for returns.
+    def block_method?(method)
+      return false unless method
+
+      RubyVM::InstructionSequence.of(method).to_a[9] == :block
+    rescue StandardError
+      false
     end
 
     # The most arguments a wrapper of fixed arity takes (ext/rbtrace/wrapper.c

@@ -42,23 +42,31 @@ RSpec.describe 'faults' do
   end
 
   describe 'a tracer killed with SIGKILL mid-trace' do
-    # Work#meth is called while it is traced, then never again: only the
-    # writer seeing the socket hang up can end the session.
-    def quiet_app
+    # Work#meth and Hash#key? are called until the trace showed one, then
+    # never again: only the writer seeing the socket hang up can end the
+    # session. (A Ruby method's TracePoints show nothing to the app, so the
+    # spec tells it when to go quiet: the file quiet_path.)
+    def quiet_app(quiet_path)
       start_target(<<~RUBY).ready
         #{state_reporter}
         puts "ready"
-        sleep 0.005 until Work.instance_method(:meth).owner != Work || TracePoint.stat.values.first&.first.to_i > 0
-        100.times { Work.new.meth; sleep 0.005 }
+        h = { 1 => 2 }
+        until File.exist?(#{quiet_path.inspect})
+          Work.new.meth
+          h.key?(1)
+          sleep 0.005
+        end
         puts "quiet"
         sleep
       RUBY
     end
 
-    [['wrapped', ['-m', 'Work#meth']], ['hooked (global VM hook)', ['-m', 'meth']],
-     ['firehose', ['-f']]].each do |how, args|
+    [['targeted (a Ruby method\'s TracePoints)', ['-m', 'Work#meth'], 'Work#meth'],
+     ['wrapped (a C method)', ['-m', 'Hash#key?'], 'Hash#key\\?'],
+     ['hooked (global VM hook)', ['-m', 'meth'], 'Work#meth'], ['firehose', ['-f'], 'Work#meth']].each do |how, args, shown|
       it "#{how}: the target detaches by itself within a second, leaves nothing, and can be attached again at once" do
-        app = quiet_app
+        quiet_path = File.join(Dir.tmpdir, "rbtrace-quiet-#{Process.pid}-#{rand(1 << 30)}")
+        app = quiet_app(quiet_path)
         # The queue exists from the first session on: the baseline is taken
         # after a clean attach and detach, with the reporter thread running.
         expect(rbtrace('-p', app.pid, '-e', '1')).to be_success
@@ -68,7 +76,8 @@ RSpec.describe 'faults' do
 
         client = start_client('-p', app.pid, *args)
         client.attached
-        client.wait_for(/^(\[t\d+\] )? *Work#meth <\d/)
+        client.wait_for(/^(\[t\d+\] )? *#{shown} <\d/)
+        File.write(quiet_path, '')
         app.wait_for('quiet')
         expect(last_state(app)).to match(/attached=true/)
         killed = monotonic
@@ -90,8 +99,11 @@ RSpec.describe 'faults' do
         expect(again).to be < 5
         expect(r.stdout).to eq(">> RBTrace.attached?\n=> true\n")
         expect(r).to be_success
+      ensure
+        FileUtils.rm_f(quiet_path)
       end
     end
+
     it 'in the middle of an eval: the target stops the eval and detaches within a second, not at its end' do
       app = start_target("#{state_reporter}\nputs 'ready'\nsleep").ready
       expect(rbtrace('-p', app.pid, '-e', '1')).to be_success

@@ -70,6 +70,20 @@ RSpec.describe 'tracing methods (-m)' do
     expect(out).to match(/^  String#gsub\(self="hello", @test=123\) <\d+\.\d{6}>$/)
   end
 
+  it 'traces a method made by define_method with a block: its calls and returns, with and without expressions' do
+    blocky = start_target(<<~'RUBY').ready
+      class Blocky
+        define_method(:twice) { |v| v * 2 }
+        define_method(:half) { |v| v / 2 }
+      end
+      puts 'ready'
+      loop { Blocky.new.twice(Blocky.new.half(8)); sleep 0.02 }
+    RUBY
+    out = trace(blocky, '-m', 'Blocky#twice', 'Blocky#half(v)', until_output: /Blocky#twice <.*\n.*Blocky#twice </m).stdout
+    expect(out).to match(/^Blocky#half\(v=8\) <\d+\.\d{6}>$/)
+    expect(out).to match(/^Blocky#twice <\d+\.\d{6}>$/)
+  end
+
   it 'shows __source__ as the caller file:line' do
     out = trace(app, '-m', 'String#upcase(__source__)', until_output: /upcase\(/).stdout
     expect(out).to match(/String#upcase\(__source__="-e:15"\)/)
