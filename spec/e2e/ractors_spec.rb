@@ -108,4 +108,22 @@ RSpec.describe 'Ractors' do
       expect(trace_rounds('--raise').stdout.scan(/^raise RuntimeError: round \d+ at /).size).to be >= 4
     end
   end
+
+  # A collection stops every Ractor, but Ruby calls only the hooks of the
+  # Ractor whose thread runs it: those are counted and told at the detach.
+  it '--gc tells at the detach how many collections other Ractors ran' do
+    skip 'this Ruby has no Ractors' unless defined?(Ractor)
+    app = start_target(<<~'RUBY').ready
+      Warning[:experimental] = false
+      churner = Ractor.new { loop { 20_000.times { "y" * 40 }; sleep 0.01 } }
+      puts "ready"
+      loop { GC.start; puts "main GC"; sleep 0.1 }
+    RUBY
+    result = trace(app, '--gc', until_output: /(^GC major \(force\).*\n){3}/)
+    expect(result.stdout.lines).to all(match(/^GC /))
+    counts = result.stderr.scan(/^\*\*\* (\d+) garbage collections run by other Ractors not shown/).flatten
+    expect(counts.size).to eq(1)
+    expect(Integer(counts.first)).to be >= 1
+    expect(app).to be_alive
+  end
 end
