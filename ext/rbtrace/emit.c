@@ -596,7 +596,7 @@ int rbtrace_emit_detached(void)
     msgpack_packer pk;
     int state;
 
-    uint64_t other = rbtrace_ractors_take_other();
+    uint64_t other = rbtrace_ractors_take_other(), other_gcs = rbtrace_gc_take_other();
     char text[160];
     int n;
 
@@ -607,6 +607,12 @@ int rbtrace_emit_detached(void)
     /* Told once, with the session's total (ractors.c). */
     if (other && (n = snprintf(text, sizeof(text), "%llu calls in other Ractors not traced (rbtrace "
                                "traces the main Ractor only)", (unsigned long long)other)) > 0)
+        rbtrace_event_pack_message(&pk, RBTRACE_EV_NOTICE, text,
+                                   (size_t)n < sizeof(text) ? (size_t)n : sizeof(text) - 1);
+    /* Likewise the collections other Ractors' threads ran (gcwatch.c). */
+    if (other_gcs && (n = snprintf(text, sizeof(text), "%llu garbage collections run by other Ractors "
+                                   "not shown (rbtrace sees the main Ractor's only)",
+                                   (unsigned long long)other_gcs)) > 0)
         rbtrace_event_pack_message(&pk, RBTRACE_EV_NOTICE, text,
                                    (size_t)n < sizeof(text) ? (size_t)n : sizeof(text) - 1);
     rbtrace_event_pack_detached(&pk);

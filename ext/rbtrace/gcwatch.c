@@ -13,6 +13,16 @@
  * Ruby. The hooks only read the clock and GC.latest_gc_info's symbols
  * (which does not allocate once its symbols exist: see rbtrace_gc_start)
  * into a fixed array; a postponed job sends them at the next safe point.
+ *
+ * A Ractor that has ended switches the hook off when the GC frees it
+ * (ractors.c): the GC step that freed it never fires its GC_EXIT, and no
+ * GC event fires after it. Each step therefore queues the job, which runs
+ * after the step: should the step be still open then, the hook was cut
+ * off inside it, and the job switches it on again.
+ *
+ * Only collections the main Ractor's threads run are seen: Ruby calls the
+ * hooks of the Ractor whose thread collects, and another Ractor's are out
+ * of reach. Those are counted (GC.count moves on) and told at the detach.
  */
 #include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
 
@@ -36,8 +46,11 @@ struct gc_record {
 
 static struct {
     int active;
+    int in_step;           /* between a GC_ENTER and its GC_EXIT */
     enum gc_phase phase;
     uint64_t step_start;   /* when the current step (or phase) began */
+    size_t last_count;     /* GC.count at the last collection seen */
+    uint64_t other;        /* collections run by other Ractors, not seen */
     struct gc_record current;
     struct gc_record pending[GC_PENDING_MAX];
     unsigned n_pending;
@@ -45,11 +58,38 @@ static struct {
     int job_queued;
 } gcw;
 
-static VALUE sym_major_by, sym_gc_by;
+static VALUE sym_major_by, sym_gc_by, sym_state, sym_none;
 
 #ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
 static rb_postponed_job_handle_t gc_job = POSTPONED_JOB_HANDLE_INVALID;
 #endif
+
+static void gc_finish(uint64_t now);
+
+/*
+ * The step the hook saw begin never ended for it: a Ractor freed inside
+ * it switched the hooks off (ractors.c). Switches them on again. The
+ * collection it cut off gets the step's time up to now (the job runs at
+ * the app's next safe point, a little after the step ended); if the step
+ * ended it (GC.start sweeps at once), it is recorded now, else the steps
+ * to come, seen again, finish it.
+ */
+static void gc_cut_off(void)
+{
+    uint64_t now = rbtrace_clock_ns();
+
+    gcw.in_step = 0;
+    rbtrace_ractors_restore_hooks();
+    /* A collection that began in the gap was this Ractor's, not another's. */
+    if (gcw.last_count) gcw.last_count = rb_gc_count();
+    if (gcw.phase == GC_IDLE) return;
+    if (gcw.phase == GC_SWEEPING && rb_gc_latest_gc_info(sym_state) == sym_none) {
+        gc_finish(now);   /* the step ended it */
+        return;
+    }
+    if (gcw.phase == GC_MARKING) gcw.current.mark_ns += now - gcw.step_start;
+    else gcw.current.sweep_ns += now - gcw.step_start;
+}
 
 /* Sends the recorded collections (a postponed job: a safe point). */
 static void gc_flush_job(void *unused)
@@ -61,6 +101,7 @@ static void gc_flush_job(void *unused)
     /* Only the main Ractor writes to the ring (ractors.c): the records
      * wait for the next collection's job. */
     if (!rbtrace_main_ractor_p()) return;
+    if (gcw.in_step && gcw.active) gc_cut_off();
     if (!gcw.active || !rbtrace.attached) {
         gcw.n_pending = 0;
         return;
@@ -100,6 +141,23 @@ static void gc_finish(uint64_t now)
     gc_queue_flush();
 }
 
+/* A collection began that this hook saw; those GC.count went past since
+ * the last one were run by other Ractors (ractors.c). */
+static void gc_begin(uint64_t now)
+{
+    size_t count = rb_gc_count();
+
+    if (gcw.last_count && count > gcw.last_count + 1) gcw.other += count - gcw.last_count - 1;
+    gcw.last_count = count;
+    gcw.phase = GC_MARKING;
+    gcw.step_start = now;
+    gcw.current.thread = rbtrace_thread_id();
+    gcw.current.start_ns = now;
+    gcw.current.mark_ns = gcw.current.sweep_ns = 0;
+    gcw.current.major_by = rb_gc_latest_gc_info(sym_major_by);
+    gcw.current.gc_by = rb_gc_latest_gc_info(sym_gc_by);
+}
+
 static void gc_hook(rb_event_flag_t flag, VALUE data, VALUE self, ID mid, VALUE klass)
 {
     uint64_t now = rbtrace_clock_ns();
@@ -109,16 +167,13 @@ static void gc_hook(rb_event_flag_t flag, VALUE data, VALUE self, ID mid, VALUE 
     if (!gcw.active || !rbtrace_main_ractor_p()) return;
     switch (flag) {
     case RUBY_INTERNAL_EVENT_GC_ENTER:
+        gcw.in_step = 1;
         gcw.step_start = now;
+        /* Runs after the step: finds it open if it cut the hooks off. */
+        gc_queue_flush();
         break;
     case RUBY_INTERNAL_EVENT_GC_START:
-        gcw.phase = GC_MARKING;
-        gcw.step_start = now;
-        gcw.current.thread = rbtrace_thread_id();
-        gcw.current.start_ns = now;
-        gcw.current.mark_ns = gcw.current.sweep_ns = 0;
-        gcw.current.major_by = rb_gc_latest_gc_info(sym_major_by);
-        gcw.current.gc_by = rb_gc_latest_gc_info(sym_gc_by);
+        gc_begin(now);
         break;
     case RUBY_INTERNAL_EVENT_GC_END_MARK:
         if (gcw.phase != GC_MARKING) break;
@@ -130,6 +185,7 @@ static void gc_hook(rb_event_flag_t flag, VALUE data, VALUE self, ID mid, VALUE 
         if (gcw.phase == GC_SWEEPING) gc_finish(now);
         break;
     case RUBY_INTERNAL_EVENT_GC_EXIT:
+        gcw.in_step = 0;
         if (gcw.phase == GC_MARKING) gcw.current.mark_ns += now - gcw.step_start;
         else if (gcw.phase == GC_SWEEPING) gcw.current.sweep_ns += now - gcw.step_start;
         break;
@@ -145,9 +201,13 @@ void rbtrace_gc_start(void)
     if (gcw.active) return;
     rb_gc_latest_gc_info(sym_major_by);
     rb_gc_latest_gc_info(sym_gc_by);
+    rb_gc_latest_gc_info(sym_state);
     gcw.phase = GC_IDLE;
+    gcw.in_step = 0;
     gcw.n_pending = 0;
     gcw.lost = 0;
+    gcw.other = 0;
+    gcw.last_count = 0;
     gcw.active = 1;
     rb_add_event_hook(gc_hook, GC_EVENTS, Qnil);
 }
@@ -157,8 +217,18 @@ void rbtrace_gc_stop(void)
     if (!gcw.active) return;
     rb_remove_event_hook(gc_hook);
     gcw.active = 0;
+    gcw.in_step = 0;
     gcw.n_pending = 0;
     gcw.phase = GC_IDLE;
+}
+
+/* Collections run by other Ractors' threads since the last call, not seen. */
+uint64_t rbtrace_gc_take_other(void)
+{
+    uint64_t n = gcw.other;
+
+    gcw.other = 0;
+    return n;
 }
 
 void Init_rbtrace_gcwatch(VALUE mod)
@@ -166,6 +236,8 @@ void Init_rbtrace_gcwatch(VALUE mod)
     (void)mod;
     sym_major_by = ID2SYM(rb_intern("major_by"));
     sym_gc_by = ID2SYM(rb_intern("gc_by"));
+    sym_state = ID2SYM(rb_intern("state"));
+    sym_none = ID2SYM(rb_intern("none"));
 #ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
     gc_job = rb_postponed_job_preregister(0, gc_flush_job, NULL);
 #endif

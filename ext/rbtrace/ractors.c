@@ -21,6 +21,22 @@
  * the main Ractor only, which Ruby reads there without a lookup (the key's
  * cache for the main Ractor). Without Ractors (Ruby 2.7) every thread is
  * the main Ractor's.
+ *
+ * A finished Ractor switches the main Ractor's hooks off (Ruby's bug
+ * https://bugs.ruby-lang.org/issues/19112, in 3.0 to 3.4 at least): when
+ * the GC frees a Ractor's object, Ruby cleans that Ractor's (empty) hook
+ * list and sets the VM's global event flags from it, to nothing. The main
+ * Ractor's hooks stay in its list, but the events those flags gate fire no
+ * more: the GC's internal events (--gc) and Ruby methods' calls and
+ * returns (-f, --slow, --devmode's class ends). C methods' calls and
+ * raises are checked against the list itself and go on. Adding a hook to
+ * the main Ractor's list sets the flags from that list again:
+ * rbtrace_ractors_restore_hooks does so with a hook that never runs, once
+ * gcwatch.c finds that a collection was cut off (--gc only: on Ruby 3.1 a
+ * GC hook crashes a starting Ractor's thread that collects before it has a
+ * frame, 3.3 checks; so none is added to watch for -f and --slow). That revives
+ * the app's own global TracePoints too, as any attach or detach of rbtrace
+ * always did.
  */
 #include "rbtrace.h"
 
@@ -51,6 +67,21 @@ void rbtrace_ractors_count_other(void)
 uint64_t rbtrace_ractors_take_other(void)
 {
     return __atomic_exchange_n(&ractors_other_calls, 0, __ATOMIC_RELAXED);
+}
+
+static void ractors_noop_hook(rb_event_flag_t ev, VALUE data, VALUE self, ID mid, VALUE klass)
+{
+    (void)ev; (void)data; (void)self; (void)mid; (void)klass;
+}
+
+/* Sets the VM's global event flags from the main Ractor's hooks again
+ * (see above). With no event the hook never runs; both calls only walk the
+ * list and set the flags: what was on stays on, nothing is recompiled.
+ * In the main Ractor, with the GVL, outside any hook. */
+void rbtrace_ractors_restore_hooks(void)
+{
+    rb_add_event_hook(ractors_noop_hook, 0, Qnil);
+    rb_remove_event_hook(ractors_noop_hook);
 }
 
 /* Called in the main Ractor (the extension's Init). */

@@ -324,6 +324,7 @@ void Init_rbtrace_slow(VALUE mod);
 /* gcwatch.c: --gc */
 void rbtrace_gc_start(void);
 void rbtrace_gc_stop(void);
+uint64_t rbtrace_gc_take_other(void);
 void Init_rbtrace_gcwatch(VALUE mod);
 
 /* raisewatch.c: --raise */
@@ -359,6 +360,7 @@ static inline int rbtrace_main_ractor_p(void)
 #endif
 void rbtrace_ractors_count_other(void);
 uint64_t rbtrace_ractors_take_other(void);
+void rbtrace_ractors_restore_hooks(void);
 void Init_rbtrace_ractors(VALUE mod);
 
 /* wrapper.c: tracing one method by wrapping it */

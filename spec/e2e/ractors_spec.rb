@@ -57,4 +57,73 @@ RSpec.describe 'Ractors' do
     # One call of each a round, in the main Ractor: nowhere near a batch's.
     expect(lines.size).to be < 2 * (app.lines.size + 2)
   end
+
+  # Ruby frees a Ractor's event hooks when its object is collected, and that
+  # sets the VM's global event flags from its (empty) list: the main
+  # Ractor's global hooks stay in place but no GC event nor Ruby method's
+  # call fires for them any more (https://bugs.ruby-lang.org/issues/19112).
+  # Each round of this app leaves two finished Ractors for its GC.start to
+  # free: --gc and --raise must go on showing the main Ractor's events.
+  describe 'in an app whose finished Ractors are collected' do
+    APP_DEAD_RACTORS = <<~'RUBY'.freeze
+      Warning[:experimental] = false
+      def work(n) = n + 1
+      def ractors = 2.times.map { |i| Ractor.new(i) { |k| k * 2 } }.map(&:take)
+      puts "ready"
+      n = 0
+      loop do
+        ok = ractors == [0, 2]
+        GC.start
+        (raise "round #{n}" rescue nil)
+        puts(ok && work(n) == n + 1 ? "round #{n}" : 'BAD')
+        n += 1
+        sleep 0.05
+      end
+    RUBY
+
+    let(:app) do
+      skip 'this Ruby has no Ractors' unless defined?(Ractor)
+      start_target(APP_DEAD_RACTORS).ready
+    end
+
+    # Traces the app for rounds rounds from the attach, then detaches.
+    def trace_rounds(*args, rounds: 6)
+      client = start_client('-p', app.pid, *args)
+      client.attached
+      seen = app.drain.size
+      app.wait_for(->(_) { app.lines.size >= seen + rounds }, timeout: 30)
+      expect(client.stop(:INT)).to be_success
+      app.drain
+      expect(app).to be_alive
+      expect(app.lines.grep(/BAD/)).to be_empty
+      client
+    end
+
+    it '--gc shows the GCs of the main Ractor, round after round' do
+      out = trace_rounds('--gc').stdout
+      expect(out.scan(/^GC major \(force\) by method <\d+\.\d{6}> \(mark \d+\.\d{6}, sweep \d+\.\d{6}\)$/).size).to be >= 4
+    end
+
+    it '--raise shows the main Ractor\'s exceptions, round after round' do
+      expect(trace_rounds('--raise').stdout.scan(/^raise RuntimeError: round \d+ at /).size).to be >= 4
+    end
+  end
+
+  # A collection stops every Ractor, but Ruby calls only the hooks of the
+  # Ractor whose thread runs it: those are counted and told at the detach.
+  it '--gc tells at the detach how many collections other Ractors ran' do
+    skip 'this Ruby has no Ractors' unless defined?(Ractor)
+    app = start_target(<<~'RUBY').ready
+      Warning[:experimental] = false
+      churner = Ractor.new { loop { 20_000.times { "y" * 40 }; sleep 0.01 } }
+      puts "ready"
+      loop { GC.start; puts "main GC"; sleep 0.1 }
+    RUBY
+    result = trace(app, '--gc', until_output: /(^GC major \(force\).*\n){3}/)
+    expect(result.stdout.lines).to all(match(/^GC /))
+    counts = result.stderr.scan(/^\*\*\* (\d+) garbage collections run by other Ractors not shown/).flatten
+    expect(counts.size).to eq(1)
+    expect(Integer(counts.first)).to be >= 1
+    expect(app).to be_alive
+  end
 end
