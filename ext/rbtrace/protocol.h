@@ -26,9 +26,18 @@
 #include <sys/types.h>
 
 /* 4: commands after ATTACH come over the socket (3 sent them through the
- * queue, in chunks). A target refuses an ATTACH of another version with
- * RBTRACE_REFUSED_VERSION, saying both versions. */
+ * queue, in chunks). 5: RAISE says whether it is a re-raise. A target
+ * refuses an ATTACH of another version with RBTRACE_REFUSED_VERSION,
+ * saying both versions. */
 #define RBTRACE_PROTOCOL_VERSION 5
+
+/*
+ * Text that the extension's library holds (rbtrace.c) and no other: the
+ * client looks for it in a process's rbtrace.so to tell this rbtrace from
+ * the original gem (0.5.x and older), whose library has the same name and
+ * whose client is another program (procfs.c). Never change it.
+ */
+#define RBTRACE_LIBRARY_MARK "rbtrace-library-mark: the extension of the C rbtrace client"
 
 /* ---- the command queue ------------------------------------------------ */
 

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "attach.h"
+#include "escape.h"
 #include "procfs.h"
 
 /* Between SIGURGs while we wait for the queue or a queue slot. */
@@ -108,9 +109,30 @@ static void attach_sweep_stale_queues(void)
     }
 }
 
+/*
+ * The process loaded the original rbtrace gem (0.5.x or older), whose
+ * protocol and client differ: it would never answer. Said at once, without
+ * signalling it, with the library's path (the app's text: escaped).
+ */
+static int attach_old_gem(struct attach *a, const char *path)
+{
+    char version[64], shown[120 * ESCAPE_MAX_PER_BYTE + 1];
+    size_t len = strnlen(path, 120);
+
+    procfs_gem_version(path, version, sizeof(version));
+    shown[escape_text(shown, path, len, 0)] = '\0';
+    return attach_fail(a, "process %d runs the original rbtrace gem (%s%s, %s), not this "
+                       "rbtrace: this client cannot trace it. Use that gem's own client (in the "
+                       "app's directory: bundle exec rbtrace -p %d), or have the app load this "
+                       "rbtrace (gem 'rbtrace', '>= 0.6') and restart it",
+                       (int)a->pid, version[0] ? version : "0.5.x or older",
+                       len < strlen(path) ? "..." : "", shown, (int)a->pid);
+}
+
 int attach_check_target(struct attach *a)
 {
     int pid = (int)a->pid;
+    char old[4096];
 
     attach_sweep_stale_queues();
     if (kill(a->pid, 0) < 0) {
@@ -121,10 +143,15 @@ int attach_check_target(struct attach *a)
                                "(run rbtrace as that user, or as root)", pid);
         return attach_fail_errno(a, "could not signal the process");
     }
-    if (procfs_has_rbtrace(a->pid) == 0)
+    switch (procfs_rbtrace_library(a->pid, old, sizeof(old))) {
+    case PROCFS_LIB_NONE:
         return attach_fail(a, "process %d has not loaded rbtrace: add require 'rbtrace' to the "
                            "app, or start it with RUBYOPT=-rrbtrace", pid);
-    return CLI_OK;
+    case PROCFS_LIB_OLD_GEM:
+        return attach_old_gem(a, old);
+    default:   /* ours, or the maps unreadable: the attach will tell */
+        return CLI_OK;
+    }
 }
 
 int attach_signal(struct attach *a)
