@@ -94,11 +94,25 @@ static void test_gem_version(void)
     CHECK(strlen(v) == sizeof(v) - 1);   /* cut to fit */
 }
 
+/* This process's one thread: running (it reads its own stat), named as
+ * the program. */
+static void test_tasks(void)
+{
+    struct procfs_task t[4];
+    int n = procfs_tasks(getpid(), t, 4);
+
+    CHECK(n == 1);
+    CHECK(n == 1 && t[0].tid == getpid() && t[0].state == 'R');
+    CHECK(n == 1 && !strncmp(t[0].comm, "test_procfs", sizeof(t[0].comm) - 1));
+    CHECK(procfs_tasks(procfs_test_dead_pid(), t, 4) == -1);
+}
+
 int main(void)
 {
     test_alive();
     test_euid_and_rbtrace();
     test_started();
     test_gem_version();
+    test_tasks();
     return check_report();
 }

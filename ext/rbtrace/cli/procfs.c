@@ -2,6 +2,7 @@
  * procfs.c - what /proc says about a process (procfs.h).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -192,6 +193,71 @@ void procfs_gem_version(const char *path, char *out, size_t size)
     }
     if (v) while (v[n] && v[n] != '/' && n + 1 < size) n++;
     if (size) snprintf(out, size, "%.*s", (int)n, v ? v : "");
+}
+
+/* ---- threads ---- */
+
+/* The first line of a small /proc file into buf ("" if unreadable). */
+static void procfs_read_small(const char *path, char *buf, size_t size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, size - 1);
+
+    if (fd >= 0) close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    buf[strcspn(buf, "\n")] = '\0';
+}
+
+/* One thread's state, name, wchan and system call. -1 if it is gone. */
+static int procfs_task(pid_t pid, pid_t tid, struct procfs_task *t)
+{
+    char path[96], buf[1024], *open_paren, *close_paren, *end;
+    size_t len;
+
+    memset(t, 0, sizeof(*t));
+    t->tid = tid;
+    t->syscall = -1;
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+    procfs_read_small(path, buf, sizeof(buf));
+    /* "tid (comm) S ...": comm may hold spaces and parentheses */
+    if (!(open_paren = strchr(buf, '(')) || !(close_paren = strrchr(buf, ')')) ||
+        close_paren < open_paren || close_paren[1] != ' ')
+        return -1;
+    len = (size_t)(close_paren - open_paren - 1);
+    if (len >= sizeof(t->comm)) len = sizeof(t->comm) - 1;
+    memcpy(t->comm, open_paren + 1, len);
+    t->state = close_paren[2];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", (int)pid, (int)tid);
+    procfs_read_small(path, t->wchan, sizeof(t->wchan));
+    if (!strcmp(t->wchan, "0")) t->wchan[0] = '\0';   /* hidden, or not sleeping */
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
+    procfs_read_small(path, buf, sizeof(buf));
+    /* "N args...", "running", or nothing (not permitted) */
+    if (buf[0] >= '0' && buf[0] <= '9') {
+        long nr = strtol(buf, &end, 10);
+        if (end != buf) t->syscall = nr;
+    }
+    return 0;
+}
+
+int procfs_tasks(pid_t pid, struct procfs_task *tasks, int max)
+{
+    char path[64];
+    struct dirent *d;
+    DIR *dir;
+    int n = 0;
+
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    if (!(dir = opendir(path))) return -1;
+    while (n < max && (d = readdir(dir)) != NULL) {
+        char *end;
+        long tid = strtol(d->d_name, &end, 10);
+
+        if (*end || tid <= 0) continue;
+        if (procfs_task(pid, (pid_t)tid, &tasks[n]) == 0) n++;
+    }
+    closedir(dir);
+    return n;
 }
 
 int procfs_euid(pid_t pid, uid_t *uid)

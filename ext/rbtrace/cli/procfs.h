@@ -44,4 +44,18 @@ int procfs_euid(pid_t pid, uid_t *uid);
  * IPC times), to a clock tick (10 ms); -1 if /proc cannot tell. */
 int procfs_started(pid_t pid, time_t *started);
 
+/* One thread of a process, as /proc/PID/task/TID says. */
+struct procfs_task {
+    pid_t tid;
+    char state;            /* stat(5)'s: R running, S sleeping, D disk, T stopped... */
+    char comm[16];         /* its name: the app's text (escape it to show it) */
+    char wchan[64];        /* where it sleeps in the kernel; "" if not known */
+    long syscall;          /* the system call it is in; -1 running or not known */
+};
+
+/* Up to max of pid's threads into tasks: how many, or -1 if /proc/PID/task
+ * cannot be read. wchan and syscall are filled where readable (wchan may
+ * need kallsyms, syscall ptrace's permission). */
+int procfs_tasks(pid_t pid, struct procfs_task *tasks, int max);
+
 #endif
