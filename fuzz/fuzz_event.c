@@ -218,7 +218,8 @@ static int event_pack(msgpack_packer *pk, const struct rbtrace_event *ev)
         break;
     case RBTRACE_EV_RAISE:
         rbtrace_event_pack_raise(pk, ev->thread_id, ev->time_ns, ev->text.ptr, ev->text.len,
-                                 ev->text2.ptr, ev->text2.len, ev->text3.ptr, ev->text3.len);
+                                 ev->text2.ptr, ev->text2.len, ev->text3.ptr, ev->text3.len,
+                                 ev->number);
         break;
     default:
         FUZZ_CHECK(!"rbtrace_event_decode accepted an unknown event");
@@ -428,6 +429,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     opts.start_time = data[0] & 1;
     opts.no_duration = (data[0] >> 1) & 1;
     opts.prefix = (data[0] >> 2) & 3;
+    opts.raise_all = (data[0] >> 4) & 1;
     render_init(&r, devnull, &opts);
     render_set_wall_origin(&r, 1700000000ULL * 1000000000ULL);
 

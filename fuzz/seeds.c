@@ -141,7 +141,7 @@ static void seeds_session(msgpack_packer *pk)
     rbtrace_event_pack_call(pk, RBTRACE_EV_RETURN, 7, UINT64_MAX, 300);
     rbtrace_event_pack_slow(pk, 7, 5000, 1, 250000000ULL, 2);
     rbtrace_event_pack_gc(pk, 7, 6000, 812000, 600000, 212000, "oldgen", "newobj");
-    rbtrace_event_pack_raise(pk, 7, 7000, "ArgumentError", 13, "bad value", 9, "app.rb:12", 9);
+    rbtrace_event_pack_raise(pk, 7, 7000, "ArgumentError", 13, "bad value", 9, "app.rb:12", 9, 0);
     rbtrace_event_pack_forget(pk, 32768);
     rbtrace_event_pack_eval_result(pk, 1, RBTRACE_EVAL_OK, "2", 1);
     rbtrace_event_pack_eval_result(pk, 2, RBTRACE_EVAL_RAISED, "NameError: x\n\tfrom -e:1", 23);

@@ -476,15 +476,16 @@ void rbtrace_event_pack_gc(msgpack_packer *pk, uint64_t thread_id, uint64_t time
 void rbtrace_event_pack_raise(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
                               const char *klass, size_t klass_len,
                               const char *message, size_t message_len,
-                              const char *location, size_t location_len)
+                              const char *location, size_t location_len, uint64_t reraise)
 {
-    msgpack_pack_array(pk, 6);
+    msgpack_pack_array(pk, 7);
     msgpack_pack_uint32(pk, RBTRACE_EV_RAISE);
     msgpack_pack_uint64(pk, thread_id);
     msgpack_pack_uint64(pk, time_ns);
     msgpack_pack_str_with_body(pk, klass, klass_len);
     msgpack_pack_str_with_body(pk, message, message_len);
     msgpack_pack_str_with_body(pk, location, location_len);
+    msgpack_pack_uint64(pk, reraise);
 }
 
 void rbtrace_event_pack_message(msgpack_packer *pk, enum rbtrace_event_type type,
@@ -582,7 +583,8 @@ static int event_decode_fields(const msgpack_object_array *a, struct rbtrace_eve
         if (codec_uint(a, 2, &ev->time_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
         if (codec_str(a, 3, &ev->text, err) != RBTRACE_OK) return RBTRACE_ERR;
         if (codec_str(a, 4, &ev->text2, err) != RBTRACE_OK) return RBTRACE_ERR;
-        return codec_str(a, 5, &ev->text3, err);
+        if (codec_str(a, 5, &ev->text3, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return codec_uint(a, 6, &ev->number, err);
     }
     snprintf(err, RBTRACE_ERRLEN, "unknown event %u", (unsigned)ev->type);
     return RBTRACE_ERR;

@@ -53,7 +53,8 @@ struct rbtrace_event {
     uint64_t time_ns;            /* CALL, RETURN, CALL_ARGS; _NEXT: delta_ns */
     uint64_t method_id;          /* METHOD, CALL, RETURN, CALL_ARGS, _NEXT */
     uint64_t number;             /* ATTACHED: protocol version; LOST: count;
-                                    REFUSED: reason; EVAL_RESULT: eval id */
+                                    REFUSED: reason; EVAL_RESULT: eval id;
+                                    RAISE: reraise (0: a first raise) */
     uint64_t pid;                /* ATTACHED: target pid; REFUSED: tracer pid */
     uint64_t clock_origin_ns;    /* ATTACHED */
     uint64_t wall_origin_ns;     /* ATTACHED */
@@ -279,7 +280,7 @@ void rbtrace_event_pack_gc(msgpack_packer *pk, uint64_t thread_id, uint64_t time
 void rbtrace_event_pack_raise(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
                               const char *klass, size_t klass_len,
                               const char *message, size_t message_len,
-                              const char *location, size_t location_len);
+                              const char *location, size_t location_len, uint64_t reraise);
 /* ERROR or NOTICE */
 void rbtrace_event_pack_message(msgpack_packer *pk, enum rbtrace_event_type type,
                                 const char *message, size_t len);

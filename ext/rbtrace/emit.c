@@ -382,8 +382,9 @@ void rbtrace_emit_gc(uint64_t thread, uint64_t start_ns, uint64_t mark_ns, uint6
     emit_commit();
 }
 
-/* An exception raised (raisewatch.c): class, message, location Strings. */
-void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location)
+/* An exception raised (raisewatch.c): class, message, location Strings;
+ * reraise as in protocol.h's RAISE. */
+void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location, uint64_t reraise)
 {
     if (!rbtrace.attached) return;
     if (!RB_TYPE_P(klass, T_STRING) || !RB_TYPE_P(message, T_STRING) ||
@@ -392,7 +393,7 @@ void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location
     rbtrace_event_pack_raise(&scratch_pk, rbtrace_thread_id(), now - rbtrace.clock_origin_ns,
                              RSTRING_PTR(klass), RSTRING_LEN(klass),
                              RSTRING_PTR(message), RSTRING_LEN(message),
-                             RSTRING_PTR(location), RSTRING_LEN(location));
+                             RSTRING_PTR(location), RSTRING_LEN(location), reraise);
     emit_commit();
 }
 

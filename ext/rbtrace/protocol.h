@@ -26,9 +26,18 @@
 #include <sys/types.h>
 
 /* 4: commands after ATTACH come over the socket (3 sent them through the
- * queue, in chunks). A target refuses an ATTACH of another version with
- * RBTRACE_REFUSED_VERSION, saying both versions. */
-#define RBTRACE_PROTOCOL_VERSION 4
+ * queue, in chunks). 5: RAISE says whether it is a re-raise. A target
+ * refuses an ATTACH of another version with RBTRACE_REFUSED_VERSION,
+ * saying both versions. */
+#define RBTRACE_PROTOCOL_VERSION 5
+
+/*
+ * Text that the extension's library holds (rbtrace.c) and no other: the
+ * client looks for it in a process's rbtrace.so to tell this rbtrace from
+ * the original gem (0.5.x and older), whose library has the same name and
+ * whose client is another program (procfs.c). Never change it.
+ */
+#define RBTRACE_LIBRARY_MARK "rbtrace-library-mark: the extension of the C rbtrace client"
 
 /* ---- the command queue ------------------------------------------------ */
 
@@ -157,7 +166,10 @@ enum rbtrace_event_type {
      * "force"); gc_by what started it (:gc_by, e.g. "newobj", "method"). */
     RBTRACE_EV_GC = 13,
     /* [14, thread_id(uint), time_ns(uint), class(str), message(str),
-     *  location(str)]: an exception raised; location is "path:line". */
+     *  location(str), reraise(uint)]: an exception raised; location is
+     *  "path:line"; reraise is 0 for an exception's first raise, else how
+     *  many times this same exception object has been raised again on this
+     *  thread since (a `rescue => e; raise` through middleware): 1, 2, ... */
     RBTRACE_EV_RAISE = 14,
     /* [15, first_id(uint)]: the names of method ids below first_id are
      * forgotten (the target's table of them was full and started afresh):

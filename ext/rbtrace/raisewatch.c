@@ -15,6 +15,16 @@
  * lib/rbtrace/raise_report.rb): it skips rbtrace's own exceptions. An
  * exception raised while it runs is not reported (the hook does not
  * re-enter).
+ *
+ * Re-raises: an exception rescued and raised again (`rescue => e; raise`
+ * in each of a Rails app's middlewares) fires the hook each time. Each
+ * event says whether it is the same exception object as the one last
+ * raised on its thread, and how many times it was raised again so far:
+ * the client folds those into the first raise's line (--raise-all shows
+ * them). One slot a thread (by its id, in a small table: a collision only
+ * shows a re-raise as a raise), holding the exception's object id, never
+ * the exception: an exception the app dropped is not kept alive, and a
+ * new one at a freed one's address is not taken for it.
  */
 #include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
 #include <ruby/encoding.h>
@@ -25,10 +35,23 @@
 /* Longer messages are cut, with "..." (a message may hold a whole file). */
 #define RAISE_MESSAGE_MAX 1024
 
+/* Slots of the last raise on each thread: a power of two. */
+#define RAISE_LAST_SLOTS 64
+
 static int raise_active;
 static int raise_busy;    /* finding the location: do not re-enter */
 static ID id_raise_location, id_mesg;
 static VALUE raise_main;  /* the top-level self, "main" in messages */
+
+/* The last exception reported on a thread, and how many times it has been
+ * raised again since. */
+struct raise_last {
+    uint64_t thread;
+    VALUE object_id;      /* a Fixnum (an object id), or 0 for none */
+    uint64_t reraises;
+};
+
+static struct raise_last raise_last[RAISE_LAST_SLOTS];
 
 struct raise_arg {
     VALUE path;
@@ -205,6 +228,24 @@ static VALUE raise_message(VALUE exc)
     return NIL_P(text) ? rb_str_new_cstr("") : raise_clean(text);
 }
 
+/* ---- re-raises ---- */
+
+/* 0 if exc is not the exception last raised on this thread, else how many
+ * times it has now been raised again; records it as the last. */
+static uint64_t raise_count_reraise(VALUE exc)
+{
+    uint64_t thread = rbtrace_thread_id(), h = thread * 0x9e3779b97f4a7c15ULL;
+    struct raise_last *slot = &raise_last[(h >> 32) & (RAISE_LAST_SLOTS - 1)];
+    VALUE id = rb_obj_id(exc);
+
+    if (!RB_FIXNUM_P(id)) id = 0;   /* never on 64 bits; then no folding */
+    if (id != 0 && slot->thread == thread && slot->object_id == id) return ++slot->reraises;
+    slot->thread = thread;
+    slot->object_id = id;
+    slot->reraises = 0;
+    return 0;
+}
+
 /* ---- the hook ---- */
 
 static VALUE raise_location_i(VALUE p)
@@ -234,12 +275,14 @@ static void raise_hook_i(VALUE data, rb_trace_arg_t *targ)
      * the app (Thread#raise, kill), deferred past it: it goes on. */
     if (state) rb_jump_tag(state);
     if (!RB_TYPE_P(location, T_STRING)) return;   /* one of ours */
-    rbtrace_emit_raise(now, raise_class_path(rb_obj_class(exc)), raise_message(exc), location);
+    rbtrace_emit_raise(now, raise_class_path(rb_obj_class(exc)), raise_message(exc), location,
+                       raise_count_reraise(exc));
 }
 
 void rbtrace_raise_start(void)
 {
     if (raise_active) return;
+    memset(raise_last, 0, sizeof(raise_last));
     rb_add_event_hook2(RAISE_HOOK, RUBY_EVENT_RAISE, Qnil,
                        RUBY_EVENT_HOOK_FLAG_SAFE | RUBY_EVENT_HOOK_FLAG_RAW_ARG);
     raise_active = 1;

@@ -175,6 +175,9 @@ static VALUE rbtrace_resumed_p_m(VALUE self)
     return rbtrace.resumed ? Qtrue : Qfalse;
 }
 
+/* In the library's data, for the client to find (protocol.h). */
+__attribute__((used)) static const char rbtrace_library_mark[] = RBTRACE_LIBRARY_MARK;
+
 RUBY_FUNC_EXPORTED void Init_rbtrace(void)
 {
     rbtrace.sock = -1;

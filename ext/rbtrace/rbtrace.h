@@ -295,7 +295,7 @@ void rbtrace_emit_slow(VALUE klass, ID mid, uint64_t start_ns, uint64_t duration
                        uint32_t depth);
 void rbtrace_emit_gc(uint64_t thread, uint64_t start_ns, uint64_t mark_ns, uint64_t sweep_ns,
                      const char *major_by, const char *gc_by);
-void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location);
+void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location, uint64_t reraise);
 void rbtrace_emit_attached(void);
 int rbtrace_emit_detached(void);
 void rbtrace_emit_end_calls(void);

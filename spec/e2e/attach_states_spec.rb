@@ -102,4 +102,47 @@ RSpec.describe 'attaching whatever the target is doing' do
     out = trace(app, '-m', 'Process.pid', until_output: /Process\.pid </).stdout
     expect(out).to match(/^Process\.pid <\d+\.\d{6}>$/)
   end
+  # A C extension that keeps the GVL through a long call (sqlite3 1.4
+  # waiting on a database lock): no Ruby code runs, rbtrace's neither, so
+  # the attach cannot succeed. The client says what is likely, naming the
+  # thread, instead of a bare timeout. The extension is built here: a read
+  # of a pipe nobody writes to, with the GVL held.
+  it 'names the thread that holds the GVL in a C call when the attach times out' do
+    require 'rbconfig'
+    Dir.mktmpdir('rbtrace-gvl') do |dir|
+      src = File.join(dir, 'hold_gvl.c')
+      File.write(src, <<~'C')
+        #include <ruby.h>
+        #include <errno.h>
+        #include <unistd.h>
+        /* reads one byte, keeping the GVL; a signal does not end the wait */
+        static VALUE hold(VALUE self, VALUE fd)
+        {
+            char c;
+            while (read(NUM2INT(fd), &c, 1) < 0 && errno == EINTR) {}
+            return Qnil;
+        }
+        void Init_hold_gvl(void) { rb_define_global_function("read_holding_the_gvl", hold, 1); }
+      C
+      so = File.join(dir, 'hold_gvl.so')
+      cc = (RbConfig::CONFIG['CC'] || 'cc').split
+      built = system(*cc, '-shared', '-fPIC', "-I#{RbConfig::CONFIG['rubyhdrdir']}",
+                     "-I#{RbConfig::CONFIG['rubyarchhdrdir']}", '-o', so, src)
+      expect(built).to be(true)
+      app = start_target(<<~RUBY).ready
+        require #{so.inspect}
+        r, _w = IO.pipe
+        r.fcntl(4, 0) # F_SETFL: blocking, as a C library's own descriptor is
+        Thread.new { loop { sleep 0.05 } }
+        puts "ready"
+        read_holding_the_gvl(r.fileno)
+      RUBY
+      sleep 0.2
+      r = rbtrace('-p', app.pid, '--timeout', '1', '-e', '1')
+      expect(r.exitstatus).to eq(1)
+      expect(r.stderr).to match(/process #{app.pid} did not (answer|connect back) within 1 s\. Likely cause: thread #{app.pid} \(ruby\) (is in the kernel, in \w+|is in system call 0), while rbtrace's thread waits for Ruby's lock \(the GVL\): a C extension may hold it/)
+      expect(r.stderr).to include("gdb -p #{app.pid}")
+      expect(r.stderr).not_to include('(rbtrace)')
+    end
+  end
 end

@@ -104,4 +104,54 @@ RSpec.describe 'exceptions (--raise)' do
     expect(r.stderr).to include('*** error: NoSuchClass#x')
     expect(r.stdout).not_to match(/NameError|NoSuchClass/)
   end
+  # Rails' middlewares each rescue an exception and raise it again: one
+  # exception, five raises. The first line says it, and how many times it
+  # was raised again and where last; --raise-all shows every one, marked.
+  describe 're-raises of one exception' do
+    APP_RERAISE = <<~'RUBY'.freeze
+      class Boom < StandardError; end
+      def endpoint; raise Boom, "no such record"; end
+      def middleware(n)
+        n.zero? ? endpoint : middleware(n - 1)
+      rescue => e
+        raise
+      end
+      def unrelated; raise Boom, "no such record"; rescue Boom; end
+      puts "ready"
+      loop do
+        begin
+          middleware(3)
+        rescue Boom => e
+          raise e rescue nil   # raised again with `raise e`: the same object
+        end
+        unrelated              # a new exception, alike: not a re-raise
+        puts "tick"
+        sleep 0.1
+      end
+    RUBY
+
+    let(:app) { start_target(APP_RERAISE).ready }
+
+    it 'shows the first raise once, with the count and the last place of its re-raises' do
+      out = trace(app, '--raise', until_output: /(^raise Boom.*\n){6}/).stdout
+      lines = out.lines.grep(/Boom/)
+      first = lines.index { |l| l.include?('re-raised') }
+      expect(first).not_to be_nil, out
+      pair = lines[first, 2]
+      expect(pair[0]).to match(/\Araise Boom: no such record at -e:3 \(re-raised 5 times, last at -e:15\)\n\z/)
+      expect(pair[1]).to match(/\Araise Boom: no such record at -e:9\n\z/)
+      expect(out).not_to match(/^re-raise/)
+    end
+
+    it '--raise-all shows each re-raise on a line of its own, marked' do
+      out = trace(app, '--raise-all', until_output: /(^(re-)?raise Boom.*\n){14}/).stdout
+      lines = out.lines.grep(/Boom/)
+      start = lines.index { |l| l.start_with?('raise Boom: no such record at -e:3') }
+      expect(start).not_to be_nil, out
+      expect(lines[start, 7].map { |l| l[/\A\S+/] + ' ' + l[/-e:\d+/] })
+        .to eq(['raise -e:3', 're-raise -e:7', 're-raise -e:7', 're-raise -e:7', 're-raise -e:7',
+                're-raise -e:15', 'raise -e:9'])
+      expect(out).not_to include('re-raised')
+    end
+  end
 end

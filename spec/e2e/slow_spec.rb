@@ -200,3 +200,28 @@ RSpec.describe 'slow calls nested deeper than --slow keeps' do
     expect(r.stderr.scan('nested more than').size).to eq(1), r.stderr
   end
 end
+
+# A Rails request's slow calls nest a hundred deep: the indentation stops at
+# 40 levels, and deeper lines say their depth.
+RSpec.describe 'slow calls nested deeper than the indentation shows' do
+  it 'indents at most 40 levels and marks deeper lines with [dN]' do
+    app = start_target(<<~'RUBY').ready
+      class Probe
+        def deep(n) = n.zero? ? sleep(0.06) : deep(n - 1)
+      end
+      puts "ready"
+      loop { Probe.new.deep(60); puts "tick" }
+    RUBY
+    out = trace(app, '--slow', '50', '--slow-methods', 'Probe#deep', until_output: /^Probe#deep </).stdout
+    # 61 calls, innermost first: depths 60 to 0
+    block = out[/^ *\[d60\].*?^Probe#deep <[^\n]*\n/m]
+    expect(block).not_to be_nil, out
+    lines = block.lines
+    expect(lines.size).to eq(61)
+    expect(lines.map { |l| l[/\A */].size }.max).to eq(80)
+    expect(lines.first).to match(/\A {80}\[d60\] Probe#deep <0\.0[6-9]\d{4}>\n\z/)
+    expect(lines[19]).to match(/\A {80}\[d41\] Probe#deep </)
+    expect(lines[20]).to match(/\A {80}Probe#deep </)
+    expect(lines[21]).to match(/\A {78}Probe#deep </)
+  end
+end

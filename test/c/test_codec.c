@@ -776,13 +776,21 @@ static void test_event_gc(struct ev_fixture *f)
 static void test_event_raise(struct ev_fixture *f)
 {
     evf_begin(f);
-    rbtrace_event_pack_raise(&f->pk, 3, 77, "ArgumentError", 13, "bad value", 9, "app.rb:12", 9);
+    rbtrace_event_pack_raise(&f->pk, 3, 77, "ArgumentError", 13, "bad value", 9, "app.rb:12", 9, 0);
     evf_decode(f);
     CHECK(f->ev.type == RBTRACE_EV_RAISE);
     CHECK(f->ev.thread_id == 3 && f->ev.time_ns == 77);
     CHECK(str_eq(f->ev.text, "ArgumentError"));
     CHECK(str_eq(f->ev.text2, "bad value"));
     CHECK(str_eq(f->ev.text3, "app.rb:12"));
+    CHECK(f->ev.number == 0);
+    evf_end(f);
+
+    /* a re-raise of the same exception: how many times so far */
+    evf_begin(f);
+    rbtrace_event_pack_raise(&f->pk, 3, 78, "ArgumentError", 13, "bad value", 9, "mw.rb:4", 7, 3);
+    evf_decode(f);
+    CHECK(f->ev.number == 3 && str_eq(f->ev.text3, "mw.rb:4"));
     evf_end(f);
 }
 

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -77,10 +78,41 @@ static void test_started(void)
     CHECK(procfs_started(procfs_test_dead_pid(), &started) == -1);
 }
 
+/* The original gem's version, from where its library was installed. */
+static void test_gem_version(void)
+{
+    char v[16];
+
+    procfs_gem_version("/usr/lib/gems/gems/rbtrace-0.5.3/lib/rbtrace.so", v, sizeof(v));
+    CHECK(!strcmp(v, "0.5.3"));
+    procfs_gem_version("/srv/rbtrace-app/vendor/bundle/ruby/3.1.0/extensions/x86_64-linux/3.1.0/"
+                       "rbtrace-0.5.5/rbtrace.so", v, sizeof(v));
+    CHECK(!strcmp(v, "0.5.5"));
+    procfs_gem_version("/opt/app/lib/rbtrace.so", v, sizeof(v));
+    CHECK(!strcmp(v, ""));
+    procfs_gem_version("/g/rbtrace-0.5.3.123456789012345678901/lib/rbtrace.so", v, sizeof(v));
+    CHECK(strlen(v) == sizeof(v) - 1);   /* cut to fit */
+}
+
+/* This process's one thread: running (it reads its own stat), named as
+ * the program. */
+static void test_tasks(void)
+{
+    struct procfs_task t[4];
+    int n = procfs_tasks(getpid(), t, 4);
+
+    CHECK(n == 1);
+    CHECK(n == 1 && t[0].tid == getpid() && t[0].state == 'R');
+    CHECK(n == 1 && !strncmp(t[0].comm, "test_procfs", sizeof(t[0].comm) - 1));
+    CHECK(procfs_tasks(procfs_test_dead_pid(), t, 4) == -1);
+}
+
 int main(void)
 {
     test_alive();
     test_euid_and_rbtrace();
     test_started();
+    test_gem_version();
+    test_tasks();
     return check_report();
 }

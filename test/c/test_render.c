@@ -24,9 +24,10 @@ struct fixture {
     int failures;              /* render_event calls that did not return CLI_OK */
 };
 
-static void fx_open(struct fixture *fx, int start_time, int no_duration, unsigned prefix)
+static void fx_open_raise(struct fixture *fx, int start_time, int no_duration, unsigned prefix,
+                          int raise_all)
 {
-    struct render_opts o = { start_time, no_duration, prefix };
+    struct render_opts o = { start_time, no_duration, prefix, raise_all };
 
     memset(fx, 0, sizeof(*fx));
     fx->f = open_memstream(&fx->buf, &fx->len);
@@ -35,6 +36,11 @@ static void fx_open(struct fixture *fx, int start_time, int no_duration, unsigne
         exit(2);
     }
     render_init(&fx->r, fx->f, &o);
+}
+
+static void fx_open(struct fixture *fx, int start_time, int no_duration, unsigned prefix)
+{
+    fx_open_raise(fx, start_time, no_duration, prefix, 0);
 }
 
 static void fx_send(struct fixture *fx, const struct rbtrace_event *ev)
@@ -492,7 +498,7 @@ static void test_deep(void)
 /* A write error (full disk) is reported, not ignored. */
 static void test_write_error(void)
 {
-    struct render_opts o = { 0, 0, 2 };
+    struct render_opts o = { 0, 0, 2, 0 };
     struct rbtrace_event ev;
     struct render r;
     FILE *full = fopen("/dev/full", "w");
@@ -620,8 +626,8 @@ static void fx_gc(struct fixture *fx, uint64_t thread, uint64_t mark_ns, uint64_
     fx_send(fx, &ev);
 }
 
-static void fx_raise(struct fixture *fx, uint64_t thread, const char *klass, const char *msg,
-                     const char *where)
+static void fx_reraise(struct fixture *fx, uint64_t thread, const char *klass, const char *msg,
+                       const char *where, uint64_t reraise)
 {
     struct rbtrace_event ev;
 
@@ -632,7 +638,14 @@ static void fx_raise(struct fixture *fx, uint64_t thread, const char *klass, con
     ev.text = fx_str(klass);
     ev.text2 = fx_str(msg);
     ev.text3 = fx_str(where);
+    ev.number = reraise;
     fx_send(fx, &ev);
+}
+
+static void fx_raise(struct fixture *fx, uint64_t thread, const char *klass, const char *msg,
+                     const char *where)
+{
+    fx_reraise(fx, thread, klass, msg, where, 0);
 }
 
 /* Slow calls come innermost first, each indented by its own depth. */
@@ -673,7 +686,8 @@ static void test_empty_name(void)
 }
 
 /* A depth no stack reaches (a malformed event: found by fuzz_event, which
- * hung printing 2^63 levels of spaces) is shown at RENDER_SLOW_DEPTH_MAX. */
+ * hung printing 2^63 levels of spaces) is indented RENDER_SLOW_INDENT_MAX
+ * levels and says its depth. */
 static void test_slow_depth_bounded(void)
 {
     struct fixture fx;
@@ -681,13 +695,31 @@ static void test_slow_depth_bounded(void)
     fx_open(&fx, 0, 0, 2);
     fx_method(&fx, 1, "Kernel#sleep");
     fx_slow(&fx, 7, 10 * MS, 1, 300 * MS, UINT64_MAX);
-    CHECK(render_end_line(&fx.r) == CLI_OK);
-    CHECK(fx.failures == 0);
-    fclose(fx.f);
-    CHECK(fx.len == 2 * 100000 + strlen("Kernel#sleep <0.300000>\n"));
-    CHECK(fx.len > 0 && fx.buf[fx.len - 1] == '\n');
-    render_free(&fx.r);
-    free(fx.buf);
+    CHECK(2 * RENDER_SLOW_INDENT_MAX == 80);
+    FX_CHECK(&fx, "                                        "
+                  "                                        "
+                  "[d18446744073709551615] Kernel#sleep <0.300000>\n");
+}
+
+/* A Rails request's slow calls nest ~100 deep: up to RENDER_SLOW_INDENT_MAX
+ * levels a line is indented by its depth, past it by that much, with its
+ * depth as a number. */
+static void test_slow_deep(void)
+{
+    struct fixture fx;
+    char want[512];
+    int n;
+
+    fx_open(&fx, 0, 0, 1);
+    fx_method(&fx, 1, "A#a");
+    fx_slow(&fx, 7, 10 * MS, 1, 300 * MS, RENDER_SLOW_INDENT_MAX);
+    fx_slow(&fx, 7, 10 * MS, 1, 300 * MS, RENDER_SLOW_INDENT_MAX + 1);
+    fx_slow(&fx, 7, 10 * MS, 1, 300 * MS, 97);
+    n = snprintf(want, sizeof(want), "%*sA#a <0.300000>\n%*s[d41] A#a <0.300000>\n"
+                 "%*s[d97] A#a <0.300000>\n", RENDER_SLOW_INDENT_MAX, "",
+                 RENDER_SLOW_INDENT_MAX, "", RENDER_SLOW_INDENT_MAX, "");
+    CHECK(n > 0 && (size_t)n < sizeof(want));
+    FX_CHECK(&fx, want);
 }
 
 /* An open call line is ended before a slow line; nesting of -m calls and
@@ -735,6 +767,70 @@ static void test_raise(void)
     fx_return(&fx, 7, 5 * MS, 1);
     FX_CHECK(&fx, "Worker#run\n  raise ArgumentError: bad\\nvalue\\x01 at app.rb:12\n"
                   "Worker#run <0.005000>\n");
+}
+
+/* The re-raises of one exception (Rails' middlewares: rescue => e; raise)
+ * fold into its first line, which says how many and where the last was;
+ * the next event ends it. */
+static void test_reraise_folded(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_raise(&fx, 7, "Foo", "boom", "app.rb:3");
+    fx_reraise(&fx, 7, "Foo", "boom", "mw1.rb:5", 1);
+    fx_reraise(&fx, 7, "Foo", "boom", "mw2.rb:7", 2);
+    fx_reraise(&fx, 7, "Foo", "boom", "mw\x1b.rb:9", 3);
+    fx_raise(&fx, 7, "Bar", "", "app.rb:4");
+    fx_reraise(&fx, 7, "Bar", "", "mw1.rb:5", 1);
+    fx_raise(&fx, 7, "Baz", "", "app.rb:5");
+    CHECK(render_raise_open(&fx.r));
+    FX_CHECK(&fx, "raise Foo: boom at app.rb:3 (re-raised 3 times, last at mw\\x1b.rb:9)\n"
+                  "raise Bar at app.rb:4 (re-raised at mw1.rb:5)\n"
+                  "raise Baz at app.rb:5\n");
+
+    /* inside a traced call: the call's return ends the line */
+    fx_open(&fx, 0, 0, 2);
+    fx_method(&fx, 1, "Worker#run");
+    fx_call(&fx, 7, 0, 1);
+    fx_raise(&fx, 7, "Foo", "boom", "app.rb:3");
+    fx_reraise(&fx, 7, "Foo", "boom", "mw1.rb:5", 1);
+    fx_return(&fx, 7, 5 * MS, 1);
+    FX_CHECK(&fx, "Worker#run\n  raise Foo: boom at app.rb:3 (re-raised at mw1.rb:5)\n"
+                  "Worker#run <0.005000>\n");
+}
+
+/* A re-raise whose first line has ended (other output between them), or
+ * of another thread's open line, has a line of its own, marked; further
+ * re-raises fold into it. */
+static void test_reraise_unfolded(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_method(&fx, 1, "A#a");
+    fx_raise(&fx, 7, "Foo", "boom", "app.rb:3");
+    fx_slow(&fx, 7, 10 * MS, 1, 300 * MS, 0);
+    fx_reraise(&fx, 7, "Foo", "boom", "mw1.rb:5", 1);
+    fx_reraise(&fx, 7, "Foo", "boom", "mw2.rb:7", 2);
+    fx_reraise(&fx, 8, "Bar", "x", "mw2.rb:7", 1);
+    FX_CHECK(&fx, "raise Foo: boom at app.rb:3\nA#a <0.300000>\n"
+                  "re-raise Foo: boom at mw1.rb:5 (re-raised at mw2.rb:7)\n"
+                  "[t2] re-raise Bar: x at mw2.rb:7\n");
+}
+
+/* --raise-all: every raise and re-raise on a line of its own, at once. */
+static void test_reraise_all(void)
+{
+    struct fixture fx;
+
+    fx_open_raise(&fx, 0, 0, 2, 1);
+    fx_raise(&fx, 7, "Foo", "boom", "app.rb:3");
+    CHECK(!render_raise_open(&fx.r));
+    fx_reraise(&fx, 7, "Foo", "boom", "mw1.rb:5", 1);
+    fx_reraise(&fx, 7, "Foo", "boom", "mw2.rb:7", 2);
+    FX_CHECK(&fx, "raise Foo: boom at app.rb:3\nre-raise Foo: boom at mw1.rb:5\n"
+                  "re-raise Foo: boom at mw2.rb:7\n");
 }
 
 /* The app's bytes in names, expressions and values are escaped
@@ -794,10 +890,14 @@ int main(void)
     test_long_duration();
     test_slow();
     test_slow_depth_bounded();
+    test_slow_deep();
     test_empty_name();
     test_slow_with_calls();
     test_gc();
     test_raise();
+    test_reraise_folded();
+    test_reraise_unfolded();
+    test_reraise_all();
     test_escaped();
     test_raise_without_message();
     return check_report();

@@ -19,8 +19,10 @@
 #include <sys/msg.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include "attach.h"
+#include "escape.h"
 #include "procfs.h"
 
 /* Between SIGURGs while we wait for the queue or a queue slot. */
@@ -108,9 +110,30 @@ static void attach_sweep_stale_queues(void)
     }
 }
 
+/*
+ * The process loaded the original rbtrace gem (0.5.x or older), whose
+ * protocol and client differ: it would never answer. Said at once, without
+ * signalling it, with the library's path (the app's text: escaped).
+ */
+static int attach_old_gem(struct attach *a, const char *path)
+{
+    char version[64], shown[120 * ESCAPE_MAX_PER_BYTE + 1];
+    size_t len = strnlen(path, 120);
+
+    procfs_gem_version(path, version, sizeof(version));
+    shown[escape_text(shown, path, len, 0)] = '\0';
+    return attach_fail(a, "process %d runs the original rbtrace gem (%s%s, %s), not this "
+                       "rbtrace: this client cannot trace it. Use that gem's own client (in the "
+                       "app's directory: bundle exec rbtrace -p %d), or have the app load this "
+                       "rbtrace (gem 'rbtrace', '>= 0.6') and restart it",
+                       (int)a->pid, version[0] ? version : "0.5.x or older",
+                       len < strlen(path) ? "..." : "", shown, (int)a->pid);
+}
+
 int attach_check_target(struct attach *a)
 {
     int pid = (int)a->pid;
+    char old[4096];
 
     attach_sweep_stale_queues();
     if (kill(a->pid, 0) < 0) {
@@ -121,10 +144,15 @@ int attach_check_target(struct attach *a)
                                "(run rbtrace as that user, or as root)", pid);
         return attach_fail_errno(a, "could not signal the process");
     }
-    if (procfs_has_rbtrace(a->pid) == 0)
+    switch (procfs_rbtrace_library(a->pid, old, sizeof(old))) {
+    case PROCFS_LIB_NONE:
         return attach_fail(a, "process %d has not loaded rbtrace: add require 'rbtrace' to the "
                            "app, or start it with RUBYOPT=-rrbtrace", pid);
-    return CLI_OK;
+    case PROCFS_LIB_OLD_GEM:
+        return attach_old_gem(a, old);
+    default:   /* ours, or the maps unreadable: the attach will tell */
+        return CLI_OK;
+    }
 }
 
 int attach_signal(struct attach *a)
@@ -207,6 +235,97 @@ int attach_listen(struct attach *a)
     }
     if (listen(a->listen_fd, 4) < 0) return attach_fail_errno(a, "could not listen on the socket");
     return attach_share_dir(a);
+}
+
+/* ---- why a target does not answer ---- */
+
+/* The most threads the hint reads, and names. */
+#define ATTACH_TASKS_MAX 512
+#define ATTACH_SUSPECTS_SHOWN 3
+
+/*
+ * Whether thread t waits as an idle Ruby thread does: on a futex (the GVL,
+ * a Mutex, a ConditionVariable) or in poll/select/epoll (sleep, IO waits,
+ * which let the GVL go). By wchan where the kernel shows it ("futex_...",
+ * "..._poll_...", "ep_poll"), else by the system call; 1 when neither is
+ * known: then nothing is claimed.
+ */
+static int attach_task_idle(const struct procfs_task *t)
+{
+    if (t->state == 'R') return 0;
+    if (t->state != 'S' && t->state != 'D') return 1;
+    if (t->wchan[0]) return strstr(t->wchan, "futex") != NULL || strstr(t->wchan, "poll") != NULL;
+    if (t->syscall < 0) return 1;
+    return t->syscall == SYS_futex || t->syscall == SYS_ppoll || t->syscall == SYS_pselect6 ||
+#ifdef SYS_poll
+           t->syscall == SYS_poll || t->syscall == SYS_select || t->syscall == SYS_epoll_wait ||
+#endif
+           t->syscall == SYS_epoll_pwait;
+}
+
+/* rbtrace's own threads (lib/rbtrace.rb names them). */
+static int attach_task_ours(const struct procfs_task *t)
+{
+    return !strncmp(t->comm, "rbtrace", 7);
+}
+
+/* What thread t does, for the hint: "is running on a CPU", ... */
+static void attach_task_doing(const struct procfs_task *t, char *out, size_t size)
+{
+    if (t->state == 'R') snprintf(out, size, "is running on a CPU");
+    else if (t->wchan[0]) snprintf(out, size, "is in the kernel, in %s", t->wchan);
+    else if (t->syscall >= 0) snprintf(out, size, "is in system call %ld", t->syscall);
+    else snprintf(out, size, "sleeps in the kernel");
+}
+
+/*
+ * A target that does not answer while one of its threads is busy outside
+ * Ruby (on a CPU, or in a system call other than the waits of an idle
+ * Ruby thread) and rbtrace's own thread waits: most likely a C extension
+ * holding the GVL through a long call (sqlite3 waiting on a lock, a
+ * blocking read), during which no Ruby code, rbtrace's included, can run.
+ * Appends that, naming the threads, to a->errstr, and returns 1; 0 if
+ * /proc does not show such a thread. Thread names are the app's: escaped.
+ */
+static int attach_explain_silence(struct attach *a)
+{
+    struct procfs_task *tasks = calloc(ATTACH_TASKS_MAX, sizeof(*tasks));
+    char doing[96], name[sizeof(tasks->comm) * ESCAPE_MAX_PER_BYTE + 1];
+    size_t len = strlen(a->errstr);
+    int n, i, shown = 0, busy = 0, helper_waits = 0;
+
+    if (!tasks) return 0;
+    n = procfs_tasks(a->pid, tasks, ATTACH_TASKS_MAX);
+    for (i = 0; i < n; i++) {
+        if (attach_task_ours(&tasks[i])) helper_waits |= attach_task_idle(&tasks[i]);
+        else busy += !attach_task_idle(&tasks[i]);
+    }
+    if (busy == 0 || !helper_waits) {
+        free(tasks);
+        return 0;
+    }
+    for (i = 0; i < n && shown < ATTACH_SUSPECTS_SHOWN; i++) {
+        const struct procfs_task *t = &tasks[i];
+
+        if (attach_task_ours(t) || attach_task_idle(t)) continue;
+        name[escape_text(name, t->comm, strlen(t->comm), 0)] = '\0';
+        attach_task_doing(t, doing, sizeof(doing));
+        len += (size_t)snprintf(a->errstr + len, len < sizeof(a->errstr) ? sizeof(a->errstr) - len : 0,
+                                "%sthread %d (%s) %s", shown ? "; " : ". Likely cause: ",
+                                (int)t->tid, name, doing);
+        shown++;
+    }
+    if (busy > shown && len < sizeof(a->errstr))
+        len += (size_t)snprintf(a->errstr + len, sizeof(a->errstr) - len, " (and %d more)",
+                                busy - shown);
+    if (len < sizeof(a->errstr))
+        snprintf(a->errstr + len, sizeof(a->errstr) - len,
+                 ", while rbtrace's thread waits for Ruby's lock (the GVL): a C extension may "
+                 "hold it through a long call (a database lock wait, a blocking read), and no "
+                 "Ruby code can run until it returns. Try again once it has; to see where it "
+                 "is: gdb -p %d -batch -ex 'thread apply all bt'", (int)a->pid);
+    free(tasks);
+    return 1;
 }
 
 /* ---- the message queue ---- */
@@ -312,10 +431,15 @@ int attach_find_queue(struct attach *a)
                                "try again", (int)a->pid, (unsigned)RBTRACE_QUEUE_KEY(a->pid),
                                (unsigned)ds.msg_perm.uid, ds.msg_perm.mode & 0777,
                                (unsigned)RBTRACE_QUEUE_KEY(a->pid));
-        if (now >= deadline)
-            return attach_fail(a, "process %d did not answer within %g s: it may not have rbtrace "
-                               "loaded, be stopped, or have replaced rbtrace's SIGURG handler "
-                               "with its own trap", (int)a->pid, attach_timeout_s(a));
+        if (now >= deadline) {
+            attach_fail(a, "process %d did not answer within %g s", (int)a->pid,
+                        attach_timeout_s(a));
+            if (!attach_explain_silence(a))
+                attach_fail(a, "process %d did not answer within %g s: it may not have rbtrace "
+                            "loaded, be stopped, or have replaced rbtrace's SIGURG handler "
+                            "with its own trap", (int)a->pid, attach_timeout_s(a));
+            return CLI_ERR;
+        }
         cli_sleep_ms(1);
     }
 }
@@ -475,9 +599,12 @@ int attach_accept(struct attach *a)
 
         if (*a->stop) return CLI_INTERRUPTED;
         if (!attach_target_alive(a)) return attach_fail(a, "process %d exited", (int)a->pid);
-        if (left <= 0)
-            return attach_fail(a, "process %d did not connect back within %g s", (int)a->pid,
-                               attach_timeout_s(a));
+        if (left <= 0) {
+            attach_fail(a, "process %d did not connect back within %g s", (int)a->pid,
+                        attach_timeout_s(a));
+            (void)attach_explain_silence(a);
+            return CLI_ERR;
+        }
         if (poll(fds, a->wake_fd >= 0 ? 2 : 1, left < ATTACH_TICK_MS ? (int)left : ATTACH_TICK_MS) < 0) {
             if (errno == EINTR) continue;
             return attach_fail_errno(a, "poll");

@@ -358,6 +358,15 @@ static int options_set_flag(struct options *o, const struct options_spec *spec, 
     return CLI_OK;
 }
 
+/* --raise-all: --raise, with each re-raise on a line of its own. */
+static int options_set_raise_all(struct options *o, const struct options_spec *spec,
+                                 const char *value)
+{
+    (void)spec; (void)value;
+    o->raises = o->raise_all = 1;
+    return CLI_OK;
+}
+
 static const struct options_spec options_table[] = {
     { 'p', "pid",         OPTIONS_LIST,  options_set_pid, 0 },
     { 0,   "ps",          OPTIONS_VALUE, options_set_ps, 0 },
@@ -373,6 +382,7 @@ static const struct options_spec options_table[] = {
     { 0,   "slow-methods", OPTIONS_LIST, options_add_slow_selector, 0 },
     { 0,   "gc",          OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(gc) },
     { 0,   "raise",       OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(raises) },
+    { 0,   "raise-all",   OPTIONS_FLAG,  options_set_raise_all, 0 },
     { 0,   "devmode",     OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(devmode) },
     { 'o', "output",      OPTIONS_VALUE, options_set_output, 0 },
     { 'a', "append",      OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(append) },

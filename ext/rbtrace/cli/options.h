@@ -48,6 +48,7 @@ struct options {
     size_t n_slow_selectors;
     int gc;                    /* --gc: show garbage collections */
     int raises;                /* --raise: show exceptions raised */
+    int raise_all;             /* --raise-all: also each re-raise, on its own line */
     int devmode;               /* --devmode: -m follows reloaded classes */
     const char *output_path;   /* -o: output file, NULL for stdout */
     int append;                /* -a: append to the -o file */

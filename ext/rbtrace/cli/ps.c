@@ -9,6 +9,10 @@
  * picks (numbers, or "a" for all); otherwise the list is the error.
  * Command lines are the processes' own (any user may put an escape
  * sequence there): they are shown escaped (escape.h).
+ *
+ * A match that loaded the original rbtrace gem (0.5.x: another client,
+ * procfs.h) is listed too, marked, so that its user knows why it cannot
+ * be traced; it is never traced at once as the one match.
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -30,8 +34,14 @@
 
 struct ps_match {
     pid_t pid;
+    int old_gem;           /* loaded the original gem, not this rbtrace */
+    char version[32];      /* ... that gem's version, or "" */
     char cmdline[PS_CMDLINE_MAX];
 };
+
+/* What the list says of an old gem's process. */
+#define PS_OLD_GEM_MARK "  [the original rbtrace gem%s%s: use its own client]"
+
 
 /* pid's command line, arguments joined by spaces; 0 if unreadable/empty. */
 static size_t ps_cmdline(pid_t pid, char *out, size_t cap)
@@ -65,16 +75,21 @@ static int ps_scan(const regex_t *re, struct ps_match *m, int *without_rbtrace)
         return -1;
     }
     while ((d = readdir(proc)) != NULL && n < PS_MAX) {
-        char *end;
+        char *end, old[4096];
+        int kind;
         long pid = strtol(d->d_name, &end, 10);
 
         if (*end || pid <= 0 || (pid_t)pid == self) continue;
         if (!ps_cmdline((pid_t)pid, m[n].cmdline, sizeof(m[n].cmdline))) continue;
         if (regexec(re, m[n].cmdline, 0, NULL, 0) != 0) continue;
-        if (kill((pid_t)pid, 0) != 0 || procfs_has_rbtrace((pid_t)pid) != 1) {
+        if (kill((pid_t)pid, 0) != 0) kind = PROCFS_LIB_NONE;
+        else kind = procfs_rbtrace_library((pid_t)pid, old, sizeof(old));
+        if (kind != PROCFS_LIB_OURS && kind != PROCFS_LIB_OLD_GEM) {
             (*without_rbtrace)++;
             continue;
         }
+        m[n].old_gem = kind == PROCFS_LIB_OLD_GEM;
+        if (m[n].old_gem) procfs_gem_version(old, m[n].version, sizeof(m[n].version));
         m[n++].pid = (pid_t)pid;
     }
     closedir(proc);
@@ -95,8 +110,22 @@ static void ps_list(const struct ps_match *m, int n)
     char shown[PS_SHOWN * ESCAPE_MAX_PER_BYTE + 1];
     int i;
 
-    for (i = 0; i < n; i++)
-        fprintf(stderr, "  %2d) %d  %s\n", i + 1, (int)m[i].pid, ps_shown(m[i].cmdline, shown));
+    for (i = 0; i < n; i++) {
+        fprintf(stderr, "  %2d) %d  %s", i + 1, (int)m[i].pid, ps_shown(m[i].cmdline, shown));
+        /* the version is the app's text too (a path's): escaped */
+        if (m[i].old_gem) fprintf(stderr, PS_OLD_GEM_MARK, m[i].version[0] ? " " : "",
+                                  ps_shown(m[i].version, shown));
+        fputc('\n', stderr);
+    }
+}
+
+/* How many of the n matches loaded the original gem. */
+static int ps_count_old(const struct ps_match *m, int n)
+{
+    int i, old = 0;
+
+    for (i = 0; i < n; i++) old += m[i].old_gem;
+    return old;
 }
 
 /* A chosen process; choosing one twice is harmless. */
@@ -161,7 +190,15 @@ int ps_choose(struct options *o, FILE *in)
     }
     n = ps_scan(&re, m, &without);
     regfree(&re);
-    if (n == 0) {
+    if (n > 0 && ps_count_old(m, n) == n) {
+        fprintf(stderr, "rbtrace: --ps: no process matching '%s' has loaded this rbtrace; %s "
+                "the original rbtrace gem (0.5.x or older), which this client cannot trace:\n",
+                o->ps_pattern, n == 1 ? "this one runs" : "these run");
+        ps_list(m, n);
+        fprintf(stderr, "rbtrace: use that gem's own client (bundle exec rbtrace -p PID in the "
+                "app's directory), or have the app load this rbtrace (gem 'rbtrace', '>= 0.6') "
+                "and restart it\n");
+    } else if (n == 0) {
         fprintf(stderr, "rbtrace: --ps: no process matching '%s' has loaded rbtrace", o->ps_pattern);
         if (without) fprintf(stderr, " (%d match%s but did not load it, or are not yours)",
                              without, without == 1 ? "es" : "");

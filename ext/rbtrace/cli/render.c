@@ -28,9 +28,6 @@
 #define RENDER_UNKNOWN "(unknown)"
 /* Width of "HH:MM:SS.uuuuuu ", the -t column. */
 #define RENDER_TIME_WIDTH 16
-/* The deepest a SLOW line is indented: deeper than any Ruby stack goes.
- * A malformed event's depth of 2^63 would otherwise print spaces for ever. */
-#define RENDER_SLOW_DEPTH_MAX 100000
 /* Longest run of spaces written at once. */
 #define RENDER_SPACES 64
 
@@ -67,6 +64,9 @@ void render_free(struct render *r)
     free(r->names);
     for (i = 0; i < r->n_threads; i++) free(r->threads[i].frames);
     free(r->threads);
+    free(r->reraise_at);
+    r->reraise_at = NULL;
+    r->reraise_at_len = r->reraise_at_cap = 0;
     r->names = NULL;
     r->threads = NULL;
     r->names_cap = r->names_count = r->n_threads = r->threads_cap = r->last_thread = 0;
@@ -231,13 +231,41 @@ static int render_push(struct render *r, struct render_thread *t, uint64_t metho
 
 /* ---- output ---- */
 
+#define RENDER_PUT_LITERAL(r, s) render_put((r), (s), sizeof(s) - 1)
+
+/* What an open raise line says of its re-raises, before it ends:
+ * " (re-raised at mw.rb:9)" or " (re-raised 4 times, last at mw.rb:9)". */
+static void render_reraises(struct render *r)
+{
+    char num[20];
+
+    if (r->reraises == 0) return;
+    if (r->reraises == 1) {
+        RENDER_PUT_LITERAL(r, " (re-raised at ");
+    } else {
+        RENDER_PUT_LITERAL(r, " (re-raised ");
+        render_put(r, num, render_utoa(num, r->reraises));
+        RENDER_PUT_LITERAL(r, " times, last at ");
+    }
+    render_put(r, r->reraise_at, r->reraise_at_len);
+    render_putc(r, ')');
+}
+
 int render_end_line(struct render *r)
 {
     if (r->line_open) {
+        if (r->raise_open) render_reraises(r);
         render_putc(r, '\n');
         r->line_open = 0;
     }
+    r->raise_open = 0;
+    r->reraises = 0;
     return render_check_io(r);
+}
+
+int render_raise_open(const struct render *r)
+{
+    return r->line_open && r->raise_open;
 }
 
 /* "HH:MM:SS.uuuuuu ": localtime only when the second changes. */
@@ -467,23 +495,36 @@ static int render_forget(struct render *r, const struct rbtrace_event *ev)
     return render_end_line(r);
 }
 
-/* SLOW: "name <seconds>", indented by its depth among the watched calls. */
+/*
+ * SLOW: "name <seconds>", indented by its depth among the watched calls;
+ * a Rails request's slow calls nest 100 deep and more, which would push
+ * the names off the screen: past RENDER_SLOW_INDENT_MAX levels the line is
+ * indented that much and says its depth, "[d57] name <seconds>".
+ */
 static int render_slow(struct render *r, const struct rbtrace_event *ev)
 {
     long ti = render_thread_index(r, ev->thread_id);
-
-    size_t depth = ev->depth < RENDER_SLOW_DEPTH_MAX ? (size_t)ev->depth : RENDER_SLOW_DEPTH_MAX;
+    int deep = ev->depth > RENDER_SLOW_INDENT_MAX;
+    char text[24];
+    size_t n;
 
     if (ti < 0) return CLI_ERR;
     if (render_end_line(r) != CLI_OK) return CLI_ERR;
-    render_line_start(r, &r->threads[ti], &ev->time_ns, depth);
+    render_line_start(r, &r->threads[ti], &ev->time_ns,
+                      deep ? RENDER_SLOW_INDENT_MAX : (size_t)ev->depth);
+    if (deep) {
+        text[0] = '[';
+        text[1] = 'd';
+        n = 2 + render_utoa(text + 2, ev->depth);
+        text[n++] = ']';
+        text[n++] = ' ';
+        render_put(r, text, n);
+    }
     render_name(r, ev->method_id);
     render_duration(r, 0, ev->duration_ns);
     render_putc(r, '\n');
     return render_check_io(r);
 }
-
-#define RENDER_PUT_LITERAL(r, s) render_put((r), (s), sizeof(s) - 1)
 
 /*
  * GC, inline at the depth of the thread it ran on:
@@ -518,15 +559,37 @@ static int render_gc(struct render *r, const struct rbtrace_event *ev)
     return render_check_io(r);
 }
 
+/* A re-raise folded into the open raise line: counted, and its location
+ * kept (escaped) for when the line ends. */
+static int render_fold_reraise(struct render *r, struct rbtrace_str where)
+{
+    size_t need = (size_t)where.len * ESCAPE_MAX_PER_BYTE;
+
+    if (need > r->reraise_at_cap) {
+        char *at = realloc(r->reraise_at, need);
+        if (!at) return render_fail(r, "out of memory");
+        r->reraise_at = at;
+        r->reraise_at_cap = need;
+    }
+    r->reraise_at_len = escape_text(r->reraise_at, where.ptr, where.len, 0);
+    r->reraises++;
+    return CLI_OK;
+}
+
 /* RAISE, inline at the raising thread's depth:
- *   raise ArgumentError: bad value at app.rb:12 */
+ *   raise ArgumentError: bad value at app.rb:12
+ * left open for its re-raises to fold into (render.h), unless raise_all. */
 static int render_raise(struct render *r, const struct rbtrace_event *ev)
 {
     long ti = render_thread_index(r, ev->thread_id);
+    int reraise = ev->number > 0;
 
     if (ti < 0) return CLI_ERR;
+    if (reraise && !r->opts.raise_all && render_raise_open(r) && r->raise_thread == (size_t)ti)
+        return render_fold_reraise(r, ev->text3);
     if (render_end_line(r) != CLI_OK) return CLI_ERR;
     render_line_start(r, &r->threads[ti], &ev->time_ns, r->threads[ti].depth);
+    if (reraise) RENDER_PUT_LITERAL(r, "re-");
     RENDER_PUT_LITERAL(r, "raise ");
     render_text(r, ev->text);
     if (ev->text2.len > 0) {   /* none: the target could not read one without the app's code */
@@ -535,7 +598,14 @@ static int render_raise(struct render *r, const struct rbtrace_event *ev)
     }
     RENDER_PUT_LITERAL(r, " at ");
     render_text(r, ev->text3);
-    render_putc(r, '\n');
+    if (r->opts.raise_all) {
+        render_putc(r, '\n');
+    } else {
+        /* open: a RETURN never takes it for its call's line (depth 0) */
+        r->line_open = r->raise_open = 1;
+        r->raise_thread = r->open_thread = (size_t)ti;
+        r->open_depth = 0;
+    }
     return render_check_io(r);
 }
 

@@ -17,11 +17,24 @@
  * line starts with "[tN] ", N the thread's ordinal. LOST events (the target
  * dropped some) print "*** N events lost" and empty every stack.
  *
- * SLOW events print "name <seconds>" indented by their own depth; GC and
- * RAISE events print one line each at the current depth of their thread:
+ * SLOW events print "name <seconds>" indented by their own depth, up to
+ * RENDER_SLOW_INDENT_MAX levels; deeper ones are indented that much and
+ * say their depth: "[d57] name <seconds>". GC and RAISE events print one
+ * line each at the current depth of their thread:
  *
  *   GC minor by newobj <0.000812> (mark 0.000600, sweep 0.000212)
  *   raise ArgumentError: bad value at app.rb:12
+ *
+ * A RAISE that re-raises the exception of the raise line still open on
+ * its thread (the target says so) prints nothing at once: when that line
+ * ends, it says how many times and where last, as
+ *
+ *   raise ArgumentError: bad value at app.rb:12 (re-raised 4 times, last at mw.rb:9)
+ *
+ * A re-raise with no such line open (other output came in between), or
+ * every re-raise under raise_all (--raise-all), prints a line of its own:
+ *
+ *   re-raise ArgumentError: bad value at mw.rb:9
  *
  * Names, expression values and GC and raise text are the app's bytes: they
  * are printed escaped (escape.h).
@@ -37,7 +50,11 @@ struct render_opts {
     int start_time;            /* -t: "HH:MM:SS.uuuuuu " before each call */
     int no_duration;           /* -n: no " <seconds>" */
     unsigned prefix;           /* -r: spaces per nesting level */
+    int raise_all;             /* --raise-all: every re-raise on its own line */
 };
+
+/* The deepest a SLOW line is indented, in levels; deeper ones say "[dN]". */
+#define RENDER_SLOW_INDENT_MAX 40
 
 /* One open call on a thread's stack. */
 struct render_frame {
@@ -78,6 +95,11 @@ struct render {
     size_t open_thread;        /* which thread's call it shows (index) ... */
     size_t open_depth;         /* ... and that call's depth (1-based) */
     size_t max_nesting;        /* deepest stack seen on any thread; never reset */
+    int raise_open;            /* the open line is a raise line (line_open) ... */
+    size_t raise_thread;       /* ... of this thread (index) ... */
+    uint64_t reraises;         /* ... with this many re-raises folded into it, */
+    char *reraise_at;          /* the last one's location, escaped (not NUL-ended) */
+    size_t reraise_at_len, reraise_at_cap;
     uint64_t received;         /* events of the trace received (--stats) ... */
     uint64_t lost;             /* ... and the target's count of those it dropped */
     char errstr[128];          /* why a call failed */
@@ -97,6 +119,10 @@ int render_event(struct render *r, const struct rbtrace_event *ev);
 /* Ends the open line, if any: call before printing anything else on the
  * same terminal. CLI_OK or CLI_ERR as above. */
 int render_end_line(struct render *r);
+
+/* Whether the open line is a raise line, waiting for re-raises to fold:
+ * the session ends it (render_end_line) once the target is quiet. */
+int render_raise_open(const struct render *r);
 
 /* Room for render_format_seconds' text: 20 digits, '.', 6 digits. */
 #define RENDER_SECONDS_MAX 28

@@ -35,6 +35,9 @@
 #include "session.h"
 
 #define SESSION_TICK_MS 200
+/* How long an open raise line waits for re-raises once the target is quiet
+ * (render.h): the re-raises of one exception come microseconds apart. */
+#define SESSION_RERAISE_MS 100
 /* The read buffer's size (it grows for bigger events), and the output's. */
 #define SESSION_READ_SIZE (256 * 1024)
 #define SESSION_OUT_BUFFER (256 * 1024)
@@ -538,10 +541,22 @@ static enum session_wait session_poll(struct session *s, struct pollfd *fds, int
     if (session_deliver_pending(outside)) return SESSION_SIGNAL;
     n = poll(fds, 2, 0);
     if (n == 0) {
-        struct timespec ts = { timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L };
+        /* A raise line waits a moment for re-raises to fold into it, then
+         * ends, so that a pipe or -p PID PID gets it whole. */
+        int raise_open = render_raise_open(&s->render);
+        int wait_ms = raise_open && timeout_ms > SESSION_RERAISE_MS ? SESSION_RERAISE_MS
+                                                                      : timeout_ms;
+        struct timespec ts = { wait_ms / 1000, (long)(wait_ms % 1000) * 1000000L };
 
         if (session_flush(s) != CLI_OK) return SESSION_FAILED;
         n = ppoll(fds, 2, &ts, outside);
+        if (n == 0 && raise_open) {
+            if (render_end_line(&s->render) != CLI_OK) {
+                snprintf(s->errstr, sizeof(s->errstr), "%s", s->render.errstr);
+                return SESSION_FAILED;
+            }
+            if (session_flush(s) != CLI_OK) return SESSION_FAILED;
+        }
     }
     if (n >= 0) return SESSION_DONE;
     if (errno == EINTR) return SESSION_SIGNAL;
@@ -651,7 +666,8 @@ static int session_alloc(struct session *s)
 
 static int session_init(struct session *s, const struct options *opts)
 {
-    struct render_opts ropts = { opts->start_time, opts->no_duration, opts->prefix };
+    struct render_opts ropts = { opts->start_time, opts->no_duration, opts->prefix,
+                                 opts->raise_all };
 
     memset(s, 0, sizeof(*s));
     s->opts = opts;
