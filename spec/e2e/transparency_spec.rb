@@ -95,6 +95,15 @@ module TransparencySpec
 end
 
 RSpec.describe 'transparency: what the app observes' do
+  # An example per aspect of @observed, rbtrace's threads' included.
+  def self.aspect_examples
+    TransparencySpec::ASPECTS.each do |aspect, what|
+      it(what) { expect_same(aspect, what, @observed) }
+    end
+    it(TransparencySpec::FOREIGN_THREADS) { expect_same('foreign threads', TransparencySpec::FOREIGN_THREADS, @observed) }
+    it(TransparencySpec::JOINING) { expect_same('joining', TransparencySpec::JOINING, @observed) }
+  end
+
   def expect_same(aspect, what, labelled)
     keys = TransparencySpec.aspect_keys(aspect, *labelled.values)
     expect(keys).not_to be_empty, "the probe observed nothing of #{aspect}"
@@ -118,12 +127,7 @@ RSpec.describe 'transparency: what the app observes' do
       @loaded&.kill
     end
 
-    TransparencySpec::ASPECTS.each do |aspect, what|
-      it(what) { expect_same(aspect, what, @observed) }
-    end
-
-    it(TransparencySpec::FOREIGN_THREADS) { expect_same('foreign threads', TransparencySpec::FOREIGN_THREADS, @observed) }
-    it(TransparencySpec::JOINING) { expect_same('joining', TransparencySpec::JOINING, @observed) }
+    aspect_examples
 
     it "#{TransparencySpec::TRAP_ERRORS}: the same, but for one more `trap' line at the top of the backtrace" do
       expected = TransparencySpec.with_trap_frame(@observed['without rbtrace'])
@@ -167,12 +171,7 @@ RSpec.describe 'transparency: what the app observes' do
         expect(@run.client_lines(/malformed/)).to eq([]), "#{@run.client_lines(/malformed/).join}\n#{@run.client_output}"
       end
 
-      TransparencySpec::ASPECTS.each do |aspect, what|
-        it(what) { expect_same(aspect, what, @observed) }
-      end
-
-      it(TransparencySpec::FOREIGN_THREADS) { expect_same('foreign threads', TransparencySpec::FOREIGN_THREADS, @observed) }
-      it(TransparencySpec::JOINING) { expect_same('joining', TransparencySpec::JOINING, @observed) }
+      aspect_examples
       it(TransparencySpec::TRAP_ERRORS) { expect_same('trap errors', TransparencySpec::TRAP_ERRORS, @observed) }
     end
   end

@@ -204,18 +204,20 @@ module ProbeObserve
     o
   end
 
+  # The value of a thread that may die of what it observes.
+  def value_of(thread)
+    thread.report_on_exception = false
+    thread.value
+  rescue Exception => e   # rubocop:disable Lint/RescueException
+    "Thread#value raised #{e.class}"
+  end
+
   def recursion
-    thread = Thread.new do
+    value = value_of(Thread.new do
       Probe.new.depth(5000)
     rescue Exception => e   # rubocop:disable Lint/RescueException
       "raised in the thread: #{e.class}"
-    end
-    thread.report_on_exception = false
-    value = begin
-      thread.value
-    rescue Exception => e   # rubocop:disable Lint/RescueException
-      "Thread#value raised #{e.class}"
-    end
+    end)
     main = begin
       Probe.new.depth(5000)
     rescue Exception => e   # rubocop:disable Lint/RescueException
@@ -228,14 +230,7 @@ module ProbeObserve
   # Apart from recursion: with a C frame a level, this overflows the
   # machine stack rather than the VM's.
   def deepest
-    thread = Thread.new { Probe.new.deepest(0) }
-    thread.report_on_exception = false
-    value = begin
-      thread.value
-    rescue Exception => e   # rubocop:disable Lint/RescueException
-      "Thread#value raised #{e.class}"
-    end
-    { 'stack edge.the deepest level reached in a thread' => value }
+    { 'stack edge.the deepest level reached in a thread' => value_of(Thread.new { Probe.new.deepest(0) }) }
   end
 
   # Name, priority, status, and the thread variable that Puma's and Rails'
