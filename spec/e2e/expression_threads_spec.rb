@@ -96,9 +96,11 @@ RSpec.describe 'trace expressions with several threads' do
   # String#inspect is a C method: traced by a wrapper, which no VM hook
   # guards. The expressions call it (each value's #inspect, two a call):
   # those calls are rbtrace's, not the app's, and must not be shown. The
-  # app's own (one a call, inside the block) must.
-  it 'shows none of the calls the expressions make, on any thread' do
-    app = start_target(<<~RUBY).ready
+  # app's own (one a call, inside the block) must, also when made while
+  # another thread's expressions sleep: only the evaluating thread's calls
+  # are left out.
+  def expect_own_calls_hidden(env: {})
+    app = start_target(<<~RUBY, env: env).ready
       class Adapter
         def log(name, sql)
           yield
@@ -106,20 +108,38 @@ RSpec.describe 'trace expressions with several threads' do
       end
       puts "ready"
       sleep 0.01 until File.exist?(#{go.inspect})
-      workers = 2.times.map do |t|
+      workers = 3.times.map do |t|
         Thread.new do
-          300.times { |n| Adapter.new.log("q\#{t}", "SELECT \#{n}") { "x".inspect; sleep 0.0005 } }
+          200.times { |n| Adapter.new.log("q\#{t}", "SELECT \#{n}") { "x".inspect; sleep 0.0005 } }
         end
       end
       workers.each(&:join)
       puts "done 600"
       sleep
     RUBY
-    calls, out, = counted_trace(app, go, '-m', 'Adapter#log(name, sql)', 'String#inspect')
+    calls, out, = counted_trace(app, go, '-m', 'Adapter#log(name, sql, sleep(0.0001))', 'String#inspect')
     expect(lost(out)).to eq(0)
-    expect(out.scan(/Adapter#log\(name="q\d", sql="SELECT \d+"\)/).size).to eq(calls)
+    expect(out.scan(/Adapter#log\(name="q\d", sql="SELECT \d+", sleep\(0\.0001\)=\d\)/).size).to eq(calls)
     expect(out.scan(/String#inspect <\d+\.\d{6}>/).size).to eq(calls)
     # Each shown inside its Adapter#log call, one level in.
     expect(out.lines.grep(/String#inspect/)).to all(match(/\A(\[t\d+\] )?  String#inspect </))
+    expect_each_thread_its_own_values(out)
+  end
+
+  it 'shows none of the calls the expressions make, and all of the app\'s, on any thread' do
+    expect_own_calls_hidden
+  end
+
+  # With RUBY_MN_THREADS=1 (Ruby 3.3+) the threads take turns on one native
+  # thread: which one evaluates is still told apart (the Ruby thread, not
+  # the native one).
+  it 'tells the evaluating thread apart when threads share a native thread (M:N)' do
+    mn_env = { 'RUBY_MN_THREADS' => '1', 'RUBY_MAX_CPU' => '1' }
+    code = 'ids = 4.times.map { Thread.new { 5.times.map { sleep 0.005; Thread.current.native_thread_id } } }' \
+           '.flat_map(&:value); print ids.compact.uniq.size < 4'
+    unless IO.popen(mn_env, [RbConfig.ruby, '-e', code], &:read) == 'true'
+      skip 'this Ruby runs every Ruby thread on a native thread of its own (M:N threads: Ruby 3.3+)'
+    end
+    expect_own_calls_hidden(env: mn_env)
   end
 end
