@@ -324,14 +324,17 @@ __attribute__((noinline)) void rbtrace_emit_call_pushed(enum rbtrace_event_type 
         rbtrace_call_chain_note(&rbtrace.chain, thread, time);
 }
 
-/* A CALL with the values of its trace expressions (Arrays of Strings). */
+/* A CALL with the values of its trace expressions (Arrays of Strings),
+ * encoded once they are computed: nothing is held while they are. A call
+ * from before the session's start (a detach and a new attach came while
+ * its expressions were evaluated) is not this session's. */
 void rbtrace_emit_call_args(VALUE klass, ID mid, uint64_t now, VALUE exprs, VALUE values)
 {
     uint64_t thread = rbtrace_thread_id(), time = now - rbtrace.clock_origin_ns;
     uint32_t id;
     long i, n = RARRAY_LEN(exprs);
 
-    if (rbtrace.calls_ended) return;
+    if (rbtrace.calls_ended || now < rbtrace.clock_origin_ns) return;
     id = rbtrace.attached ? rbtrace_emit_method_id(klass, mid) : 0;
     if (id == 0) {
         rbtrace.lost++;

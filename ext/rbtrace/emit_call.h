@@ -19,6 +19,14 @@
  * out a command (channel.c). One load and one compare. */
 #define RBTRACE_OWN_CALL() (rbtrace_thread_id() == rbtrace.servicing_thread)
 
+/* Whether the current call is one that trace expressions make, on the
+ * thread evaluating them (tracer.c): rbtrace's work, not the app's. While
+ * no thread evaluates, one test of a byte. */
+static inline int rbtrace_expr_call_p(void)
+{
+    return rbtrace.in_expr && rbtrace_tracer_evaluating();
+}
+
 /* The pairs asked for lately, direct-mapped by a cheap hash: the few
  * methods a loop calls skip the table (and a function call). Copies of
  * the table's slots; all zero when empty. 32 bytes each: a slot never

@@ -157,6 +157,7 @@ int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, 
 static VALUE rbtrace_after_fork_child_m(VALUE self)
 {
     rbtrace_session_after_fork();
+    rbtrace_tracer_after_fork();
     rbtrace_channel_after_fork();
     rbtrace_handoff_after_fork();
     return Qnil;

@@ -85,6 +85,14 @@ static inline int rbtrace_selects(VALUE want_klass, ID want_mid, VALUE klass, ID
     return (want_mid == 0 || want_mid == mid) && (want_klass == 0 || want_klass == klass);
 }
 
+/* A thread evaluating trace expressions (tracer.c): a node on the stack of
+ * its evaluation, linked into rbtrace.evaluators while it lasts. Several
+ * threads may evaluate at once: the VM switches threads inside Ruby code. */
+struct rbtrace_evaluator {
+    uint64_t thread;                 /* rbtrace_thread_id() */
+    struct rbtrace_evaluator *next;
+};
+
 /* A slot of the method id table; klass == 0 means empty. Methods are
  * named by ID, as the VM hands them to the hook: a Symbol would cost a
  * lookup an event for the IDs that have no static Symbol (operators). */
@@ -124,7 +132,8 @@ struct rbtrace_state {
             uint8_t attached;        /* session.c: a client is attached */
             uint8_t firehose;        /* tracer.c: --firehose */
             uint8_t slow;            /* tracer.c: --slow: the hook feeds slow.c */
-            uint8_t in_expr;         /* tracer.c: evaluating trace expressions */
+            uint8_t in_expr;         /* tracer.c: a thread evaluates trace expressions
+                                        (rbtrace.evaluators is not empty) */
             uint8_t big_event;       /* emit.c: a large event is being pushed */
             uint8_t sealed;          /* emit.c: DETACHED is in the ring: nothing may follow */
             uint8_t calls_ended;     /* emit.c: detaching: calls and returns are not recorded */
@@ -157,6 +166,7 @@ struct rbtrace_state {
     /* tracing (tracer.c) */
     int hook_installed;
     int hook_raw;                    /* ... the RAW_ARG kind (trace expressions) */
+    struct rbtrace_evaluator *evaluators;   /* threads evaluating expressions, or NULL */
     struct rbtrace_tracer tracers[RBTRACE_SELECTORS_MAX];
     uint32_t n_tracers;
 };
@@ -310,6 +320,8 @@ void rbtrace_tracer_raise(void);
 void rbtrace_report_selector_error(VALUE selector, VALUE error);
 VALUE rbtrace_selector_error(ID name);
 void rbtrace_tracer_clear(void);
+int rbtrace_tracer_evaluating(void);
+void rbtrace_tracer_after_fork(void);
 void rbtrace_tracer_mark(void);
 void Init_rbtrace_tracer(VALUE mod);
 

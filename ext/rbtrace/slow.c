@@ -246,11 +246,6 @@ static void slow_pop(struct slow_stack *s, VALUE klass, ID mid)
     now = slow.cpu ? slow_cpu_ns() : rbtrace_clock_ns();
     start = slow.cpu ? f->start_cpu : f->start_ns;
     if (now < start || now - start < slow.threshold_ns) return;
-    if (rbtrace.in_expr) {
-        /* Another thread evaluates trace expressions: count it (tracer.c). */
-        rbtrace.lost++;
-        return;
-    }
     rbtrace_emit_slow(klass, mid, f->start_ns, now - start, s->depth);
 }
 

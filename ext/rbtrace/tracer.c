@@ -74,18 +74,74 @@ static VALUE tracer_exprs_i(VALUE p)
                       binding, arg->exprs);
 }
 
+/*
+ * Threads evaluating trace expressions. The expressions are Ruby code, in
+ * which the VM may switch threads (a sleep, IO, a Mutex, the timer), and
+ * other threads may then evaluate theirs: a list, each node on its
+ * evaluation's stack. What must be left out meanwhile is the evaluating
+ * thread's own calls (the expressions' work is rbtrace's, not the app's):
+ * the VM's hooks never fire on a thread already inside one, but a wrapper
+ * (wrapper.c) would record them. Every other thread's events are recorded
+ * as ever: the encoder holds nothing across an evaluation (the values are
+ * computed first, then the event is encoded, all with the GVL held).
+ */
+
+/* Whether the current thread is evaluating trace expressions. Out of
+ * line: only reached while some thread evaluates (rbtrace_expr_call_p). */
+__attribute__((noinline)) int rbtrace_tracer_evaluating(void)
+{
+    uint64_t self = rbtrace_thread_id();
+    const struct rbtrace_evaluator *e;
+
+    for (e = rbtrace.evaluators; e; e = e->next)
+        if (e->thread == self) return 1;
+    return 0;
+}
+
+/* Evaluations end in any order (threads take turns): unlinked by address. */
+static void tracer_evaluator_unlink(const struct rbtrace_evaluator *me)
+{
+    struct rbtrace_evaluator **p;
+
+    for (p = &rbtrace.evaluators; *p; p = &(*p)->next) {
+        if (*p == me) {
+            *p = me->next;
+            break;
+        }
+    }
+    rbtrace.in_expr = rbtrace.evaluators != NULL;
+}
+
+/* In a forked child only the forking thread lives on: another's evaluation
+ * never ends there, and its node would leave in_expr set for good. */
+void rbtrace_tracer_after_fork(void)
+{
+    uint64_t self = rbtrace_thread_id();
+    struct rbtrace_evaluator **p = &rbtrace.evaluators;
+
+    while (*p) {
+        if ((*p)->thread == self) p = &(*p)->next;
+        else *p = (*p)->next;
+    }
+    rbtrace.in_expr = rbtrace.evaluators != NULL;
+}
+
 /* A call with trace expressions: evaluate them (slow path; allocates).
  * Out of line, for the same reason as rbtrace_slow_event. */
 static __attribute__((noinline)) void tracer_call_with_exprs(rb_trace_arg_t *targ, VALUE klass, ID mid,
                                    VALUE exprs, uint64_t now)
 {
     struct tracer_expr_arg arg = { targ, exprs };
+    struct rbtrace_evaluator me = { rbtrace_thread_id(), rbtrace.evaluators };
     VALUE values;
     int state = 0;
 
+    /* rb_protect returns whatever ends the evaluation (a kill too): the
+     * node is always unlinked before its stack frame goes. */
+    rbtrace.evaluators = &me;
     rbtrace.in_expr = 1;
     values = rb_protect(tracer_exprs_i, (VALUE)&arg, &state);
-    rbtrace.in_expr = 0;
+    tracer_evaluator_unlink(&me);
     /* Expressions that raise are rescued in Ruby; what escapes is the app's
      * own interrupt (Thread#raise, Timeout, kill), deferred past the
      * evaluation by trace_exprs: it goes on to the app as it would have. */
@@ -194,12 +250,9 @@ static inline __attribute__((always_inline)) void
 tracer_event(rb_trace_arg_t *targ, rb_event_flag_t ev, const struct rbtrace_tracer *t,
              VALUE klass, ID mid)
 {
-    if (rbtrace.in_expr) {
-        /* Another thread is evaluating trace expressions (and gave up the
-         * GVL): this event cannot be encoded now; count it. */
-        rbtrace.lost++;
-        return;
-    }
+    /* The expressions' own calls: never, through the VM's hooks (a thread
+     * inside a hook does not enter another), but kept out all the same. */
+    if (rbtrace_expr_call_p()) return;
     if (t && t->exprs != Qnil && (ev & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)))
         tracer_call_with_exprs(targ, klass, mid, t->exprs, rbtrace_clock_ns());
     else

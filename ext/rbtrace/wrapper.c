@@ -93,7 +93,8 @@ static VALUE wrapper_call_m(int argc, const VALUE *argv, VALUE self)
     if (rbtrace.attached) {
         if (!rbtrace_main_ractor_p())
             rbtrace_ractors_count_other();
-        else if (!rbtrace.firehose && !RBTRACE_OWN_CALL() && rb_frame_method_id_and_class(&mid, &module))
+        else if (!rbtrace.firehose && !RBTRACE_OWN_CALL() && !rbtrace_expr_call_p() &&
+                 rb_frame_method_id_and_class(&mid, &module))
             c.w = wrapper_find(module, mid);
     }
     if (c.w == NULL) return rb_call_super_kw(argc, argv, c.kw_splat);
