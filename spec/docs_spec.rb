@@ -1,5 +1,8 @@
 # frozen_string_literal: true
 
+require 'open3'
+require_relative 'spec_helper'
+
 # The code cites the design by section: `docs/DESIGN.md, "Section"`. A
 # citation that names no section of docs/DESIGN.md, or that is not written
 # in that form on one line (a bare "DESIGN.md", a section name split over two
@@ -42,5 +45,18 @@ RSpec.describe 'citations of docs/DESIGN.md' do
       line.scan(citation).flatten.reject { |name| headings.include?(name) }.map { |name| "#{where}: #{name}" }
     end
     expect(missing).to eq([])
+  end
+end
+
+# docs/usage.md's synopsis is `rbtrace --help`, verbatim: the README's copy of
+# it drifted from the client once (--stats was missing). Runs the built client.
+RSpec.describe 'docs/usage.md' do
+  usage = File.expand_path('../docs/usage.md', __dir__)
+
+  it "shows `rbtrace --help`'s output as it is, in its first code block" do
+    help, status = Open3.capture2e(RBTraceSpec::SPAWN_ENV, RBTraceSpec::CLIENT, '--help')
+    expect(status).to be_success
+    block = File.read(usage)[/^## Synopsis\n.*?^```\n(.*?)^```$/m, 1]
+    expect(block).to eq(help)
   end
 end
