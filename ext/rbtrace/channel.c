@@ -12,7 +12,8 @@
  * waiting (the socket is non-blocking) and carries them out; no app thread
  * ever reads the socket.
  *
- * Getting the job to run whatever the app is doing (DESIGN.md): the signal
+ * Getting the job to run whatever the app is doing
+ * (docs/DESIGN.md, "Getting the job to run"): the signal
  * handler only sets `pending` and posts a semaphore (both async-signal-
  * safe). A Ruby thread, started from Ruby by lib/rbtrace.rb and parked in
  * sem_wait without the GVL, wakes on it, takes the GVL and serves the

@@ -15,8 +15,9 @@
  * by a wrapper (wrapper.c) of the original's arity. Neither costs anything
  * elsewhere. Every other selector and --firehose use one global
  * call/return hook. Such a hook leaves the VM
- * somewhat slower after it is removed (see DESIGN.md, "Leave the process
- * as fast as it was"); the client is told when it is installed.
+ * somewhat slower after it is removed (see
+ * docs/DESIGN.md, "Leave the process as fast as it was"); the client is
+ * told when it is installed.
  *
  * A bad selector is reported (an ERROR event) and skipped. Selectors whose
  * class is not loaded are reported once per class (tracer files name the

@@ -2,8 +2,8 @@
  * wrapper.c - method tracers that wrap the method instead of hooking the VM.
  *
  * A global call/return hook slows every call of the process, and the VM
- * stays slower after the hook is removed (DESIGN.md, "Leave the process as
- * fast as it was"). For a selector that names one method of one class
+ * stays slower after the hook is removed
+ * (docs/DESIGN.md, "Leave the process as fast as it was"). For a selector that names one method of one class
  * (`Hash#key?`, `Process.pid`) we instead prepend to the method's owner a
  * module holding a C method of the same name and visibility: it stamps the
  * time, calls super, and records the return however the call ends

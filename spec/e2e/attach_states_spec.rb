@@ -1,7 +1,8 @@
 require_relative '../spec_helper'
 
-# Attach works whatever the target is doing (DESIGN.md, "Getting the job
-# to run"). Each state: attach, evaluate, get the answer.
+# Attach works whatever the target is doing
+# (docs/DESIGN.md, "Getting the job to run").
+# Each state: attach, evaluate, get the answer.
 RSpec.describe 'attaching whatever the target is doing' do
   STATES = {
     'busy in Ruby' => 'puts "ready"; x = 0; loop { x += 1 }',

@@ -1,6 +1,6 @@
 require_relative '../spec_helper'
 
-# DESIGN.md "Security: who may attach".
+# docs/DESIGN.md, "Security: who may attach".
 RSpec.describe 'security' do
   let(:app) { start_target("puts 'ready'\nloop { Process.pid; sleep 0.02 }").ready }
 

@@ -3,7 +3,7 @@ require 'etc'
 require 'open3'
 require 'socket'
 
-# Issue 5, items 1 and 3 (DESIGN.md "Security: who may attach"), with a real
+# Issue 5, items 1 and 3 (docs/DESIGN.md, "Security: who may attach"), with a real
 # second user: `rbtrace-spec`, created here if missing (useradd, as root; CI
 # runs the specs as root). `nobody` plays a third user. Clients and apps run
 # as those users through setpriv; every process is killed after its example.

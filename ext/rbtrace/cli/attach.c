@@ -91,8 +91,8 @@ static int attach_queue_is_stale(const struct msqid_ds *ds)
 
 /*
  * A target killed with SIGKILL cannot remove its queue: remove the queues
- * of ours whose process is gone (DESIGN.md). Best effort, Linux's
- * MSG_INFO/MSG_STAT walk over every queue.
+ * of ours whose process is gone (docs/DESIGN.md, "Detaching and faults").
+ * Best effort, Linux's MSG_INFO/MSG_STAT walk over every queue.
  */
 static void attach_sweep_stale_queues(void)
 {

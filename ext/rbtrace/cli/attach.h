@@ -1,5 +1,5 @@
 /*
- * attach.h - reaching a target process (DESIGN.md, "Attaching").
+ * attach.h - reaching a target process (docs/DESIGN.md, "Attaching").
  *
  * In order: attach_check_target (exists, ours to signal, has rbtrace
  * loaded), attach_listen (private 0700 directory, Unix socket),
