@@ -24,13 +24,19 @@ unless have_header('sys/msg.h') && have_header('semaphore.h') && have_func('sem_
   abort 'rbtrace needs SysV message queues and POSIX semaphores (Linux).'
 end
 
-unless have_func('rb_thread_call_without_gvl', 'ruby/thread.h') && have_func('rb_nogvl', 'ruby/thread.h')
-  abort 'rbtrace needs rb_thread_call_without_gvl and rb_nogvl (CRuby 2.7 or newer).'
+# rbtrace.c and handoff_job.c call these; every CRuby since 2.0 has both.
+unless have_func('rb_thread_call_without_gvl', 'ruby/thread.h') &&
+       have_func('rb_thread_call_without_gvl2', 'ruby/thread.h')
+  abort 'rbtrace needs rb_thread_call_without_gvl and rb_thread_call_without_gvl2 ' \
+        '(ruby/thread.h, CRuby 2.7 or newer): is this CRuby, with its headers?'
 end
 
 # Version-dependent APIs, chosen by feature, never by version number.
+# HAVE_RB_POSTPONED_JOB_PREREGISTER (3.3+): the postponed jobs are
+# preregistered and triggered (channel.c, gcwatch.c, handoff_job.c); without
+# it rb_postponed_job_register_one is called instead, which 3.3 and later
+# deprecate (so it is never compiled where it would warn).
 have_func('rb_postponed_job_preregister', 'ruby/debug.h')
-have_func('rb_postponed_job_register_one', 'ruby/debug.h')
 have_func('rb_class_attached_object', 'ruby.h')
 have_func('rb_ext_ractor_safe', 'ruby.h')   # Ractor-safe C methods (inplace.c)
 

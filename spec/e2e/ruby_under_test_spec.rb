@@ -3,7 +3,7 @@ require_relative '../spec_helper'
 # The test matrix (script/test) runs this suite on several Rubies; this
 # makes sure that a leg tests what it says: the targets run the Ruby that
 # runs the specs, and with YJIT on when the leg asks for it
-# (RBTRACE_EXPECT_YJIT=1, set by the 3.3-yjit leg with RUBYOPT=--yjit).
+# (RBTRACE_EXPECT_YJIT=1, set by the 3.4-yjit leg with RUBYOPT=--yjit).
 RSpec.describe 'the Ruby under test' do
   it 'is the Ruby that runs the specs, in the targets too' do
     app = start_target('puts "ready"; sleep').ready
