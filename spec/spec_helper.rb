@@ -244,6 +244,21 @@ module RBTraceSpec
     status = client.stop(:INT)
     Result.new(client.stdout, client.stderr, status)
   end
+
+  # Runs the block while client is stopped (SIGSTOP: the ring fills up);
+  # then calms app (its USR1 trap slows its calls), resumes the client,
+  # and expects it to report the events lost meanwhile and end cleanly.
+  def while_client_stopped(app, client)
+    Process.kill(:STOP, client.pid)
+    begin
+      yield
+    ensure
+      Process.kill(:USR1, app.pid)
+      Process.kill(:CONT, client.pid)
+    end
+    client.wait_for(/\*\*\* \d+ events lost/)
+    expect(client.stop).to be_success
+  end
 end
 
 # Should the runner itself die of a signal, RSpec prints no summary and a CI

@@ -9,15 +9,19 @@ require_relative '../spec_helper'
 # with its own values, and no loss: the client reads all the while and the
 # ring (2 MiB) is never near full at these rates.
 RSpec.describe 'trace expressions with several threads' do
+  ADAPTER = <<~'RUBY'.freeze
+    class Adapter
+      def log(name, sql)
+        yield
+      end
+    end
+  RUBY
+
   # threads threads calling Adapter#log(name, sql) { sleep 0.0005 } (the
   # shape of ActiveRecord's log) for seconds; prints "done N" (N calls).
   def adapter_app(go, threads:, seconds:)
     start_target(<<~RUBY).ready
-      class Adapter
-        def log(name, sql)
-          yield
-        end
-      end
+      #{ADAPTER}
       puts "ready"
       sleep 0.01 until File.exist?(#{go.inspect})
       workers = #{threads}.times.map do |t|
@@ -101,11 +105,7 @@ RSpec.describe 'trace expressions with several threads' do
   # are left out.
   def expect_own_calls_hidden(env: {})
     app = start_target(<<~RUBY, env: env).ready
-      class Adapter
-        def log(name, sql)
-          yield
-        end
-      end
+      #{ADAPTER}
       puts "ready"
       sleep 0.01 until File.exist?(#{go.inspect})
       workers = 3.times.map do |t|

@@ -14,19 +14,13 @@ RSpec.describe 'a client that falls behind' do
     RUBY
     client = start_client('-p', app.pid, '-m', 'Process.pid')
     client.attached
-    Process.kill(:STOP, client.pid)
-    begin
+    while_client_stopped(app, client) do
       # While the client is stopped the app keeps going.
       first = app.wait_for(/progress/)[/\d+/].to_i
       sleep 1
       last = app.drain.grep(/progress/).last[/\d+/].to_i
       expect(last).to be > first
-    ensure
-      Process.kill(:USR1, app.pid)
-      Process.kill(:CONT, client.pid)
     end
-    client.wait_for(/\*\*\* \d+ events lost/)
-    expect(client.stop).to be_success
   end
 end
 
@@ -99,8 +93,7 @@ RSpec.describe 'a malformed command while the client reads nothing' do
     RUBY
     client = start_client('-p', app.pid, '-m', 'Process.pid')
     client.attached
-    Process.kill(:STOP, client.pid)
-    begin
+    while_client_stopped(app, client) do
       sleep 1 # the ring fills up
       libc = Fiddle.dlopen(nil)
       msgget = Fiddle::Function.new(libc['msgget'], [Fiddle::TYPE_INT, Fiddle::TYPE_INT], Fiddle::TYPE_INT)
@@ -117,12 +110,7 @@ RSpec.describe 'a malformed command while the client reads nothing' do
       after = app.drain.grep(/^timed out/).size
       # Five a second; swallowed, the block runs on for good (none).
       expect(after - before).to be >= 3
-    ensure
-      Process.kill(:USR1, app.pid)
-      Process.kill(:CONT, client.pid)
     end
-    client.wait_for(/\*\*\* \d+ events lost/)
-    expect(client.stop).to be_success
     expect(app).to be_alive
   end
 end
