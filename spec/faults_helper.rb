@@ -15,6 +15,14 @@ module FaultsSpec
 
   def rss_kb(pid); File.read("/proc/#{pid}/status")[/^VmRSS:\s+(\d+) kB/, 1].to_i; end
 
+  # The size of YJIT's code region in pid (kB), 0 without YJIT.
+  YJIT_CODE_KB = '(defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled? ? ' \
+                 'RubyVM::YJIT.runtime_stats[:code_region_size].to_i / 1024 : 0)'
+  def yjit_code_kb(pid)
+    out = rbtrace('-p', pid, '-e', YJIT_CODE_KB).stdout
+    Integer(out[/^=> (\d+)$/, 1] || raise("no YJIT code size from process #{pid}: #{out.inspect}"))
+  end
+
   # The message queues that are pid's (spec/queues_helper.rb).
   def queues_of(pid, born: nil); RBTraceSpec::Queues.of(pid, born: born); end
 
