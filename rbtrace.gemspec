@@ -12,8 +12,11 @@ Gem::Specification.new do |s|
   s.authors = ['rbtrace developers']
   s.license = 'MIT'
   s.required_ruby_version = '>= 2.7'
+  # docs/rbtrace.1 is the man page. RubyGems installs it with the gem's other
+  # files (gem contents rbtrace) and puts it on no MANPATH: `man` opens it by
+  # path (see the README, "Install").
   s.files = Dir['ext/rbtrace/**/*.{c,h,rb}', 'lib/**/*.rb', 'bin/rbtrace', 'tracers/*.tracer',
-                 'README.md', 'LICENSE']
+                 'docs/rbtrace.1', 'docs/*.md', 'README.md', 'CHANGELOG.md', 'LICENSE']
   s.extensions = ['ext/rbtrace/extconf.rb']
   s.bindir = 'bin'
   s.executables = ['rbtrace']

@@ -60,3 +60,47 @@ RSpec.describe 'docs/usage.md' do
     expect(block).to eq(help)
   end
 end
+
+# docs/rbtrace.1, the man page, lists the options `rbtrace --help` lists: each
+# is the tag of a .TP entry in its OPTIONS section, and each such tag is an
+# option --help knows. Its title line carries the client's version. The roff
+# is read as text (no groff needed); `man ./docs/rbtrace.1` renders it.
+RSpec.describe 'docs/rbtrace.1' do
+  man = File.expand_path('../docs/rbtrace.1', __dir__)
+  option = /(?<![\w-])--?[a-z][a-z-]*/
+
+  let(:help) do
+    out, status = Open3.capture2e(RBTraceSpec::SPAWN_ENV, RBTraceSpec::CLIENT, '--help')
+    expect(status).to be_success
+    out
+  end
+
+  # Options of --help's option lines ("  -p, --pid PID...   the process..."):
+  # the first column, up to two spaces (or one before a capital: a value
+  # that fills the column, "--shapesdump [FILE] ObjectSpace...").
+  let(:help_options) do
+    help.lines.grep(/\A {2,6}-/).flat_map { |l| l.strip.split(/ {2,}| (?=[A-Z][a-z])/).first.scan(option) }.uniq.sort
+  end
+
+  # The tags of the .TP entries under .SH OPTIONS, roff escapes undone.
+  let(:man_options) do
+    roff = File.read(man)[/^\.SH OPTIONS\n(.*?)^\.SH /m, 1]
+    tags = roff.lines.each_cons(2).select { |a, _| a.start_with?('.TP') }.map { |_, tag| tag }
+    tags.flat_map { |t| t.gsub('\\-', '-').gsub(/\\f[BIRP]/, '').scan(option) }.uniq.sort
+  end
+
+  it 'is read from --help (the comparison below would pass on nothing)' do
+    expect(help_options).to include('-p', '--pid', '--heapdump', '--shapesdump', '--version')
+    expect(help_options.size).to be >= 40
+  end
+
+  it "has an entry for every option of --help, and none --help doesn't list" do
+    expect(man_options).to eq(help_options)
+  end
+
+  it "names the client's version in its title line" do
+    version, = Open3.capture2e(RBTraceSpec::SPAWN_ENV, RBTraceSpec::CLIENT, '--version')
+    title = File.foreach(man).find { |l| l.start_with?('.TH ') }
+    expect(title).to include(version.strip)
+  end
+end

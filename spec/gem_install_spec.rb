@@ -76,6 +76,16 @@ RSpec.describe 'the installed gem', :gem_install do
     expect(output).to eq("rbtrace #{version}\n")
   end
 
+  # RubyGems installs a gem's files and nothing else: the man page lies in the
+  # gem's directory (`man "$(gem contents rbtrace | grep rbtrace.1)"`).
+  it 'installs the man page, docs/rbtrace.1, with the gem' do
+    installed = File.join(@gem_home, 'gems', "rbtrace-#{version}", 'docs', 'rbtrace.1')
+    expect(File.read(installed)).to eq(File.read(File.join(root, 'docs/rbtrace.1')))
+    output, status = run(gem_env, RbConfig.ruby, '-S', 'gem', 'contents', 'rbtrace')
+    expect(status).to be_success, output
+    expect(output.lines.map(&:chomp)).to include(installed)
+  end
+
   it 'can be required from the installed gem' do
     code = 'require "rbtrace"; p RBTrace::VERSION; puts $LOADED_FEATURES.grep(/rbtrace\.so\z/)'
     output, status = run(gem_env, RbConfig.ruby, '-e', code)
