@@ -7,14 +7,7 @@
  * Queue, socket, writer thread, buffers and hooks exist only from the
  * first signal or attach on.
  *
- * Files: channel.c (signal, helper thread, message queue), handoff.c (the
- * GVL for our threads while the app is busy; handoff_job.c, on 3.3+),
- * clock.c (events' time stamps), session.c
- * (commands), tracer.c (selectors, event hook), wrapper.c (tracing one
- * method by prepending a wrapper), ractors.c (the main Ractor alone is
- * traced), emit.c (event encoding),
- * ring.c (the buffer between app threads and the writer), writer.c (the
- * writer pthread), codec.c (the wire format, shared with the client).
+ * Each file's one job: docs/DESIGN.md, "Files".
  */
 #include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
 #include <stdio.h>
