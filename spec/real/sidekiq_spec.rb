@@ -12,8 +12,9 @@ require 'timeout'
 # jobs come one after the other. Step jobs mark the start and the end of the
 # measured window with GET rbtrace:mark:start / rbtrace:mark:stop, run a
 # MULTI block, and push a Chained job (a pipelined SADD + LPUSH) to the
-# queue "chained", which Chained's sidekiq_options name: the window holds
-# the same processor-thread commands in the trace and in MONITOR.
+# queue "chained", which Chained's sidekiq_options name (the start job also
+# pushes two at once, by push_bulk): the window holds the same
+# processor-thread commands in the trace and in MONITOR.
 RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
   JOBS_RB = <<~'RUBY'.freeze
     require 'sidekiq'
@@ -30,6 +31,7 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
           end
         end
         Chained.perform_async(what)
+        Sidekiq::Client.push_bulk('class' => Chained, 'args' => [['bulk-a'], ['bulk-b']]) if what == 'start'
       end
     end
 
@@ -44,6 +46,8 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
   # Pushes Step jobs start, 1..STEPS, then, after the worker has idled
   # through BRPOP timeouts (Sidekiq's is 2 s), stop; prints each jid.
   STEPS = 3
+  # Chained jobs: one per Step job (start, 1..STEPS, stop), two by push_bulk.
+  CHAINED = STEPS + 4
   ENQUEUE_RB = <<~RUBY.freeze
     $stdout.sync = true
     jids = Sidekiq::Client.push_bulk('class' => Step, 'args' => [['start'], *(1..#{STEPS}).map { |i| [i] }])
@@ -140,7 +144,7 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
   end
 
   # The trace holds every job's run, the stop job's Chained one included.
-  SIDEKIQ_DONE = /(Chained#perform .*){#{STEPS + 2}}Sidekiq::Processor#process </m
+  SIDEKIQ_DONE = /(Chained#perform .*){#{CHAINED}}Sidekiq::Processor#process </m
   # The trace holds the stop job's push of its Chained job.
   REDIS_DONE = /"rbtrace:mark:stop".*Redis#pipelined </m
 
@@ -207,9 +211,11 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
       result, monitor, = trace_jobs('-c', 'sidekiq', trace_done: SIDEKIQ_DONE, idle: 0.5)
       expect(result.status).to be_success, result.stderr
       pushes = result.stdout.scan(/Sidekiq::Client#push\(item\["class"\]=Chained\)\n.*Sidekiq::Client#raw_push\(payloads\.first\["queue"\]="chained", payloads\.size=1\) <\d+\.\d{6}>$/)
-      # Each Step pushed one Chained job; MONITOR saw as many LPUSHes to its queue.
-      expect(pushes.size).to eq(STEPS + 2)
-      expect(monitor.grep(/"lpush" "queue:chained"/).size).to eq(STEPS + 2)
+      bulk = result.stdout.scan(/Sidekiq::Client#push_bulk\(items\["class"\]=Chained, items\["args"\]\.size=2\)\n.*Sidekiq::Client#raw_push\(payloads\.first\["queue"\]="chained", payloads\.size=2\) <\d+\.\d{6}>$/)
+      # Each Step pushed one Chained job, the start one two more at once;
+      # MONITOR saw as many LPUSHes to their queue.
+      expect([pushes.size, bulk.size]).to eq([STEPS + 2, 1])
+      expect(monitor.grep(/"lpush" "queue:chained"/).size).to eq(STEPS + 3)
       expect(result.stdout).not_to include('raised')
     end
   end
@@ -222,8 +228,8 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
       monitored = count_commands(monitored_commands(monitor_window(monitor)))
       # The worker idled through BRPOP timeouts between the jobs and the stop one.
       expect(monitored['brpop queue:default']).to be >= STEPS + 4
-      # start, 1..STEPS pushed a Chained job (stop pushes its own after its mark).
-      expect(monitored['lpush queue:chained']).to eq(STEPS + 1)
+      # start (twice), 1..STEPS pushed Chained jobs (stop pushes its own after its mark).
+      expect(monitored['lpush queue:chained']).to eq(STEPS + 2)
       expect(traced).to eq(monitored)
       expect(result.stdout).not_to include('raised')
     end
