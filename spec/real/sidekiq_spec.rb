@@ -16,7 +16,7 @@ require 'timeout'
 # pushes two at once, by push_bulk): the window holds the same
 # processor-thread commands in the trace and in MONITOR.
 RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
-  JOBS_RB = <<~'RUBY'.freeze
+  SIDEKIQ_JOBS_RB = <<~'RUBY'.freeze
     require 'sidekiq'
 
     class Step
@@ -43,14 +43,14 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
     end
   RUBY
 
-  # Pushes Step jobs start, 1..STEPS, then, after the worker has idled
+  # Pushes Step jobs start, 1..SIDEKIQ_STEPS, then, after the worker has idled
   # through BRPOP timeouts (Sidekiq's is 2 s), stop; prints each jid.
-  STEPS = 3
-  # Chained jobs: one per Step job (start, 1..STEPS, stop), two by push_bulk.
-  CHAINED = STEPS + 4
-  ENQUEUE_RB = <<~RUBY.freeze
+  SIDEKIQ_STEPS = 3
+  # Chained jobs: one per Step job (start, 1..SIDEKIQ_STEPS, stop), two by push_bulk.
+  SIDEKIQ_CHAINED = SIDEKIQ_STEPS + 4
+  SIDEKIQ_ENQUEUE_RB = <<~RUBY.freeze
     $stdout.sync = true
-    jids = Sidekiq::Client.push_bulk('class' => Step, 'args' => [['start'], *(1..#{STEPS}).map { |i| [i] }])
+    jids = Sidekiq::Client.push_bulk('class' => Step, 'args' => [['start'], *(1..#{SIDEKIQ_STEPS}).map { |i| [i] }])
     puts "jids \#{jids.join(' ')}"
     sleep Float(ENV.fetch('RBTRACE_IDLE'))
     puts "jids \#{Sidekiq::Client.push('class' => Step, 'args' => ['stop'])}"
@@ -65,7 +65,7 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
   before do
     RealApps.require_commands!('/usr/bin/redis-server' => 'redis-server', '/usr/bin/redis-cli' => 'redis-tools',
                                '/usr/bin/sidekiq' => 'ruby-sidekiq')
-    File.write(File.join(dir, 'jobs.rb'), JOBS_RB)
+    File.write(File.join(dir, 'jobs.rb'), SIDEKIQ_JOBS_RB)
   end
 
   after { FileUtils.rm_rf(dir) }
@@ -110,12 +110,12 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
     raise "redis-cli MONITOR did not start: #{RealApps.tail(path)}"
   end
 
-  # Runs ENQUEUE_RB in a process of its own (on Debian's gems, without
+  # Runs SIDEKIQ_ENQUEUE_RB in a process of its own (on Debian's gems, without
   # rbtrace); returns the jids it pushed.
   def enqueue(idle:)
     log = File.join(dir, 'enqueue.log')
     env = RealApps.app_env(rbtrace: false, extra: { 'REDIS_URL' => redis_url, 'RBTRACE_IDLE' => idle.to_s })
-    pusher = spawn_group('enqueue', RealApps::DEBIAN_RUBY, '-r', './jobs.rb', '-e', ENQUEUE_RB,
+    pusher = spawn_group('enqueue', RealApps::DEBIAN_RUBY, '-r', './jobs.rb', '-e', SIDEKIQ_ENQUEUE_RB,
                          log: log, chdir: dir, env: env)
     Timeout.timeout(60) { Process.wait(pusher.pid) }
     raise "the enqueuing process failed (#{$?.inspect}):\n#{RealApps.tail(log)}" unless $?.success?
@@ -144,9 +144,9 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
   end
 
   # The trace holds every job's run, the stop job's Chained one included.
-  SIDEKIQ_DONE = /(Chained#perform .*){#{CHAINED}}Sidekiq::Processor#process </m
+  SIDEKIQ_DONE = /(Chained#perform .*){#{SIDEKIQ_CHAINED}}Sidekiq::Processor#process </m
   # The trace holds the stop job's push of its Chained job.
-  REDIS_DONE = /"rbtrace:mark:stop".*Redis#pipelined </m
+  SIDEKIQ_REDIS_DONE = /"rbtrace:mark:stop".*Redis#pipelined </m
 
   # The processor thread's lines of a trace ([tN] prefix, or none for the
   # first thread seen) from the start marker to the stop marker.
@@ -167,12 +167,12 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
 
   # The commands that only the processor thread sends (by their name and
   # first arguments; the enqueuing process sends SADD queues default).
-  PROCESSOR_COMMANDS = ['brpop queue:default', 'get rbtrace:mark:start', 'get rbtrace:mark:stop',
+  SIDEKIQ_PROCESSOR_COMMANDS = ['brpop queue:default', 'get rbtrace:mark:start', 'get rbtrace:mark:stop',
                         'incr rbtrace:steps', 'expire rbtrace:steps', 'sadd queues chained',
                         'lpush queue:chained'].freeze
 
   def count_commands(commands)
-    PROCESSOR_COMMANDS.to_h { |c| [c, commands.count { |command| command.start_with?("#{c} ") }] }
+    SIDEKIQ_PROCESSOR_COMMANDS.to_h { |c| [c, commands.count { |command| command.start_with?("#{c} ") }] }
   end
 
   # "brpop queue:default queue:chained 2" from
@@ -199,7 +199,7 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
       expect(result.status).to be_success, result.stderr
       expect(result.stderr).not_to include('*** error')
       expect(result.stdout).not_to include('raised')
-      expect(jids.size).to eq(STEPS + 2)
+      expect(jids.size).to eq(SIDEKIQ_STEPS + 2)
       jids.each do |jid|
         expect(result.stdout).to match(/^(\[t\d+\] )?  Sidekiq::Processor#dispatch\(job_hash\["class"\]="Step", queue="default", job_hash\["jid"\]="#{jid}"\)$/)
       end
@@ -214,28 +214,28 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
       bulk = result.stdout.scan(/Sidekiq::Client#push_bulk\(items\["class"\]=Chained, items\["args"\]\.size=2\)\n.*Sidekiq::Client#raw_push\(payloads\.first\["queue"\]="chained", payloads\.size=2\) <\d+\.\d{6}>$/)
       # Each Step pushed one Chained job, the start one two more at once;
       # MONITOR saw as many LPUSHes to their queue.
-      expect([pushes.size, bulk.size]).to eq([STEPS + 2, 1])
-      expect(monitor.grep(/"lpush" "queue:chained"/).size).to eq(STEPS + 3)
+      expect([pushes.size, bulk.size]).to eq([SIDEKIQ_STEPS + 2, 1])
+      expect(monitor.grep(/"lpush" "queue:chained"/).size).to eq(SIDEKIQ_STEPS + 3)
       expect(result.stdout).not_to include('raised')
     end
   end
 
   describe '-c redis' do
     it 'shows every command of the traced thread that MONITOR saw, BRPOP (the fetch) included' do
-      result, monitor, = trace_jobs('-c', 'redis', trace_done: REDIS_DONE)
+      result, monitor, = trace_jobs('-c', 'redis', trace_done: SIDEKIQ_REDIS_DONE)
       expect(result.status).to be_success, result.stderr
       traced = count_commands(traced_commands(processor_window(result.stdout)))
       monitored = count_commands(monitored_commands(monitor_window(monitor)))
       # The worker idled through BRPOP timeouts between the jobs and the stop one.
-      expect(monitored['brpop queue:default']).to be >= STEPS + 4
-      # start (twice), 1..STEPS pushed Chained jobs (stop pushes its own after its mark).
-      expect(monitored['lpush queue:chained']).to eq(STEPS + 2)
+      expect(monitored['brpop queue:default']).to be >= SIDEKIQ_STEPS + 4
+      # start (twice), 1..SIDEKIQ_STEPS pushed Chained jobs (stop pushes its own after its mark).
+      expect(monitored['lpush queue:chained']).to eq(SIDEKIQ_STEPS + 2)
       expect(traced).to eq(monitored)
       expect(result.stdout).not_to include('raised')
     end
 
     it 'shows the commands inside pipelined and multi blocks, nested in the block' do
-      result, = trace_jobs('-c', 'redis', trace_done: REDIS_DONE, idle: 0.5)
+      result, = trace_jobs('-c', 'redis', trace_done: SIDEKIQ_REDIS_DONE, idle: 0.5)
       expect(result.status).to be_success, result.stderr
       prefix = '(?:\[t\d+\] )?'
       expect(result.stdout).to match(/^#{prefix}Redis#multi\n#{prefix}  Redis::PipelinedConnection#send_command\(command=\[:incr, "rbtrace:steps"\]\) <\d+\.\d{6}>\n#{prefix}  Redis::PipelinedConnection#send_command\(command=\[:expire, "rbtrace:steps", 600\]\) <\d+\.\d{6}>\n#{prefix}Redis#multi <\d+\.\d{6}>$/)
@@ -245,7 +245,7 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
 
   # The selectors that Sidekiq does not reach: connecting, and a blocking
   # command inside a pipeline (redis-rb 4.8 queues it with its timeout).
-  REDIS_APP = <<~'RUBY'.freeze
+  SIDEKIQ_REDIS_APP = <<~'RUBY'.freeze
     require 'redis'
     $stdout.sync = true
     port = Integer(ENV.fetch('RBTRACE_REDIS_PORT'))
@@ -265,7 +265,7 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
   it '-c redis: connecting, and a blocking command inside a pipeline (redis-rb alone)' do
     start_redis
     log = File.join(dir, 'app.log')
-    app = spawn_group('redis app', RealApps::DEBIAN_RUBY, '-e', REDIS_APP, log: log, chdir: dir,
+    app = spawn_group('redis app', RealApps::DEBIAN_RUBY, '-e', SIDEKIQ_REDIS_APP, log: log, chdir: dir,
                       env: RealApps.app_env(extra: { 'RBTRACE_REDIS_PORT' => port.to_s }))
     Timeout.timeout(30) { sleep 0.05 until File.read(log).include?('ready') }
     client = start_client('-p', app.pid, '-c', 'redis', env: tracer_env)
@@ -278,7 +278,7 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
   end
 
   it 'every selector of -c sidekiq redis resolves on Sidekiq 6.4.1 and redis-rb 4.8, but the redis-client one' do
-    result, = trace_jobs('-c', 'sidekiq', 'redis', trace_done: REDIS_DONE, idle: 0.5)
+    result, = trace_jobs('-c', 'sidekiq', 'redis', trace_done: SIDEKIQ_REDIS_DONE, idle: 0.5)
     expect(result.status).to be_success, result.stderr
     errors = result.stderr.lines.grep(/\*\*\* error/)
     # redis.tracer's line for redis-rb 5 and redis-client, documented as
