@@ -21,7 +21,11 @@
  *
  * A bad selector is reported (an ERROR event) and skipped. Selectors whose
  * class is not loaded are reported once per class (tracer files name the
- * classes of libraries a process may not use).
+ * classes of libraries a process may not use). A trace expression that
+ * cannot work on its method (a parameter the library renamed) is reported
+ * and left out as the selector is parsed (lib/rbtrace/expression_check.rb):
+ * nothing of it reaches the hook. Two selectors of one method make one
+ * tracer, with the expressions of both.
  */
 #include <unistd.h>
 #include "rbtrace.h"
@@ -33,7 +37,7 @@
 
 #define TRACER_EVENTS (RUBY_EVENT_CALL | RUBY_EVENT_RETURN | RUBY_EVENT_C_CALL | RUBY_EVENT_C_RETURN)
 
-static ID id_parse_selector, id_trace_exprs, id_enable_targeted, id_Selector, id_NotLoaded, id_at_path;
+static ID id_parse_traced_selector, id_trace_exprs, id_enable_targeted, id_Selector, id_NotLoaded, id_at_path;
 
 /* The tracer of (klass, mid) among those the global hook watches. */
 static const struct rbtrace_tracer *tracer_match(VALUE klass, ID mid)
@@ -341,17 +345,50 @@ static void tracer_untarget(const struct rbtrace_tracer *t)
     if (t->tp_return) rb_tracepoint_disable(t->tp_return);
 }
 
-/* Whether a tracer with TracePoints already watches (klass, mid): another
- * selector naming the same Ruby method (an alias of it) would make each
- * call shown twice. */
-static int tracer_targeted_p(VALUE klass, ID mid)
+/* The tracer that already watches (klass, mid), from another selector
+ * (an alias of the method, or another line naming it); NULL if none. A
+ * second tracer would show each call twice. */
+static struct rbtrace_tracer *tracer_of_method(VALUE klass, ID mid)
 {
     uint32_t i;
 
     for (i = 0; i < rbtrace.n_tracers; i++)
-        if (rbtrace.tracers[i].tp && rbtrace.tracers[i].klass == klass && rbtrace.tracers[i].mid == mid)
-            return 1;
-    return 0;
+        if (rbtrace.tracers[i].klass == klass && rbtrace.tracers[i].mid == mid) return &rbtrace.tracers[i];
+    return NULL;
+}
+
+/* Adds exprs (a frozen Array, or nil) to t's: the call is shown once,
+ * with the first selector's expressions, then the others' not already
+ * among them. t's Array is frozen (the hook reads it at each call):
+ * replaced, never changed. */
+static void tracer_merge_exprs(struct rbtrace_tracer *t, VALUE exprs)
+{
+    VALUE merged;
+    long i;
+
+    if (NIL_P(exprs)) return;
+    if (NIL_P(t->exprs)) {
+        t->exprs = exprs;
+        return;
+    }
+    merged = rb_ary_dup(t->exprs);
+    for (i = 0; i < RARRAY_LEN(exprs); i++)
+        if (!RTEST(rb_ary_includes(merged, RARRAY_AREF(exprs, i)))) rb_ary_push(merged, RARRAY_AREF(exprs, i));
+    t->exprs = rb_ary_freeze(merged);
+}
+
+/* Reports the expressions the check left out (notes: Array of String, or
+ * nil), each once, as the selector is added. */
+static void tracer_report_notes(VALUE notes)
+{
+    long i;
+
+    if (!RB_TYPE_P(notes, T_ARRAY)) return;
+    for (i = 0; i < RARRAY_LEN(notes); i++) {
+        VALUE note = RARRAY_AREF(notes, i);
+        if (!RB_TYPE_P(note, T_STRING)) continue;
+        rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s", (int)RSTRING_LEN(note), RSTRING_PTR(note));
+    }
 }
 
 /* Whether a selector the global hook watches has trace expressions,
@@ -396,7 +433,7 @@ static void tracer_install(void)
 
 static VALUE tracer_parse_i(VALUE selector)
 {
-    return rb_funcall(rbtrace_mRBTrace, id_parse_selector, 1, selector);
+    return rb_funcall(rbtrace_mRBTrace, id_parse_traced_selector, 1, selector);
 }
 
 static VALUE tracer_wrap_i(VALUE parsed)
@@ -491,11 +528,14 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
     int state = 0;
 
     parsed = rbtrace_protect(tracer_parse_i, sel, &state, &err);
+    if (!state && RARRAY_LEN(parsed) > 7) tracer_report_notes(RARRAY_AREF(parsed, 7));
     if (!state && !NIL_P(RARRAY_AREF(parsed, 3))) {
         /* parsed is [owner or nil, method Symbol or nil, expressions or nil,
          * visibility Symbol if the method (a C one) is wrapped instead of
          * hooked, the UnboundMethod if it is a Ruby one, the wrapper's
-         * arity]. Wrapping can fail (a frozen class): that selector alone. */
+         * arity, whether it is a block's method, the messages of the
+         * expressions left out or nil]. Wrapping can fail (a frozen
+         * class): that selector alone. */
         rbtrace_protect(tracer_wrap_i, parsed, &state, &err);
         if (!state) return 1;
     }
@@ -516,7 +556,12 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
     /* A name the user typed stays in the symbol table (rbtrace_method_id_of):
      * no method of that name may exist yet. */
     mid = rbtrace_method_id_of(RARRAY_AREF(parsed, 1));
-    if (!NIL_P(ruby) && tracer_targeted_p(klass, mid)) return 1;
+    if ((t = tracer_of_method(klass, mid)) != NULL) {
+        tracer_merge_exprs(t, RARRAY_AREF(parsed, 2));
+        /* The hook swaps to the kind that evaluates expressions. */
+        if (!t->tp) *hook = 1;
+        return 1;
+    }
     t = &rbtrace.tracers[rbtrace.n_tracers++];
     t->klass = klass;
     t->mid = mid;
@@ -628,7 +673,7 @@ void rbtrace_tracer_mark(void)
 
 void Init_rbtrace_tracer(VALUE mod)
 {
-    id_parse_selector = rb_intern("parse_selector");
+    id_parse_traced_selector = rb_intern("parse_traced_selector");
     id_trace_exprs = rb_intern("trace_exprs");
     id_enable_targeted = rb_intern("enable_targeted");
     id_Selector = rb_intern("Selector");
