@@ -1,0 +1,165 @@
+require_relative '../spec_helper'
+
+# Selectors and trace expressions checked once, at attach, against the
+# methods the process defines (lib/rbtrace/expression_check.rb): an
+# expression naming a local the method does not have is reported with the
+# library's version and left out, never evaluated per call; a missing
+# method is reported with its class's library's version.
+RSpec.describe 'selectors and expressions checked at attach' do
+  # A gem of the app's, activated as RubyGems does (Gem.loaded_specs).
+  MYLIB_SOURCE = <<~'RUBY'.freeze
+    module Mylib
+      class Worker
+        def run(job, retries = 0); job; end
+      end
+    end
+  RUBY
+
+  CHECK_APP = <<~'RUBY'.freeze
+    Gem::Specification.load(ENV.fetch('MYLIB_SPEC')).activate
+    require 'mylib'
+
+    class Foo
+      def bar(x); tmp = x * 10; tmp; end
+      def helper; :helped; end
+    end
+    class Sub < Foo
+      def only_sub; :sub; end
+    end
+    class Ghost
+      def method_missing(name, *args)
+        name == :phantom ? :boo : super
+      end
+
+      def respond_to_missing?(name, priv = false)
+        name == :phantom || super
+      end
+
+      def go(a); a; end
+    end
+    module Mixin
+      def mixed(a); a; end
+    end
+    class Mixer
+      include Mixin
+      def from_includer; :mixer; end
+    end
+
+    puts "ready"
+    said = false
+    loop do
+      Sub.new.bar(1)
+      Ghost.new.go(2)
+      Mixer.new.mixed(3)
+      Mylib::Worker.new.run(:job)
+      "a".upcase
+      if $evaluated && !said
+        puts "evaluated"
+        said = true
+      end
+      sleep 0.02
+    end
+  RUBY
+
+  let(:dir) { Dir.mktmpdir('rbtrace-check') }
+  let(:app) do
+    FileUtils.mkdir_p(File.join(dir, 'gems', 'mylib-1.2.3', 'lib'))
+    FileUtils.mkdir_p(File.join(dir, 'specifications'))
+    File.write(File.join(dir, 'gems', 'mylib-1.2.3', 'lib', 'mylib.rb'), MYLIB_SOURCE)
+    spec = File.join(dir, 'specifications', 'mylib-1.2.3.gemspec')
+    File.write(spec, <<~SPEC)
+      Gem::Specification.new do |s|
+        s.name = 'mylib'
+        s.version = '1.2.3'
+        s.summary = 'a library of the app'
+        s.authors = ['rbtrace specs']
+        s.files = ['lib/mylib.rb']
+      end
+    SPEC
+    start_target(CHECK_APP, env: { 'MYLIB_SPEC' => spec }).ready
+  end
+
+  after { FileUtils.rm_rf(dir) }
+
+  def tracer_file(text)
+    path = File.join(dir, 'check.tracer')
+    File.write(path, text)
+    path
+  end
+
+  # Traces until the stdout shows pattern count times, then stops like ^C.
+  def trace_calls(*args, pattern:, count: 3)
+    client = start_client('-p', app.pid, *args)
+    client.attached
+    client.wait_for(->(out) { out.scan(pattern).size >= count })
+    status = client.stop(:INT)
+    RBTraceSpec::Result.new(client.stdout, client.stderr, status)
+  end
+
+  it 'leaves out, and reports once, an expression naming a parameter the method does not have' do
+    path = tracer_file("Foo#bar(y, x)\n")
+    result = trace_calls('-c', path, pattern: /^Foo#bar/, count: 5)
+    message = '*** error: Foo#bar: y is neither a parameter of Foo#bar(x) nor a method of its receiver: ' \
+              'expression "y" left out (Foo#bar is traced without it); correct it to use the method\'s parameters'
+    expect(result.stderr).to include(message)
+    expect(result.stderr.scan('expression "y"').size).to eq(1)
+    expect(result.stdout).to match(/^Foo#bar\(x=1\) <\d+\.\d{6}>$/)
+    expect(result.stdout).not_to include('y=')
+    expect(result.stdout).not_to include('NameError')
+  end
+
+  it 'never evaluates an expression it left out' do
+    # On its own, ($evaluated = true) would run before y raised.
+    result = trace_calls('-m', 'Foo#bar(($evaluated = true) && y)', pattern: /^Foo#bar/, count: 5)
+    # The app says "evaluated" within one loop (20 ms) of the first evaluation.
+    sleep 0.2
+    expect(app.drain).not_to include('evaluated')
+    expect(result.stdout).to match(/^Foo#bar <\d+\.\d{6}>$/)
+    expect(result.stderr).to include('*** error: Foo#bar: y is neither a parameter of Foo#bar(x)')
+  end
+
+  it "names the version of the gem that defines the method, and the method's parameters" do
+    path = tracer_file("Mylib::Worker#run(uow.queue, job)\nMylib::Worker#nope\n")
+    result = trace_calls('-c', path, pattern: /^Mylib::Worker#run/)
+    expect(result.stderr).to include('*** error: Mylib::Worker#run: uow is neither a parameter of ' \
+                                     'Mylib::Worker#run(job, retries = ...) in mylib 1.2.3 nor a method of its receiver: ' \
+                                     'expression "uow.queue" left out')
+    expect(result.stderr).to include('*** error: Mylib::Worker#nope: no such method Mylib::Worker#nope ' \
+                                     'in mylib 1.2.3 (not traced)')
+    expect(result.stdout).to match(/^Mylib::Worker#run\(job=:job\) <\d+\.\d{6}>$/)
+  end
+
+  it "names Ruby's version for a core class, and what a C method's expressions can use" do
+    result = trace_calls('-m', 'String#upcase(zzz, length)', 'String#nope', pattern: /^String#upcase/)
+    expect(result.stderr).to include("*** error: String#upcase: zzz is not a method of String#upcase's receiver " \
+                                     "(a C method in Ruby #{RUBY_VERSION}: its arguments have no names, its " \
+                                     'expressions run on the receiver): expression "zzz" left out (String#upcase ' \
+                                     'is traced without it); correct it to use the methods of its receiver')
+    expect(result.stderr).to include("*** error: String#nope: no such method String#nope in Ruby #{RUBY_VERSION} " \
+                                     '(not traced)')
+    expect(result.stdout).to match(/^String#upcase\(length=1\) <\d+\.\d{6}>$/)
+  end
+
+  it "keeps what may work: the method's locals, methods of its receivers below it, method_missing, the rest" do
+    path = tracer_file(<<~TRACER)
+      Foo#bar(x, tmp, helper, only_sub, @none, self.class, Foo, __source__, x.nope)
+      Ghost#go(a, phantom)
+      Mixin#mixed(a, from_includer)
+    TRACER
+    result = trace_calls('-c', path, pattern: /^Mixin#mixed/)
+    expect(result.stderr).not_to include('error')
+    expect(result.stdout).to match(/^Foo#bar\(x=1, tmp=nil, helper=:helped, only_sub=:sub, @none=nil, self\.class=Sub, /)
+    expect(result.stdout).to include('x.nope=#<NoMethodError raised>')
+    expect(result.stdout).to match(/^Ghost#go\(a=2, phantom=:boo\) <\d+\.\d{6}>$/)
+    expect(result.stdout).to match(/^Mixin#mixed\(a=3, from_includer=:mixer\) <\d+\.\d{6}>$/)
+  end
+
+  it 'shows a method named by two lines once per call, with the expressions of both' do
+    path = tracer_file("Foo#bar(x)\nFoo#bar(x * 2, x)\nString#upcase(self)\nString#upcase(length)\n")
+    result = trace_calls('-c', path, pattern: /^String#upcase\(/)
+    expect(result.stdout).to match(/^Foo#bar\(x=1, x \* 2=2\) <\d+\.\d{6}>$/)
+    expect(result.stdout).to match(/^String#upcase\(self="a", length=1\) <\d+\.\d{6}>$/)
+    expect(result.stdout).not_to match(/^Foo#bar\(x=1\) </)
+    expect(result.stdout).not_to match(/^String#upcase\(self="a"\) </)
+  end
+end
