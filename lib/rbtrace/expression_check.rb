@@ -30,15 +30,24 @@ module RBTrace
   # What it calls: RubyVM::AbstractSyntaxTree.parse on the expression
   # (nothing of the app's), UnboundMethod#parameters and the method's
   # instruction sequence's local table, and Module's own method_defined?,
-  # private_method_defined?, instance_method, <= (bound from Module, so
-  # that a class's overrides of them are not called), and one walk of
-  # ObjectSpace.each_object(Module), only for a name the owner does not
-  # have. Never any method of the app's objects.
+  # private_method_defined?, instance_method, <= and Class#subclasses
+  # (bound from Module and Class, so that a class's overrides of them are
+  # not called), and for a module's method one walk of
+  # ObjectSpace.each_object(Module): those below the owner only for a name
+  # the owner does not have. Never any method of the app's objects. (An
+  # instance that has the name by a singleton method or extend, while its
+  # class lacks it, is not seen under a class's method: that expression is
+  # left out, and the message says which name.)
   module ExpressionCheck
     METHOD_DEFINED = Module.instance_method(:method_defined?)
     PRIVATE_METHOD_DEFINED = Module.instance_method(:private_method_defined?)
     INSTANCE_METHOD = Module.instance_method(:instance_method)
     BELOW = Module.instance_method(:<=)
+    SINGLETON_CLASS = Module.instance_method(:singleton_class?)
+    # Ruby's own (3.1+), not one a library defined (Active Support 6.1's
+    # walks the heap); nil if there is none.
+    SUBCLASSES = (Class.instance_method(:subclasses) if Class.method_defined?(:subclasses) &&
+                                                         Class.instance_method(:subclasses).source_location.nil?)
 
     module_function
 
@@ -117,12 +126,23 @@ module RBTrace
       true
     end
 
+    # A class's subclasses, all the way down (Ruby 3.1's Class#subclasses:
+    # no walk of the heap); else (a module, whose includers Ruby does not
+    # list, a singleton class, or an older Ruby) every module below it, by
+    # one walk of the heap.
     def below(owner)
+      return subclasses_of(owner) if owner.instance_of?(Class) && SUBCLASSES && !SINGLETON_CLASS.bind_call(owner)
+
       found = []
       ObjectSpace.each_object(Module) do |mod|
         found << mod if !mod.equal?(owner) && BELOW.bind_call(mod, owner)
       end
       found
+    end
+
+    def subclasses_of(klass)
+      direct = SUBCLASSES.bind_call(klass)
+      direct + direct.flat_map { |sub| subclasses_of(sub) }
     end
 
     def message(label, method, ruby, expr, name, home)

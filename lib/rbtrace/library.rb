@@ -2,7 +2,7 @@ module RBTrace
   # Which library a class or method comes from ("sidekiq 6.4.1", "Ruby
   # 3.1.2"), for the messages of a selector or trace expression that does
   # not match the version the process runs (docs/usage.md, "Checked at
-  # attach"). Read only from what the process already holds: source
+  # attach"). Read from what the process already holds: source
   # locations and Gem.loaded_specs (the gems it activated). Asked at
   # attach, for a message, never per call; nil when it cannot tell (a gem
   # loaded without RubyGems, such as Debian's vendor_ruby packages, or a
@@ -55,23 +55,22 @@ module RBTrace
 
     # The activated gem whose directory holds path, or the default gem
     # (a gem shipped inside Ruby's own library directory) that lists it.
+    # The default gems' file lists are only read for a file in Ruby's
+    # directories (the first read of one may load its gemspec).
     def gem_of(path)
       return nil unless defined?(Gem.loaded_specs)
 
-      Gem.loaded_specs.each_value do |spec|
-        return spec if path.start_with?(File.join(spec.full_gem_path, ''))
-        return spec if default_gem_file?(spec, path)
-      end
-      nil
-    end
-
-    def default_gem_file?(spec, path)
-      return false unless spec.respond_to?(:default_gem?) && spec.default_gem?
+      specs = Gem.loaded_specs.values
+      found = specs.find { |spec| path.start_with?(File.join(spec.full_gem_path, '')) }
+      return found if found
 
       dir = ruby_dirs.find { |d| path.start_with?(d) }
-      return false unless dir
+      dir && specs.find { |spec| default_gem_file?(spec, path[dir.size..]) }
+    end
 
-      relative = path[dir.size..]
+    def default_gem_file?(spec, relative)
+      return false unless spec.respond_to?(:default_gem?) && spec.default_gem?
+
       spec.files.include?(relative) || spec.files.include?("lib/#{relative}")
     end
 
