@@ -27,6 +27,7 @@
  * nothing of it reaches the hook. Two selectors of one method make one
  * tracer, with the expressions of both.
  */
+#include <string.h>
 #include <unistd.h>
 #include "rbtrace.h"
 #include "emit_call.h"
@@ -37,7 +38,7 @@
 
 #define TRACER_EVENTS (RUBY_EVENT_CALL | RUBY_EVENT_RETURN | RUBY_EVENT_C_CALL | RUBY_EVENT_C_RETURN)
 
-static ID id_parse_traced_selector, id_trace_exprs, id_enable_targeted, id_Selector, id_NotLoaded, id_at_path;
+static ID id_parse_traced_selector, id_trace_exprs, id_enable_targeted, id_Selector, id_NotLoaded, id_at_path, id_at_note;
 
 /* The tracer of (klass, mid) among those the global hook watches. */
 static const struct rbtrace_tracer *tracer_match(VALUE klass, ID mid)
@@ -464,39 +465,45 @@ VALUE rbtrace_selector_error(ID name)
 /*
  * A tracer file names classes of libraries the process may not use
  * (-c pg in an app without pg): one line per missing class, not one per
- * selector. missing maps a class path to the selectors that name it.
+ * selector. missing maps a class path to [note, selectors that name it...]:
+ * the note ("Sidekiq is sidekiq 6.4.1", or nil) names the library of the
+ * namespace that is defined (NotLoaded#note, lib/rbtrace/selector.rb).
  */
-static int tracer_report_missing_i(VALUE path, VALUE sels, VALUE arg)
+static int tracer_report_missing_i(VALUE path, VALUE entry, VALUE arg)
 {
-    VALUE first = RARRAY_AREF(sels, 0);
+    VALUE note = RARRAY_AREF(entry, 0), first = RARRAY_AREF(entry, 1);
+    long n = RARRAY_LEN(entry) - 1;
+    const char *open = RB_TYPE_P(note, T_STRING) ? " (" : "", *close = *open ? ")" : "";
+    int note_len = RB_TYPE_P(note, T_STRING) ? (int)RSTRING_LEN(note) : 0;
+    const char *note_ptr = note_len ? RSTRING_PTR(note) : "";
 
     (void)arg;
-    if (RARRAY_LEN(sels) == 1)
-        rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s: no such class or module %.*s (not traced)",
+    if (n == 1)
+        rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s: no such class or module %.*s%s%.*s%s (not traced)",
                              (int)RSTRING_LEN(first), RSTRING_PTR(first),
-                             (int)RSTRING_LEN(path), RSTRING_PTR(path));
+                             (int)RSTRING_LEN(path), RSTRING_PTR(path), open, note_len, note_ptr, close);
     else
         rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s is not loaded in process %d (no such class "
-                             "or module): its %ld selectors are not traced",
+                             "or module%s%.*s): its %ld selectors are not traced",
                              (int)RSTRING_LEN(path), RSTRING_PTR(path), (int)getpid(),
-                             RARRAY_LEN(sels));
+                             note_len ? "; " : "", note_len, note_ptr, n);
     return ST_CONTINUE;
 }
 
 static void tracer_note_missing(VALUE missing, VALUE sel, VALUE err)
 {
-    VALUE path = rb_ivar_get(err, id_at_path), sels;
+    VALUE path = rb_ivar_get(err, id_at_path), entry;
 
     if (!RB_TYPE_P(path, T_STRING)) {
         rbtrace_report_selector_error(sel, err);
         return;
     }
-    sels = rb_hash_lookup(missing, path);
-    if (NIL_P(sels)) {
-        sels = rb_ary_new();
-        rb_hash_aset(missing, path, sels);
+    entry = rb_hash_lookup(missing, path);
+    if (NIL_P(entry)) {
+        entry = rb_ary_new_from_args(1, rb_ivar_get(err, id_at_note));
+        rb_hash_aset(missing, path, entry);
     }
-    rb_ary_push(sels, sel);
+    rb_ary_push(entry, sel);
 }
 
 /* Forgets the hooked tracers made from selector (--devmode re-adds it). */
@@ -529,6 +536,12 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
 
     parsed = rbtrace_protect(tracer_parse_i, sel, &state, &err);
     if (!state && RARRAY_LEN(parsed) > 7) tracer_report_notes(RARRAY_AREF(parsed, 7));
+    /* A C method another selector's expressions already have the hook
+     * watch: a wrapper too would show each call twice, and the hook's
+     * event, nested in the wrapper's, without the expressions. */
+    if (!state && !NIL_P(RARRAY_AREF(parsed, 3)) && !NIL_P(RARRAY_AREF(parsed, 0)) &&
+        tracer_of_method(RARRAY_AREF(parsed, 0), rbtrace_method_id_of(RARRAY_AREF(parsed, 1))))
+        return 1;
     if (!state && !NIL_P(RARRAY_AREF(parsed, 3))) {
         /* parsed is [owner or nil, method Symbol or nil, expressions or nil,
          * visibility Symbol if the method (a C one) is wrapped instead of
@@ -583,17 +596,33 @@ int rbtrace_tracer_add_one(VALUE sel, VALUE *error)
     return traced;
 }
 
+/* Whether a selector's text ends in a list of trace expressions. */
+static int tracer_has_exprs(VALUE sel)
+{
+    const char *p = RSTRING_PTR(sel);
+    long n = RSTRING_LEN(sel);
+
+    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
+    return n > 0 && p[n - 1] == ')' && memchr(p, '(', (size_t)n) != NULL;
+}
+
 /* Adds one tracer per selector; a bad selector is reported and skipped
- * (with --devmode, one whose class or method is not defined yet waits). */
+ * (with --devmode, one whose class or method is not defined yet waits).
+ * The selectors with expressions go first: a C method that one of them
+ * names is then watched by the hook, with them, and not also wrapped for
+ * a selector without any (tracer_add_one). */
 void rbtrace_tracer_add(VALUE selectors)
 {
     VALUE not_loaded = rbtrace_selector_error(id_NotLoaded), missing = rb_hash_new();
-    long i;
+    long i, k, n = RARRAY_LEN(selectors);
     int hook = 0;
 
-    for (i = 0; i < RARRAY_LEN(selectors); i++) {
-        VALUE sel = rb_str_new_frozen(RARRAY_AREF(selectors, i)), err = Qnil;
+    for (k = 0; k < 2 * n; k++) {
+        VALUE sel, err = Qnil;
 
+        i = k % n;
+        if (tracer_has_exprs(RARRAY_AREF(selectors, i)) != (k < n)) continue;
+        sel = rb_str_new_frozen(RARRAY_AREF(selectors, i));
         if (rbtrace_devmode_watch(sel)) {
             if (tracer_add_one(sel, &err, &hook)) rbtrace_devmode_traced(sel);
             else rbtrace_devmode_failed(sel, err);
@@ -679,4 +708,5 @@ void Init_rbtrace_tracer(VALUE mod)
     id_Selector = rb_intern("Selector");
     id_NotLoaded = rb_intern("NotLoaded");
     id_at_path = rb_intern("@path");
+    id_at_note = rb_intern("@note");
 }

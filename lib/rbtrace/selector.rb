@@ -43,12 +43,16 @@ module RBTrace
 
     # A selector's class or module is not defined in the process (its
     # library is not loaded, or the name is wrong).
+    # note names the library of the namespace that is defined, if any
+    # ("Sidekiq is sidekiq 6.4.1": a class of another version, or of a
+    # file the process did not require).
     class NotLoaded < NotDefined
-      attr_reader :path
+      attr_reader :path, :note
 
-      def initialize(path)
+      def initialize(path, note = nil)
         @path = path
-        super("no such class or module #{path}")
+        @note = note
+        super("no such class or module #{path}#{note && " (#{note})"}")
       end
     end
 
@@ -188,12 +192,23 @@ module RBTrace
     end
 
     def constant(path)
-      mod = path.split('::').inject(Object) { |scope, part| scope.const_get(part) }
+      found = []
+      mod = path.split('::').inject(Object) { |scope, part| scope.const_get(part).tap { |c| found << [part, c] } }
       raise ArgumentError, "#{path} is not a class or module" unless mod.is_a?(Module)
 
       mod
     rescue NameError
-      raise NotLoaded, path
+      raise NotLoaded.new(path, namespace_note(found))
+    end
+
+    # "Sidekiq is sidekiq 6.4.1" for the deepest namespace of a missing
+    # class that is defined, when its library is known; else nil.
+    def namespace_note(found)
+      return nil if found.empty?
+
+      name = found.map(&:first).join('::')
+      library = Library.of_module(found.last.last)
+      library && "#{name} is #{library}"
     end
 
     # The method's owner and original name: what the VM reports at each call;

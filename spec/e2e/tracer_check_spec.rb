@@ -155,11 +155,23 @@ RSpec.describe 'selectors and expressions checked at attach' do
   end
 
   it 'shows a method named by two lines once per call, with the expressions of both' do
-    path = tracer_file("Foo#bar(x)\nFoo#bar(x * 2, x)\nString#upcase(self)\nString#upcase(length)\n")
+    # String#upcase, a C method, alone would be wrapped: not as well as hooked.
+    path = tracer_file("Foo#bar(x)\nFoo#bar(x * 2, x)\nString#upcase\nString#upcase(self)\nString#upcase(length)\n")
     result = trace_calls('-c', path, pattern: /^String#upcase\(/)
     expect(result.stdout).to match(/^Foo#bar\(x=1, x \* 2=2\) <\d+\.\d{6}>$/)
     expect(result.stdout).to match(/^String#upcase\(self="a", length=1\) <\d+\.\d{6}>$/)
     expect(result.stdout).not_to match(/^Foo#bar\(x=1\) </)
-    expect(result.stdout).not_to match(/^String#upcase\(self="a"\) </)
+    expect(result.stdout).not_to match(/^\s*String#upcase(?:\(self="a"\))? </)
+    expect(result.stdout).not_to match(/^  String#upcase/)
+  end
+
+  it 'names the library of the namespace of a class that is not defined' do
+    path = tracer_file("Mylib::Gone#a\nMylib::Gone#b\nMylib::Lost#c\nNowhere::Lost#d\nFoo#bar\n")
+    result = trace_calls('-c', path, pattern: /^Foo#bar </, count: 1)
+    expect(result.stderr).to include("*** error: Mylib::Gone is not loaded in process #{app.pid} (no such class " \
+                                     'or module; Mylib is mylib 1.2.3): its 2 selectors are not traced')
+    expect(result.stderr).to include('*** error: Mylib::Lost#c: no such class or module Mylib::Lost ' \
+                                     '(Mylib is mylib 1.2.3) (not traced)')
+    expect(result.stderr).to include('*** error: Nowhere::Lost#d: no such class or module Nowhere::Lost (not traced)')
   end
 end
