@@ -120,10 +120,19 @@ module RBTrace
 
     # Whether a call of name on an instance of mod may succeed.
     def answers?(mod, name)
-      METHOD_DEFINED.bind_call(mod, name) || PRIVATE_METHOD_DEFINED.bind_call(mod, name) ||
-        INSTANCE_METHOD.bind_call(mod, :method_missing).owner != BasicObject
+      defines?(mod, name) || own_method_missing?(mod)
     rescue StandardError
       true
+    end
+
+    def defines?(mod, name)
+      METHOD_DEFINED.bind_call(mod, name) || PRIVATE_METHOD_DEFINED.bind_call(mod, name)
+    end
+
+    # A method_missing other than BasicObject's (which every class has; a
+    # module has none unless it defines or includes one).
+    def own_method_missing?(mod)
+      defines?(mod, :method_missing) && INSTANCE_METHOD.bind_call(mod, :method_missing).owner != BasicObject
     end
 
     # A class's subclasses, all the way down (Ruby 3.1's Class#subclasses:

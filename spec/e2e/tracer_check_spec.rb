@@ -97,13 +97,16 @@ RSpec.describe 'selectors and expressions checked at attach' do
   end
 
   it 'leaves out, and reports once, an expression naming a parameter the method does not have' do
-    path = tracer_file("Foo#bar(y, x)\n")
+    path = tracer_file("Foo#bar(y, x)\nMixin#mixed(gone)\n")
     result = trace_calls('-c', path, pattern: /^Foo#bar/, count: 5)
     message = '*** error: Foo#bar: y is neither a parameter of Foo#bar(x) nor a method of its receiver: ' \
               'expression "y" left out (Foo#bar is traced without it); correct it to use the method\'s parameters'
     expect(result.stderr).to include(message)
     expect(result.stderr.scan('expression "y"').size).to eq(1)
     expect(result.stdout).to match(/^Foo#bar\(x=1\) <\d+\.\d{6}>$/)
+    # A module's method: no class that includes it has the name either.
+    expect(result.stderr).to include('*** error: Mixin#mixed: gone is neither a parameter of Mixin#mixed(a) nor')
+    expect(result.stdout).to match(/^Mixin#mixed <\d+\.\d{6}>$/)
     expect(result.stdout).not_to include('y=')
     expect(result.stdout).not_to include('NameError')
   end
