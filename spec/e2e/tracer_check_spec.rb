@@ -168,6 +168,53 @@ RSpec.describe 'selectors and expressions checked at attach' do
     expect(result.stdout).not_to match(/^  String#upcase/)
   end
 
+  # Differential: what the app's own methods see of an attach whose check
+  # rejects (and so looks at every class below the owners) is what they see
+  # of an attach of the same selectors with nothing to check.
+  it "calls none of the app's methods to check, and loads nothing" do
+    probe = start_target(<<~'RUBY').ready
+      $seen = Hash.new(0)
+      module Spy
+        %i[method_defined? private_method_defined? instance_method instance_methods <= < subclasses name
+           const_source_location singleton_class? ancestors respond_to? method_missing inspect].each do |m|
+          define_method(m) { |*a, &b| $seen[m] += 1; super(*a, &b) }
+        end
+      end
+      class Foo
+        def bar(x); x; end
+      end
+      class Sub < Foo; end
+      module Mixin
+        def mixed(a); a; end
+      end
+      class Mixer; include Mixin; end
+      [Foo, Sub, Mixin, Mixer].each { |mod| mod.singleton_class.prepend(Spy) }
+      puts "ready"
+      loop do
+        Sub.new.bar(1)
+        Mixer.new.mixed(2)
+        puts "seen #{$seen.sort.map { |m, n| "#{m}=#{n}" }.join(' ')} features=#{$LOADED_FEATURES.size}"
+        sleep 0.02
+      end
+    RUBY
+    # The app's counts once an attach with these selectors is over, and
+    # the client's stderr.
+    counts_after = lambda do |*selectors|
+      result = trace(probe, '-m', *selectors, until_output: /^Mixin#mixed.*\n(?:.*\n)*Mixin#mixed/)
+      count = probe.drain.size
+      probe.wait_for(->(_) { probe.lines.size > count + 1 })
+      line = probe.lines.grep(/^seen/).last
+      [line.split[1..].to_h { |pair| pair.split('=') }.transform_values(&:to_i), result.stderr]
+    end
+    before = probe.wait_for(/^seen/).split[1..].to_h { |pair| pair.split('=') }.transform_values(&:to_i)
+    plain, = counts_after.call('Foo#bar', 'Mixin#mixed')
+    checked, stderr = counts_after.call('Foo#bar(y)', 'Mixin#mixed(gone)')
+    expect(stderr).to include('Foo#bar: y is neither').and include('Mixin#mixed: gone is neither')
+    delta = ->(now, was) { now.to_h { |k, v| [k, v - was.fetch(k, 0)] } }
+    expect(delta.call(checked, plain)).to eq(delta.call(plain, before))
+    expect(checked['features']).to eq(before['features'])
+  end
+
   it 'names the library of the namespace of a class that is not defined' do
     path = tracer_file("Mylib::Gone#a\nMylib::Gone#b\nMylib::Lost#c\nNowhere::Lost#d\nFoo#bar\n")
     result = trace_calls('-c', path, pattern: /^Foo#bar </, count: 1)
