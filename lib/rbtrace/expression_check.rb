@@ -19,31 +19,36 @@ module RBTrace
   #   visible, nil before assigned, in the binding at the call); a C method
   #   has none (its arguments have no names);
   # - not a method (public, protected or private, inherited or mixed in)
-  #   of the owner, nor of any class or module below it (a subclass, a
-  #   class including it, a singleton class): self may be any of those;
+  #   of the owner, nor of any class below it (a subclass; for a module's
+  #   method, a class or singleton class that includes or extends it):
+  #   self may be an instance of any of those;
   # - and no class among those has a method_missing of its own.
   # Anything else cannot be decided at attach and is kept: a selector with
   # no class (`sleep(x)`) or no method (`Dir.(x)`), a method defined by
   # define_method with a block (its binding sees the enclosing scope's
-  # locals, which Ruby does not list), and every other expression.
+  # locals, which Ruby does not list), and every other expression. Not
+  # seen: an instance of a class that has the name only as a singleton
+  # method of its own (def obj.name, extend) when the method is a class's
+  # (its expression is left out, and the message names the name).
   #
-  # What it calls: RubyVM::AbstractSyntaxTree.parse on the expression
-  # (nothing of the app's), UnboundMethod#parameters and the method's
-  # instruction sequence's local table, and Module's own method_defined?,
-  # private_method_defined?, instance_method, <= and Class#subclasses
-  # (bound from Module and Class, so that a class's overrides of them are
-  # not called), and for a module's method one walk of
-  # ObjectSpace.each_object(Module): those below the owner only for a name
-  # the owner does not have. Never any method of the app's objects. (An
-  # instance that has the name by a singleton method or extend, while its
-  # class lacks it, is not seen under a class's method: that expression is
-  # left out, and the message says which name.)
+  # What it calls: RubyVM::AbstractSyntaxTree.parse on the expression,
+  # UnboundMethod#parameters and the method's instruction sequence's local
+  # table; Module's own method_defined?, private_method_defined?,
+  # instance_method, <=, singleton_class?, Class#subclasses (Ruby's),
+  # Kernel#instance_of? and BasicObject#equal?, each bound from where Ruby
+  # defines it, so that an override in the app's classes is not called;
+  # for a module's method (or without Ruby's Class#subclasses) one walk of
+  # ObjectSpace.each_object(Module); and lib/rbtrace/library.rb for the
+  # message. What is below the owner is only looked at for a name the
+  # owner does not have. Never any method of the app's objects.
   module ExpressionCheck
     METHOD_DEFINED = Module.instance_method(:method_defined?)
     PRIVATE_METHOD_DEFINED = Module.instance_method(:private_method_defined?)
     INSTANCE_METHOD = Module.instance_method(:instance_method)
     BELOW = Module.instance_method(:<=)
     SINGLETON_CLASS = Module.instance_method(:singleton_class?)
+    INSTANCE_OF = Kernel.instance_method(:instance_of?)
+    EQUAL = BasicObject.instance_method(:equal?)
     # Ruby's own (3.1+), not one a library defined (Active Support 6.1's
     # walks the heap); nil if there is none.
     SUBCLASSES = (Class.instance_method(:subclasses) if Class.method_defined?(:subclasses) &&
@@ -140,11 +145,11 @@ module RBTrace
     # list, a singleton class, or an older Ruby) every module below it, by
     # one walk of the heap.
     def below(owner)
-      return subclasses_of(owner) if owner.instance_of?(Class) && SUBCLASSES && !SINGLETON_CLASS.bind_call(owner)
+      return subclasses_of(owner) if SUBCLASSES && INSTANCE_OF.bind_call(owner, Class) && !SINGLETON_CLASS.bind_call(owner)
 
       found = []
       ObjectSpace.each_object(Module) do |mod|
-        found << mod if !mod.equal?(owner) && BELOW.bind_call(mod, owner)
+        found << mod if !EQUAL.bind_call(mod, owner) && BELOW.bind_call(mod, owner)
       end
       found
     end
