@@ -1,3 +1,5 @@
+require 'rbtrace/expression_check'
+
 module RBTrace
   # Parses method selectors, as `rbtrace -m` takes them:
   #
@@ -9,7 +11,8 @@ module RBTrace
   #   String#gsub(self, @x) with trace expressions, shown at each call
   #
   # Class names are resolved by constant lookup only; no selector text is
-  # ever evaluated. Expressions are only syntax-checked here.
+  # ever evaluated. Expressions are syntax-checked here, and for -m and -c
+  # checked against their method (lib/rbtrace/expression_check.rb).
   module Selector
     # Methods a wrapper must not stand in for: the VM's optimised operators
     # (redefining one on a core class turns off its fast path for good), and
@@ -40,12 +43,16 @@ module RBTrace
 
     # A selector's class or module is not defined in the process (its
     # library is not loaded, or the name is wrong).
+    # note names the library of the namespace that is defined, if any
+    # ("Sidekiq is sidekiq 6.4.1": a class of another version, or of a
+    # file the process did not require).
     class NotLoaded < NotDefined
-      attr_reader :path
+      attr_reader :path, :note
 
-      def initialize(path)
+      def initialize(path, note = nil)
         @path = path
-        super("no such class or module #{path}")
+        @note = note
+        super("no such class or module #{path}#{note && " (#{note})"}")
       end
     end
 
@@ -63,12 +70,18 @@ module RBTrace
     # wrapper is a C method of the original's arity, for C methods only.
     # Raises ArgumentError with a message meant for the user (NotLoaded when
     # the class is not defined).
-    def parse(text)
+    # With check, the expressions are checked against the method (see
+    # lib/rbtrace/expression_check.rb): those that cannot work are left out,
+    # and a message for each is added at the end (nil when there is none).
+    def parse(text, check: false)
       name, exprs = split_expressions(text.strip)
-      owner, meth, via_alias = resolve(name)
+      owner, meth, via_alias, home = resolve(name)
       ruby = ruby_method(owner, meth)
+      block = block_method?(ruby)
+      exprs, notes = ExpressionCheck.check(name, owner, meth, ruby, block, exprs, home) if check
       arity = !ruby && !exprs && !via_alias ? wrapper_arity(owner, meth) : nil
-      [owner, meth, exprs, arity ? wrapper_visibility(owner, meth) : nil, ruby, arity, block_method?(ruby)]
+      [owner, meth, exprs, arity ? wrapper_visibility(owner, meth) : nil, ruby, arity, block,
+       notes.nil? || notes.empty? ? nil : notes]
     end
 
     # Whether a Ruby method is a block's (define_method with a block): Ruby
@@ -166,11 +179,11 @@ module RBTrace
 
     def resolve(name)
       if (m = CLASS_PATH.match(name))
-        mod = constant(m[:path])
-        mod = mod.singleton_class if m[:sep] == '.'
-        return [mod, nil] if m[:meth].empty?
+        home = constant(m[:path])
+        mod = m[:sep] == '.' ? home.singleton_class : home
+        return [mod, nil, false, home] if m[:meth].empty?
 
-        owned_method(mod, m[:meth], m[:path] + m[:sep])
+        owned_method(mod, m[:meth], m[:path] + m[:sep], home)
       elsif BARE_METHOD.match?(name)
         [nil, name.to_sym]
       else
@@ -179,12 +192,23 @@ module RBTrace
     end
 
     def constant(path)
-      mod = path.split('::').inject(Object) { |scope, part| scope.const_get(part) }
+      found = []
+      mod = path.split('::').inject(Object) { |scope, part| scope.const_get(part).tap { |c| found << [part, c] } }
       raise ArgumentError, "#{path} is not a class or module" unless mod.is_a?(Module)
 
       mod
     rescue NameError
-      raise NotLoaded, path
+      raise NotLoaded.new(path, namespace_note(found))
+    end
+
+    # "Sidekiq is sidekiq 6.4.1" for the deepest namespace of a missing
+    # class that is defined, when its library is known; else nil.
+    def namespace_note(found)
+      return nil if found.empty?
+
+      name = found.map(&:first).join('::')
+      library = Library.of_module(found.last.last)
+      library && "#{name} is #{library}"
     end
 
     # The method's owner and original name: what the VM reports at each call;
@@ -192,18 +216,25 @@ module RBTrace
     # would not see the calls made through the alias (PG::Connection#exec), a
     # hook does. A Ruby method's alias shares its bytecode, and so its
     # TracePoint: calls through any of its names are seen, under the original.
-    def owned_method(mod, meth, prefix)
+    # home is the class the selector names (its library's version is in
+    # the message of a method it does not have: renamed in this version?).
+    def owned_method(mod, meth, prefix, home)
       unless mod.method_defined?(meth) || mod.private_method_defined?(meth)
-        raise NotDefined, "no such method #{prefix}#{meth}"
+        raise NotDefined, "no such method #{prefix}#{meth}#{Library.suffix(nil, home)}"
       end
 
       um = mod.instance_method(meth)
-      [um.owner, um.original_name, um.original_name != meth.to_sym]
+      [um.owner, um.original_name, um.original_name != meth.to_sym, home]
     end
   end
 
   def self.parse_selector(text)
     Selector.parse(text)
+  end
+
+  # -m and -c (ext/rbtrace/tracer.c): parsed, and its expressions checked.
+  def self.parse_traced_selector(text)
+    Selector.parse(text, check: true)
   end
 
   # ext/rbtrace/tracer.c: a TracePoint on one Ruby method's bytecode only.
