@@ -104,6 +104,7 @@ void container_probe(pid_t pid, struct container *c)
     c->mnt_ns = mnt < 0 || root < 0 ? c->pid_ns : (mnt || root);
     c->user_ns = user < 0 ? c->pid_ns : user;
     c->other = c->pid_ns || c->ipc_ns || c->mnt_ns || c->user_ns;
+    c->unsure = ipc < 0 || mnt < 0 || root < 0 || user < 0;
 }
 
 /* ---- privileges ---- */
@@ -123,16 +124,16 @@ int container_privileged(void)
     return (caps >> CONTAINER_CAP_SYS_ADMIN & 1) && (caps >> CONTAINER_CAP_SYS_PTRACE & 1);
 }
 
-/* "PID, IPC and mount" for the namespaces that differ. */
+/* "PID, IPC and mount" for the namespaces known to differ. */
 static void container_ns_names(const struct container *c, char *out, size_t size)
 {
     const char *names[4];
     size_t n = 0, i, len = 0;
 
     if (c->pid_ns) names[n++] = "PID";
-    if (c->ipc_ns) names[n++] = "IPC";
-    if (c->mnt_ns) names[n++] = "mount";
-    if (c->user_ns) names[n++] = "user";
+    if (c->ipc_ns && !c->unsure) names[n++] = "IPC";
+    if (c->mnt_ns && !c->unsure) names[n++] = "mount";
+    if (c->user_ns && !c->unsure) names[n++] = "user";
     out[0] = '\0';
     for (i = 0; i < n && len < size; i++)
         len += (size_t)snprintf(out + len, size - len, "%s%s", i == 0 ? "" : i + 1 == n ? " and " : ", ",

@@ -30,6 +30,7 @@ struct container {
     int mnt_ns;       /* another mount namespace, or another root */
     int user_ns;      /* another user namespace */
     pid_t ns_pid;     /* its pid as it sees it; the host pid when pid_ns is 0 */
+    int unsure;       /* ipc_ns, mnt_ns, user_ns only assumed (not ours to look at) */
 };
 
 /*
