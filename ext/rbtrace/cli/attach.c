@@ -486,13 +486,17 @@ int attach_find_queue(struct attach *a)
         if (attach_keyed_queue(a, &a->qid, &ds, &foreign) != CLI_OK) return CLI_ERR;
         if (a->qid >= 0) return CLI_OK;
         if (foreign && (a->qid = attach_find_private_queue(a)) >= 0) return CLI_OK;
-        if (now >= deadline && foreign)
+        if (now >= deadline && foreign) {
+            char in_ns[48] = "";   /* in a container: removed in its IPC namespace */
+
+            if (a->ct.ipc_ns) snprintf(in_ns, sizeof(in_ns), "nsenter -t %d -i ", (int)a->pid);
             return attach_fail(a, "the message queue under the key of process %d (0x%x) is not "
                                "its own (owner uid %u, mode %03o), and the process made no other: "
-                               "refusing to send commands into it; remove it (ipcrm -Q 0x%x) and "
+                               "refusing to send commands into it; remove it (%sipcrm -Q 0x%x) and "
                                "try again", (int)a->pid, (unsigned)RBTRACE_QUEUE_KEY(a->ct.ns_pid),
-                               (unsigned)ds.msg_perm.uid, ds.msg_perm.mode & 0777,
+                               (unsigned)ds.msg_perm.uid, ds.msg_perm.mode & 0777, in_ns,
                                (unsigned)RBTRACE_QUEUE_KEY(a->ct.ns_pid));
+        }
         if (now >= deadline) {
             attach_fail(a, "process %d did not answer within %g s", (int)a->pid,
                         attach_timeout_s(a));
