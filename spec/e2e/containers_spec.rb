@@ -149,6 +149,23 @@ RSpec.describe 'containers' do
     expect(rbtrace_host('-p', pid, '-e', '1 + 1').stdout).to end_with("=> 2\n")
   end
 
+  it "follows no symbolic link in the app's TMPDIR, which would lead out of the container" do
+    # /tmp/link, in the container, names a directory of the host's /tmp
+    # (hidden in the container by its tmpfs): followed from the host through
+    # /proc/PID/root, it would resolve against the host's root.
+    linked = ['sh', '-c', "mount -t tmpfs tmpfs /tmp && ln -s #{client_tmp} /tmp/link && exec \"$@\"", 'sh']
+    app = start_target(CONTAINERS_APP, env: { 'TMPDIR' => '/tmp/link' }, prefix: [*CONTAINERS_UNSHARE, *linked])
+    pid = host_pid(app)
+    r = rbtrace_host('-p', pid, '-e', '1')
+    expect(r.stderr).to eq("rbtrace: the temporary directory of process #{pid} (/tmp/link, in its container) " \
+                           'is reached through a symbolic link or "..", which rbtrace does not follow inside ' \
+                           'a container: give the app a TMPDIR that is a real directory, or run rbtrace ' \
+                           "inside the container\n")
+    expect(r.exitstatus).to eq(1)
+    expect(Dir.children(client_tmp)).to be_empty
+    expect(Dir.children("/proc/#{pid}/root/tmp")).to eq(['link'])
+  end
+
   it 'refuses a user who is not root, saying what to do, and runs nothing' do
     pid = host_pid(app = start_contained)
     [['-e', '$ran = true'], ['-m', 'Object#work'], ['--heapdump']].each do |mode|
