@@ -7,6 +7,7 @@
  *   options.c  command line -> struct options
  *   tracers.c  tracer files (-c) -> selectors
  *   attach.c   target checks, private socket, message queue, accept
+ *   container.c a target in a container: its namespaces, its $TMPDIR
  *   session.c  event loop: socket -> decoder -> renderer; signals; detach
  *   reports.c  -b, --memory, --heapdump, ...: the Ruby code each one runs
  *   repl.c     -i: read entries (libedit or plain lines), eval each, print

@@ -283,12 +283,39 @@ static int session_on_attached(struct session *s, const struct rbtrace_event *ev
 static int session_on_refused(struct session *s, const struct rbtrace_event *ev)
 {
     s->answered = 1;
-    if (ev->number == RBTRACE_REFUSED_BUSY)
-        session_status(s, "rbtrace: process %d is already traced by rbtrace (pid %llu); stop "
-                       "that tracer first", (int)s->at.pid, (unsigned long long)ev->pid);
+    if (ev->number == RBTRACE_REFUSED_BUSY && ev->pid == 0)   /* a tracer outside its PID namespace */
+        session_status(s, "rbtrace: process %d is already traced by an rbtrace outside its "
+                       "container; stop that tracer first", (int)s->at.pid);
+    else if (ev->number == RBTRACE_REFUSED_BUSY)
+        session_status(s, "rbtrace: process %d is already traced by rbtrace (pid %llu%s); stop "
+                       "that tracer first", (int)s->at.pid, (unsigned long long)ev->pid,
+                       s->at.ct.pid_ns ? ", inside its container" : "");
     else
         session_status_text(s, 0, ev->text, "rbtrace: ");
     return CLI_OK;
+}
+
+/*
+ * A dump written by a target in a container is in the container's files:
+ * says where the host sees it, /proc/PID/root and the path the report's
+ * first line names ("heap dump: PATH"), escaped (the app's text).
+ */
+static void session_container_file(struct session *s, struct rbtrace_str text)
+{
+    const char *colon = memchr(text.ptr, ':', text.len < 64 ? text.len : 64), *end;
+    size_t len;
+
+    if ((s->opts->mode != OPTIONS_MODE_HEAPDUMP && s->opts->mode != OPTIONS_MODE_SHAPESDUMP) ||
+        !s->at.ct.mnt_ns || !colon || colon + 2 >= text.ptr + text.len || colon[1] != ' ' ||
+        colon[2] != '/')
+        return;
+    colon += 2;
+    end = memchr(colon, '\n', (size_t)(text.ptr + text.len - colon));
+    len = (size_t)((end ? end : text.ptr + text.len) - colon);
+    fprintf(stderr, "*** the file is in the container of process %d; from the host: /proc/%d/root",
+            (int)s->at.pid, (int)s->at.pid);
+    escape_fwrite(stderr, colon, len < PATH_MAX ? len : PATH_MAX, 0);
+    fputc('\n', stderr);
 }
 
 /* A report's result: its text as is on success; a failure on stderr. */
@@ -300,7 +327,9 @@ static int session_on_report_result(struct session *s, const struct rbtrace_even
     case RBTRACE_EVAL_OK:
         if (session_print_body(s, ev->text) != CLI_OK) return CLI_ERR;
         s->eval_exit = CLI_EXIT_OK;
-        return session_flush(s);
+        if (session_flush(s) != CLI_OK) return CLI_ERR;
+        session_container_file(s, ev->text);
+        return CLI_OK;
     case RBTRACE_EVAL_TIMEOUT:
         session_status(s, "rbtrace: %s did not finish within %g s; it was stopped in the "
                        "process (give a longer --timeout)", what, s->eval_timeout_ms / 1000.0);
@@ -732,7 +761,7 @@ static enum cli_exit session_attach(struct session *s, struct rbtrace_command *f
     if ((rc = attach_listen(&s->at)) != CLI_OK) return session_attach_error(s, rc);
     if ((rc = attach_find_queue(&s->at)) != CLI_OK) return session_attach_error(s, rc);
     cmd.type = RBTRACE_CMD_ATTACH;
-    cmd.client_pid = (uint32_t)getpid();
+    cmd.client_pid = (uint32_t)attach_client_pid(&s->at);
     cmd.protocol_version = RBTRACE_PROTOCOL_VERSION;
     cmd.text.ptr = s->at.sock_path;
     cmd.text.len = (uint32_t)strlen(s->at.sock_path);
