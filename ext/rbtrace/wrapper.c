@@ -31,6 +31,7 @@ struct wrapper_entry {
     VALUE module;       /* the prepended module holding the wrapper */
     ID mid;             /* method name */
     VALUE owner;        /* the wrapped method's owner, for event names */
+    int shadowed;       /* the global hook shows its calls: the wrapper passes them on unseen */
 };
 
 static struct wrapper_entry wrappers[RBTRACE_SELECTORS_MAX];
@@ -96,6 +97,7 @@ static VALUE wrapper_call_m(int argc, const VALUE *argv, VALUE self)
         else if (!rbtrace.firehose && !RBTRACE_OWN_CALL() && !rbtrace_expr_call_p() &&
                  rb_frame_method_id_and_class(&mid, &module))
             c.w = wrapper_find(module, mid);
+        if (c.w && c.w->shadowed) c.w = NULL;
     }
     if (c.w == NULL) return rb_call_super_kw(argc, argv, c.kw_splat);
     rbtrace_emit_call(RUBY_EVENT_C_CALL, c.w->owner, c.w->mid, rbtrace_clock_ns());
@@ -212,6 +214,23 @@ void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility, VALUE arity_v
     w->module = module;
     w->mid = id;
     w->owner = owner;
+    w->shadowed = 0;
+}
+
+/*
+ * Another selector named a wrapped method through an alias (pg 1.4's
+ * PG::Connection#exec and #async_exec): the global hook watches that one,
+ * and sees the method's calls through any of its names, the wrapped one's
+ * too; the wrappers of the methods (klass, mid) selects then pass their
+ * calls on unseen, or each would be shown twice, nested. (Not removed:
+ * a call in progress holds its entry.)
+ */
+void rbtrace_wrapper_shadow(VALUE klass, ID mid)
+{
+    uint32_t i;
+
+    for (i = 0; i < n_wrappers; i++)
+        if (rbtrace_selects(klass, mid, wrappers[i].owner, wrappers[i].mid)) wrappers[i].shadowed = 1;
 }
 
 /* Removes every wrapper method; the modules stay, empty. */

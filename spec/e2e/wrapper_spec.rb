@@ -103,4 +103,35 @@ RSpec.describe 'method wrappers' do
     out = rbtrace('-p', app.pid, '-e', 'Integer.ancestors.first').stdout
     expect(out).to end_with("=> Integer\n")
   end
+
+  # A C method named by its own name (wrapped) and by an alias (hooked: a
+  # wrapper sees only the calls through its own name), as tracers/pg.tracer
+  # names pg 1.4's PG::Connection#exec and #async_exec (Array#append is an
+  # alias of #push): the hook shows every call, once, whichever selector
+  # comes first.
+  it 'shows each call of a C method once when it is also named through an alias' do
+    aliased = start_target(<<~'RUBY').ready
+      class Probe
+        def self.step(name); end
+      end
+      list = []
+      puts "ready"
+      loop do
+        Probe.step("push"); list.push(1)
+        Probe.step("append"); list.append(2)
+        list.clear
+        Probe.step("done")
+        sleep 0.05
+      end
+    RUBY
+    [%w[Array#push Array#append], %w[Array#append Array#push]].each do |selectors|
+      out = trace(aliased, '-m', 'Probe.step(name)', *selectors,
+                  until_output: /name="done"(?m:.*)name="done"/).stdout
+      t = '<\d+\.\d{6}>'
+      expect(out).to match(/^Probe\.step\(name="push"\) #{t}\n+Array#push #{t}\n+Probe\.step\(name="append"\)/),
+                     "#{selectors.join(' ')}:\n#{out}"
+      expect(out).to match(/^Probe\.step\(name="append"\) #{t}\n+Array#push #{t}\n+Probe\.step\(name="done"\)/),
+                     "#{selectors.join(' ')}:\n#{out}"
+    end
+  end
 end
