@@ -101,7 +101,7 @@ RSpec.describe 'PostgreSQL with pg and Active Record' do
       raise "no whole round in the trace:\n#{stdout[-4000..] || stdout}"
   end
 
-  T = '<\d+\.\d{6}>'.freeze
+  PG_T = '<\d+\.\d{6}>'.freeze
 
   # A String as a trace expression shows it: inspected in the app, each
   # backslash then escaped by the client (docs/usage.md).
@@ -121,23 +121,23 @@ RSpec.describe 'PostgreSQL with pg and Active Record' do
     # and async_exec... as their aliases (get_result and reset are Ruby
     # methods, async_get_result and async_reset their aliases): a call
     # through either name shows under the method's own name, once.
-    expect(round).to match(/^Probe\.step\(name="exec"\) #{T}\n\nPG::Connection#exec #{T}\n/)
-    expect(round).to match(/^Probe\.step\(name="async_exec"\) #{T}\n\nPG::Connection#exec #{T}\n/)
-    expect(round).to match(/^Probe\.step\(name="exec_params"\) #{T}\n\nPG::Connection#exec_params #{T}\n/)
-    expect(round).to match(/^Probe\.step\(name="prepare"\) #{T}\n\nPG::Connection#prepare #{T}\n/)
-    expect(round).to match(/^Probe\.step\(name="exec_prepared"\) #{T}\n\nPG::Connection#exec_prepared #{T}\n/)
-    expect(round).to match(/^Probe\.step\(name="async_exec_prepared"\) #{T}\n\nPG::Connection#exec_prepared #{T}\n/)
-    expect(round).to match(/^Probe\.step\(name="get_result"\) #{T}\n\nPG::Connection#get_result #{T}\n/)
-    expect(round).to match(/^Probe\.step\(name="copy_data"\) #{T}\n\nPG::Connection#copy_data\n  PG::Connection#exec #{T}\nPG::Connection#copy_data #{T}\n/)
-    expect(round).to match(/^Probe\.step\(name="reset"\) #{T}\n\nPG::Connection#reset #{T}\n/)
+    expect(round).to match(/^Probe\.step\(name="exec"\) #{PG_T}\n\nPG::Connection#exec #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="async_exec"\) #{PG_T}\n\nPG::Connection#exec #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="exec_params"\) #{PG_T}\n\nPG::Connection#exec_params #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="prepare"\) #{PG_T}\n\nPG::Connection#prepare #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="exec_prepared"\) #{PG_T}\n\nPG::Connection#exec_prepared #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="async_exec_prepared"\) #{PG_T}\n\nPG::Connection#exec_prepared #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="get_result"\) #{PG_T}\n\nPG::Connection#get_result #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="copy_data"\) #{PG_T}\n\nPG::Connection#copy_data\n  PG::Connection#exec #{PG_T}\nPG::Connection#copy_data #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="reset"\) #{PG_T}\n\nPG::Connection#reset #{PG_T}\n/)
     # Active Record's statements with their SQL (a backslash the app sends
     # shows as \\: docs/usage.md), each run by pg once.
     adapter = 'ActiveRecord::ConnectionAdapters::AbstractAdapter#log'
     create = 'INSERT INTO "books" ("title", "pages") VALUES ($1, $2) RETURNING "id"'
     expect(round).to include(%(#{adapter}(name="Book Create", sql=#{shown(create)})))
     load = 'SELECT "books".* FROM "books" WHERE (pages > 3) ORDER BY "books"."id" ASC LIMIT $1'
-    expect(round).to match(/^  #{Regexp.escape(%(#{adapter}(name="Book Load", sql=#{shown(load)})))}\n    PG::Connection#exec_(params|prepared) #{T}\n  #{Regexp.escape(adapter)} #{T}\nActiveRecord::Relation#load #{T}$/)
-    expect(round).to match(/^  #{Regexp.escape(adapter)}\(name="TRANSACTION", sql="BEGIN"\)\n    PG::Connection#exec #{T}\n/)
+    expect(round).to match(/^  #{Regexp.escape(%(#{adapter}(name="Book Load", sql=#{shown(load)})))}\n    PG::Connection#exec_(params|prepared) #{PG_T}\n  #{Regexp.escape(adapter)} #{PG_T}\nActiveRecord::Relation#load #{PG_T}$/)
+    expect(round).to match(/^  #{Regexp.escape(adapter)}\(name="TRANSACTION", sql="BEGIN"\)\n    PG::Connection#exec #{PG_T}\n/)
     expect(round).to match(/^ActiveRecord::ConnectionAdapters::DatabaseStatements#transaction\n/)
     # No pg call nested in a call of the same name: none is shown twice.
     expect(result.stdout).not_to match(/^( *)PG::Connection#(\w+)\n\1  PG::Connection#\2 /)
