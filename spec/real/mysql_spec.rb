@@ -71,7 +71,7 @@ RSpec.describe 'MariaDB with mysql2' do
     start_mariadb
     app = start_target(MYSQL_APP, env: RealApps.app_env(rbtrace: false, extra: { 'RBTRACE_MYSQL_PORT' => port.to_s }))
     app.ready
-    expect(app.lines.first).to eq('mysql2 0.5.3')
+    expect(app.lines.first).to match(/\Amysql2 0\.5\./)
     result = trace(app, '-c', 'mysql2', '-m', 'Probe.step(name)',
                    until_output: /Probe\.step\(name="done"\)(?m:.*)Probe\.step\(name="done"\)/)
     expect(result.status).to be_success, result.stderr

@@ -90,7 +90,7 @@ RSpec.describe 'PostgreSQL with pg and Active Record' do
     start_postgres
     app = start_target(PG_APP, env: RealApps.app_env(rbtrace: false, extra: { 'RBTRACE_PG_PORT' => port.to_s }))
     app.ready
-    expect(app.lines.first).to eq('pg 1.4.5 activerecord 6.1.7.10')
+    expect(app.lines.first).to match(/\Apg 1\.4\.\d+ activerecord 6\.1\./)
     app
   end
 
