@@ -38,7 +38,12 @@ RSpec.describe 'MariaDB with mysql2' do
   let(:port) { RealApps.free_port }
 
   before { RealApps.require_commands!('mariadb-install-db' => 'mariadb-server', 'mariadbd' => 'mariadb-server') }
-  after { FileUtils.rm_rf(dir) }
+  # The servers first (killed again, harmlessly, by real_helper's hook):
+  # one still running could write into dir while it is removed.
+  after do
+    @real_processes.reverse_each(&:kill)
+    FileUtils.rm_rf(dir)
+  end
 
   def as_service_user(*cmd)
     user = RealApps.service_user

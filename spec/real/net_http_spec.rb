@@ -42,7 +42,12 @@ RSpec.describe 'Net::HTTP against a local Puma' do
   let(:port) { RealApps.free_port }
 
   before { RealApps.require_commands!('puma' => 'puma') }
-  after { FileUtils.rm_rf(dir) }
+  # The servers first (killed again, harmlessly, by real_helper's hook):
+  # one still running could write into dir while it is removed.
+  after do
+    @real_processes.reverse_each(&:kill)
+    FileUtils.rm_rf(dir)
+  end
 
   def start_app
     File.write(File.join(dir, 'config.ru'), HTTP_CONFIG_RU)

@@ -57,7 +57,12 @@ RSpec.describe 'PostgreSQL with pg and Active Record' do
     RealApps.require_commands!("#{PG_BIN}/initdb" => 'postgresql', "#{PG_BIN}/postgres" => 'postgresql')
   end
 
-  after { FileUtils.rm_rf(dir) }
+  # The servers first (killed again, harmlessly, by real_helper's hook):
+  # one still running could write into dir while it is removed.
+  after do
+    @real_processes.reverse_each(&:kill)
+    FileUtils.rm_rf(dir)
+  end
 
   # The server as the service user, its files in dir (which it owns).
   def as_service_user(*cmd)

@@ -43,7 +43,12 @@ RSpec.describe 'Sinatra under Puma and wrk' do
   let(:port) { RealApps.free_port }
 
   before { RealApps.require_commands!('puma' => 'puma', 'wrk' => 'wrk') }
-  after { FileUtils.rm_rf(dir) }
+  # The servers first (killed again, harmlessly, by real_helper's hook):
+  # one still running could write into dir while it is removed.
+  after do
+    @real_processes.reverse_each(&:kill)
+    FileUtils.rm_rf(dir)
+  end
 
   def start_puma
     File.write(File.join(dir, 'app.rb'), SINATRA_APP)
