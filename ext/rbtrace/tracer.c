@@ -401,8 +401,8 @@ static VALUE tracer_parse_i(VALUE selector)
 
 static VALUE tracer_wrap_i(VALUE parsed)
 {
-    rbtrace_wrapper_add(RARRAY_AREF(parsed, 0), RARRAY_AREF(parsed, 1), RARRAY_AREF(parsed, 3),
-                        RARRAY_AREF(parsed, 5));
+    rbtrace_wrapper_add(RARRAY_AREF(parsed, 0), RARRAY_AREF(parsed, 7), RARRAY_AREF(parsed, 1),
+                        RARRAY_AREF(parsed, 3), RARRAY_AREF(parsed, 5));
     return Qnil;
 }
 
@@ -495,7 +495,9 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
         /* parsed is [owner or nil, method Symbol or nil, expressions or nil,
          * visibility Symbol if the method (a C one) is wrapped instead of
          * hooked, the UnboundMethod if it is a Ruby one, the wrapper's
-         * arity]. Wrapping can fail (a frozen class): that selector alone. */
+         * arity, whether it is a block's method, the name the wrapper
+         * takes (an alias's, for the calls through it)]. Wrapping can fail
+         * (a frozen class): that selector alone. */
         /* The global hook shows its calls already (another selector named
          * it through an alias): a wrapper would show each a second time. */
         if (tracer_match(RARRAY_AREF(parsed, 0), rbtrace_method_id_of(RARRAY_AREF(parsed, 1))))

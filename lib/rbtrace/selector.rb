@@ -57,18 +57,33 @@ module RBTrace
     # Returns [owner or nil, method Symbol or nil, expressions or nil,
     # visibility Symbol when the method is traced by a wrapper, else nil,
     # the UnboundMethod when it is defined in Ruby (a TracePoint targets its
-    # bytecode alone), else nil, the wrapper's arity (the method's own)].
+    # bytecode alone), else nil, the wrapper's arity (the method's own),
+    # whether it is a block's method, the name the wrapper takes].
     # A Ruby method is never wrapped: its TracePoint leaves it as it is
     # (frames, arity, parameters, owner, source_location, stack depth); a
     # wrapper is a C method of the original's arity, for C methods only.
+    # The method Symbol is the original name, which calls are shown under;
+    # a selector naming an alias of a C method wraps the alias (a wrapper
+    # sees only the calls through the name it takes): naming the original
+    # and its aliases (tracers/pg.tracer) sees every call, with no hook.
     # Raises ArgumentError with a message meant for the user (NotLoaded when
     # the class is not defined).
     def parse(text)
       name, exprs = split_expressions(text.strip)
-      owner, meth, via_alias = resolve(name)
+      owner, meth, via_alias, called = resolve(name)
       ruby = ruby_method(owner, meth)
-      arity = !ruby && !exprs && !via_alias ? wrapper_arity(owner, meth) : nil
-      [owner, meth, exprs, arity ? wrapper_visibility(owner, meth) : nil, ruby, arity, block_method?(ruby)]
+      wrapped = via_alias && own_alias?(owner, called) ? called : meth
+      arity = !ruby && !exprs && (wrapped == called || !via_alias) ? wrapper_arity(owner, wrapped) : nil
+      visibility = arity ? wrapper_visibility(owner, wrapped, meth) : nil
+      [owner, meth, exprs, visibility, ruby, arity, block_method?(ruby), wrapped]
+    end
+
+    # Whether owner itself holds the alias (a wrapper prepended to owner
+    # comes first for the calls through it).
+    def own_alias?(owner, name)
+      owner.method_defined?(name, false) || owner.private_method_defined?(name, false)
+    rescue ArgumentError, TypeError
+      false
     end
 
     # Whether a Ruby method is a block's (define_method with a block): Ruby
@@ -109,9 +124,10 @@ module RBTrace
     end
 
     # The wrapper's visibility (the method's), or nil where a wrapper may not
-    # stand in for it (UNWRAPPABLE, refinements, Kernel before 3.0).
-    def wrapper_visibility(owner, meth)
-      return nil if owner.nil? || meth.nil? || UNWRAPPABLE.include?(meth)
+    # stand in for it (UNWRAPPABLE, by its name or its original's;
+    # refinements, Kernel before 3.0).
+    def wrapper_visibility(owner, meth, original = meth)
+      return nil if owner.nil? || meth.nil? || UNWRAPPABLE.include?(meth) || UNWRAPPABLE.include?(original)
       return nil if owner.instance_of?(Module) && !PREPEND_REACHES_INCLUDERS
       return nil if refinement?(owner)
 
@@ -188,17 +204,18 @@ module RBTrace
     end
 
     # The method's owner and original name: what the VM reports at each call;
-    # and whether meth is an alias: a wrapper of a C method's original name
-    # would not see the calls made through the alias (PG::Connection#exec), a
-    # hook does. A Ruby method's alias shares its bytecode, and so its
-    # TracePoint: calls through any of its names are seen, under the original.
+    # whether meth is an alias, and the name as called: a wrapper of a C
+    # method's original name would not see the calls made through the alias
+    # (pg 1.4's PG::Connection#async_exec), a wrapper of the alias does. A
+    # Ruby method's alias shares its bytecode, and so its TracePoint: calls
+    # through any of its names are seen, under the original.
     def owned_method(mod, meth, prefix)
       unless mod.method_defined?(meth) || mod.private_method_defined?(meth)
         raise NotDefined, "no such method #{prefix}#{meth}"
       end
 
       um = mod.instance_method(meth)
-      [um.owner, um.original_name, um.original_name != meth.to_sym]
+      [um.owner, um.original_name, um.original_name != meth.to_sym, meth.to_sym]
     end
   end
 
