@@ -73,6 +73,7 @@ RSpec.describe 'Net::HTTP against a local Puma' do
     result = trace_rounds(app, '-c', 'net_http')
     expect(result.status).to be_success, result.stderr
     expect(result.stderr.lines.grep(/\*\*\* error/)).to be_empty, result.stderr
+    expect(result.stderr).not_to include('global VM hooks')
     expect(result.stdout).not_to include('raised>')
     round = one_round(result.stdout)
     at = %(@address="127\\.0\\.0\\.1", @port=#{port})
@@ -87,6 +88,7 @@ RSpec.describe 'Net::HTTP against a local Puma' do
     result = trace_rounds(app, '-c', 'io')
     expect(result.status).to be_success, result.stderr
     expect(result.stderr.lines.grep(/\*\*\* error/)).to be_empty, result.stderr
+    expect(result.stderr).not_to include('global VM hooks')
     round = one_round(result.stdout)
     # Net::HTTP reads and writes its socket with read_nonblock and
     # write_nonblock, which sockets define apart (BasicSocket, socket.rb).

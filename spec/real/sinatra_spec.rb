@@ -89,6 +89,15 @@ RSpec.describe 'Sinatra under Puma and wrk' do
     expect(out).to match(%r{^#{THREAD}    App#GET /books/:id #{SINATRA_T}$})
     expect(out).to match(%r{^#{THREAD}    App#POST /books #{SINATRA_T}$})
     expect(out).to match(/^#{THREAD}Rack::URLMap#call #{SINATRA_T}$/)
+    # -c rack alone: TracePoints on Rack's methods, no global hook.
+    rack = start_client('-p', puma.pid, '-c', 'rack')
+    rack.attached
+    # wrk may be done by now: a request of our own.
+    expect(Net::HTTP.get(URI("http://127.0.0.1:#{port}/shop/books/8"))).to eq("Book 8\n")
+    rack.wait_for(/^#{THREAD}  Rack::Head#call #{SINATRA_T}$/)
+    expect(rack.stop).to be_success
+    expect(rack.stderr).not_to include('global VM hooks')
+    expect(rack.stderr.lines.grep(/\*\*\* error/)).to be_empty, rack.stderr
     summary = wrk_result(wrk, wrk_log)
     expect(summary).to match(/(\d+) requests in/)
     expect(summary[/(\d+) requests in/, 1].to_i).to be > 100
