@@ -376,8 +376,9 @@ void rbtrace_ractors_restore_hooks(void);
 void Init_rbtrace_ractors(VALUE mod);
 
 /* wrapper.c: tracing one method by wrapping it */
-void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility, VALUE arity);
+void rbtrace_wrapper_add(VALUE owner, VALUE name, VALUE mid, VALUE visibility, VALUE arity);
 int rbtrace_wrapper_module_p(VALUE klass);
+void rbtrace_wrapper_shadow(VALUE klass, ID mid);
 void rbtrace_wrapper_clear(void);
 void rbtrace_wrapper_mark(void);
 void Init_rbtrace_wrapper(VALUE mod);

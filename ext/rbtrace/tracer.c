@@ -439,8 +439,8 @@ static VALUE tracer_parse_i(VALUE selector)
 
 static VALUE tracer_wrap_i(VALUE parsed)
 {
-    rbtrace_wrapper_add(RARRAY_AREF(parsed, 0), RARRAY_AREF(parsed, 1), RARRAY_AREF(parsed, 3),
-                        RARRAY_AREF(parsed, 5));
+    rbtrace_wrapper_add(RARRAY_AREF(parsed, 0), RARRAY_AREF(parsed, 8), RARRAY_AREF(parsed, 1),
+                        RARRAY_AREF(parsed, 3), RARRAY_AREF(parsed, 5));
     return Qnil;
 }
 
@@ -547,8 +547,13 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
          * visibility Symbol if the method (a C one) is wrapped instead of
          * hooked, the UnboundMethod if it is a Ruby one, the wrapper's
          * arity, whether it is a block's method, the messages of the
-         * expressions left out or nil]. Wrapping can fail (a frozen
+         * expressions left out or nil, the name the wrapper takes (an
+         * alias's, for the calls through it)]. Wrapping can fail (a frozen
          * class): that selector alone. */
+        /* The global hook shows its calls already (another selector named
+         * it through an alias): a wrapper would show each a second time. */
+        if (tracer_match(RARRAY_AREF(parsed, 0), rbtrace_method_id_of(RARRAY_AREF(parsed, 1))))
+            return 1;
         rbtrace_protect(tracer_wrap_i, parsed, &state, &err);
         if (!state) return 1;
     }
@@ -583,8 +588,11 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
     t->tp = t->tp_return = 0;
     /* A Ruby method gets TracePoints of its own; anything else (or a Ruby
      * method whose TracePoint the VM refused), the global hook. */
-    if (NIL_P(ruby) || !tracer_targeted(t, ruby, RARRAY_LEN(parsed) > 6 && RTEST(RARRAY_AREF(parsed, 6))))
+    if (NIL_P(ruby) || !tracer_targeted(t, ruby, RARRAY_LEN(parsed) > 6 && RTEST(RARRAY_AREF(parsed, 6)))) {
         *hook = 1;
+        /* The hook sees the calls of a wrapped method too. */
+        rbtrace_wrapper_shadow(klass, mid);
+    }
     return 1;
 }
 

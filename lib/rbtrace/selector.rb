@@ -64,10 +64,16 @@ module RBTrace
     # Returns [owner or nil, method Symbol or nil, expressions or nil,
     # visibility Symbol when the method is traced by a wrapper, else nil,
     # the UnboundMethod when it is defined in Ruby (a TracePoint targets its
-    # bytecode alone), else nil, the wrapper's arity (the method's own)].
+    # bytecode alone), else nil, the wrapper's arity (the method's own),
+    # whether it is a block's method, the messages of the expressions left
+    # out by the check or nil, the name the wrapper takes].
     # A Ruby method is never wrapped: its TracePoint leaves it as it is
     # (frames, arity, parameters, owner, source_location, stack depth); a
     # wrapper is a C method of the original's arity, for C methods only.
+    # The method Symbol is the original name, which calls are shown under;
+    # a selector naming an alias of a C method wraps the alias (a wrapper
+    # sees only the calls through the name it takes): naming the original
+    # and its aliases (tracers/pg.tracer) sees every call, with no hook.
     # Raises ArgumentError with a message meant for the user (NotLoaded when
     # the class is not defined).
     # With check, the expressions are checked against the method (see
@@ -75,13 +81,22 @@ module RBTrace
     # and a message for each is added at the end (nil when there is none).
     def parse(text, check: false)
       name, exprs = split_expressions(text.strip)
-      owner, meth, via_alias, home = resolve(name)
+      owner, meth, via_alias, called, home = resolve(name)
       ruby = ruby_method(owner, meth)
       block = block_method?(ruby)
       exprs, notes = ExpressionCheck.check(name, owner, meth, ruby, block, exprs, home) if check
-      arity = !ruby && !exprs && !via_alias ? wrapper_arity(owner, meth) : nil
-      [owner, meth, exprs, arity ? wrapper_visibility(owner, meth) : nil, ruby, arity, block,
-       notes.nil? || notes.empty? ? nil : notes]
+      wrapped = via_alias && own_alias?(owner, called) ? called : meth
+      arity = !ruby && !exprs && (wrapped == called || !via_alias) ? wrapper_arity(owner, wrapped) : nil
+      visibility = arity ? wrapper_visibility(owner, wrapped, meth) : nil
+      [owner, meth, exprs, visibility, ruby, arity, block, notes.nil? || notes.empty? ? nil : notes, wrapped]
+    end
+
+    # Whether owner itself holds the alias (a wrapper prepended to owner
+    # comes first for the calls through it).
+    def own_alias?(owner, name)
+      owner.method_defined?(name, false) || owner.private_method_defined?(name, false)
+    rescue ArgumentError, TypeError
+      false
     end
 
     # Whether a Ruby method is a block's (define_method with a block): Ruby
@@ -122,9 +137,10 @@ module RBTrace
     end
 
     # The wrapper's visibility (the method's), or nil where a wrapper may not
-    # stand in for it (UNWRAPPABLE, refinements, Kernel before 3.0).
-    def wrapper_visibility(owner, meth)
-      return nil if owner.nil? || meth.nil? || UNWRAPPABLE.include?(meth)
+    # stand in for it (UNWRAPPABLE, by its name or its original's;
+    # refinements, Kernel before 3.0).
+    def wrapper_visibility(owner, meth, original = meth)
+      return nil if owner.nil? || meth.nil? || UNWRAPPABLE.include?(meth) || UNWRAPPABLE.include?(original)
       return nil if owner.instance_of?(Module) && !PREPEND_REACHES_INCLUDERS
       return nil if refinement?(owner)
 
@@ -181,7 +197,7 @@ module RBTrace
       if (m = CLASS_PATH.match(name))
         home = constant(m[:path])
         mod = m[:sep] == '.' ? home.singleton_class : home
-        return [mod, nil, false, home] if m[:meth].empty?
+        return [mod, nil, false, nil, home] if m[:meth].empty?
 
         owned_method(mod, m[:meth], m[:path] + m[:sep], home)
       elsif BARE_METHOD.match?(name)
@@ -212,10 +228,11 @@ module RBTrace
     end
 
     # The method's owner and original name: what the VM reports at each call;
-    # and whether meth is an alias: a wrapper of a C method's original name
-    # would not see the calls made through the alias (PG::Connection#exec), a
-    # hook does. A Ruby method's alias shares its bytecode, and so its
-    # TracePoint: calls through any of its names are seen, under the original.
+    # whether meth is an alias, and the name as called: a wrapper of a C
+    # method's original name would not see the calls made through the alias
+    # (pg 1.4's PG::Connection#async_exec), a wrapper of the alias does. A
+    # Ruby method's alias shares its bytecode, and so its TracePoint: calls
+    # through any of its names are seen, under the original.
     # home is the class the selector names (its library's version is in
     # the message of a method it does not have: renamed in this version?).
     def owned_method(mod, meth, prefix, home)
@@ -224,7 +241,7 @@ module RBTrace
       end
 
       um = mod.instance_method(meth)
-      [um.owner, um.original_name, um.original_name != meth.to_sym, home]
+      [um.owner, um.original_name, um.original_name != meth.to_sym, meth.to_sym, home]
     end
   end
 
