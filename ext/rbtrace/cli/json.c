@@ -122,8 +122,7 @@ void json_buf_free(struct json_buf *b)
     b->cap = 0;
 }
 
-/* Room in b for need bytes. */
-static int json_buf_reserve(struct json_buf *b, size_t need)
+int json_buf_reserve(struct json_buf *b, size_t need)
 {
     char *p;
 
