@@ -360,6 +360,21 @@ RSpec.describe '--format' do
     expect(call['args']).to eq([{ 'expr' => 's', 'value' => "v\"\\\n\u0002".inspect }])
   end
 
+  it 'writes one whole document per process with several processes and -o FILE' do
+    apps = Array.new(2) { start_target(APP_LOOP) }.each(&:ready)
+    out = File.join(dir, 'multi.json')
+    client = start_client('-p', *apps.map(&:pid), '-m', *LOOP_SELECTORS, '--format', 'chrome', '-o', out)
+    Timeout.timeout(10) do
+      sleep 0.05 until apps.all? { |a| File.size?("#{out}.#{a.pid}").to_i > 5000 }
+    end
+    expect(client.stop).to be_success
+    apps.each do |a|
+      events = check_chrome(File.read("#{out}.#{a.pid}"))
+      expect(events.map { |e| e['pid'] }.uniq).to eq([a.pid])
+      expect(events.count { |e| e['ph'] == 'X' }).to be > 10
+    end
+  end
+
   # ---- the command line ----
 
   it 'refuses an unknown format, a format for -e, and several processes without -o' do

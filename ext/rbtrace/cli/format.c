@@ -32,32 +32,6 @@ void format_base_init(struct format *f, const struct format_ops *ops, FILE *out,
     f->opts = *opts;
 }
 
-/* The events a trace is made of, which the target counts when it drops one. */
-static void format_count(struct format *f, const struct rbtrace_event *ev)
-{
-    switch (ev->type) {
-    case RBTRACE_EV_CALL:
-    case RBTRACE_EV_CALL_ARGS:
-    case RBTRACE_EV_RETURN:
-    case RBTRACE_EV_SLOW:
-    case RBTRACE_EV_GC:
-    case RBTRACE_EV_RAISE:
-        f->received++;
-        break;
-    case RBTRACE_EV_LOST:
-        f->lost += ev->number;
-        break;
-    default:
-        break;
-    }
-}
-
-int format_event(struct format *f, const struct rbtrace_event *ev)
-{
-    format_count(f, ev);
-    return f->ops->event(f, ev);
-}
-
 int format_finish(struct format *f)
 {
     if (f->finished) return CLI_OK;

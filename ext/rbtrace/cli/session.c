@@ -388,7 +388,9 @@ static enum session_wait session_decode(struct session *s)
 
         switch (stream_next(&s->stream, in->data + in->head, in->tail - in->head, &used)) {
         case STREAM_EVENT:
-            rc = session_handled(session_on_event(s, s->stream.ev));
+            /* CALL and RETURN, nearly every event, straight to the format */
+            rc = session_handled(s->stream.fast ? session_render(s, s->stream.ev)
+                                                : session_on_event(s, s->stream.ev));
             break;
         case STREAM_PARTIAL:
             return rc;

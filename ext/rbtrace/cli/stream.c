@@ -65,16 +65,11 @@ static enum stream_result stream_generic(struct stream *s, const char *p, size_t
     return stream_resolve(s);
 }
 
-enum stream_result stream_next(struct stream *s, const char *p, size_t avail, size_t *used)
+enum stream_result stream_next_other(struct stream *s, const char *p, size_t avail,
+                                     size_t *used, int fast)
 {
-    int fast;
-
-    *used = 0;
+    s->fast = 0;
     s->errstr[0] = '\0';
-    if (avail == 0) return STREAM_PARTIAL;
-    fast = rbtrace_event_decode_call_bytes(p, avail, s->ev, used);
-    s->fast = fast > 0;
     if (fast < 0) return STREAM_PARTIAL;   /* the rest of a CALL or RETURN is still to come */
-    if (fast > 0) return stream_resolve(s);
     return stream_generic(s, p, avail, used);
 }

@@ -56,6 +56,27 @@ void stream_free(struct stream *s);
  * zone; on STREAM_EVENT and STREAM_BAD_EVENT *used is the event's length,
  * otherwise 0.
  */
-enum stream_result stream_next(struct stream *s, const char *p, size_t avail, size_t *used);
+static inline enum stream_result stream_next(struct stream *s, const char *p, size_t avail,
+                                             size_t *used);
+
+/* stream_next's path for anything but a whole CALL or RETURN (fast, the
+ * result of rbtrace_event_decode_call_bytes). */
+enum stream_result stream_next_other(struct stream *s, const char *p, size_t avail,
+                                     size_t *used, int fast);
+
+/* Inline: the client's hot path. The fast path first: CALL and RETURN
+ * straight from their bytes, resolved against the chain. */
+static inline enum stream_result stream_next(struct stream *s, const char *p, size_t avail,
+                                             size_t *used)
+{
+    int fast;
+
+    *used = 0;
+    fast = avail ? rbtrace_event_decode_call_bytes(p, avail, s->ev, used) : -1;
+    if (fast <= 0) return stream_next_other(s, p, avail, used, fast);
+    s->fast = 1;
+    if (rbtrace_call_chain_resolve(&s->chain, s->ev, s->errstr) == RBTRACE_OK) return STREAM_EVENT;
+    return STREAM_BAD_EVENT;
+}
 
 #endif
