@@ -64,11 +64,12 @@ RSpec.describe '--format' do
 
   after { FileUtils.rm_rf(dir) }
 
-  def exec_workload(format)
+  def exec_workload(format, *options)
     script = File.join(dir, 'workload.rb')
     File.write(script, WORKLOAD)
     out = File.join(dir, "trace.#{format}")
-    r = rbtrace('-m', *WORKLOAD_SELECTORS, '--format', format, '-o', out, '--exec', 'ruby', script)
+    how = format == 'summary' ? ['--summary'] : ['--format', format]
+    r = rbtrace('-m', *WORKLOAD_SELECTORS, *how, *options, '-o', out, '--exec', 'ruby', script)
     expect(r.exitstatus).to eq(0), r.stderr
     File.read(out)
   end
@@ -153,13 +154,25 @@ RSpec.describe '--format' do
     end
   end
 
+  # --summary's table: {method => [calls, total, self, mean, p50, p99, max, raises]}
+  def summary_rows(text)
+    lines = text.lines
+    expect(lines[0]).to match(/\A\*\*\* 1 thread, \d+\.\d{6} s traced, 0 events lost\n\z/)
+    expect(lines[1].split).to eq(%w[method calls total self mean p50 p99 max raises])
+    lines.drop(2).to_h do |l|
+      name, calls, *times, raises = l.split
+      [name, [calls.to_i, *times.map(&:to_f), raises.to_i]]
+    end
+  end
+
   def text_counts(text)
     text.lines.grep(/<\d+\.\d{6}>$/).map { |l| l.strip.sub(/ <.*/, '') }.tally
   end
 
   # ---- the same calls in every format ----
 
-  it 'gives the same calls per method in text, json, chrome and folded' do
+  it 'gives the same calls per method in text, json, chrome, folded and --summary' do
+    summary = summary_rows(exec_workload('summary'))
     text = exec_workload('text')
     json = check_json_lines(exec_workload('json'))
     chrome = check_chrome(exec_workload('chrome'))
@@ -172,6 +185,17 @@ RSpec.describe '--format' do
     expect(json.first).to include('kind' => 'attach')
     expect(json.count { |o| o['kind'] == 'thread' }).to eq(1)
     expect(chrome.select { |e| e['ph'] == 'X' }.map { |e| e['name'] }.tally).to eq(WORKLOAD_COUNTS)
+    expect(summary.transform_values(&:first)).to eq(WORKLOAD_COUNTS)
+    # sorted by total time; self <= total; p50 <= p99 <= max (within a bucket's 1/8)
+    expect(summary.values.map { |r| r[1] }).to eq(summary.values.map { |r| r[1] }.sort.reverse)
+    summary.each_value do |calls, total, self_s, _mean, p50, p99, max, raises|
+      expect(self_s).to be <= total
+      expect(p50).to be <= p99
+      expect(p99).to be <= max
+      expect(max).to be <= total
+      expect([calls, raises]).to all(be >= 0)
+    end
+    expect(summary['Worker#run'][1]).to be >= summary['Worker#step'][1]
 
     # folded: the stacks the calls made, each once, weighted by self time
     expect(folded.map(&:first)).to contain_exactly(
@@ -375,6 +399,21 @@ RSpec.describe '--format' do
     end
   end
 
+  it 'sorts --summary by --sort, and gives one table per process with several' do
+    rows = summary_rows(exec_workload('summary', '--sort', 'calls'))
+    expect(rows.keys).to eq(WORKLOAD_COUNTS.sort_by { |_, n| -n }.map(&:first))
+
+    apps = Array.new(2) { start_target(APP_LOOP) }.each(&:ready)
+    r = trace(apps[0], apps[1].pid, '-m', *LOOP_SELECTORS, '--raise', '--summary', seconds: 0.5)
+    expect(r.status).to be_success, r.stderr
+    apps.each do |a|
+      table = r.stdout.lines.grep(/\A\[#{a.pid}\] /).map { |l| l.sub(/\A\[\d+\] /, '') }.join
+      rows = summary_rows(table)
+      expect(rows.keys).to include('Looper#round', 'Looper#deeper', 'Looper#wait')
+      expect(rows['Looper#round'].last).to be > 0   # the raise in #round
+    end
+  end
+
   # ---- the command line ----
 
   it 'refuses an unknown format, a format for -e, and several processes without -o' do
@@ -383,7 +422,13 @@ RSpec.describe '--format' do
     expect(r.stderr).to include("invalid value 'xml' for --format: expected text, json, chrome or folded")
     r = rbtrace('-p', Process.pid, '-e', '1', '--format', 'json')
     expect(r.exitstatus).to eq(2)
-    expect(r.stderr).to include('--format applies to traces')
+    expect(r.stderr).to include('--format json applies to traces (-m, -c, -f, --slow, --gc, --raise), not to -e')
+    r = rbtrace('-p', Process.pid, '-f', '--summary', '--format', 'json')
+    expect(r.exitstatus).to eq(2)
+    expect(r.stderr).to include('--summary is a table instead of the trace')
+    r = rbtrace('-p', Process.pid, '-f', '--sort', 'calls')
+    expect(r.exitstatus).to eq(2)
+    expect(r.stderr).to include('--sort orders the --summary table: add --summary')
     r = rbtrace('-p', Process.pid, Process.ppid, '-f', '--format', 'chrome')
     expect(r.exitstatus).to eq(2)
     expect(r.stderr).to include('needs -o FILE')

@@ -235,6 +235,21 @@ static void test_folded(void)
     free(out);
 }
 
+static void test_summary(void)
+{
+    char *out = render_trace(OPTIONS_FORMAT_SUMMARY);
+
+    /* Foo#step: 2 calls, 2000 and 500 ns; the raise came on thread 2
+     * inside Odd#q", whose call never returned (no row) */
+    CHECK_STR(out,
+        "*** 2 threads, 0.000007 s traced, 7 events lost\n"
+        "method                                        calls      total       self       mean"
+        "        p50        p99        max  raises\n"
+        "Foo#step                                          2   0.000003   0.000003   0.000001"
+        "   0.000001   0.000002   0.000002       0\n");
+    free(out);
+}
+
 static void test_text(void)
 {
     char *out = render_trace(OPTIONS_FORMAT_TEXT);
@@ -278,5 +293,6 @@ int main(void)
     test_json();
     test_chrome();
     test_folded();
+    test_summary();
     return check_report();
 }

@@ -19,6 +19,7 @@ int format_open(enum options_format kind, FILE *out, const struct format_opts *o
     case OPTIONS_FORMAT_JSON: f = format_json_new(out, opts); break;
     case OPTIONS_FORMAT_CHROME: f = format_chrome_new(out, opts); break;
     case OPTIONS_FORMAT_FOLDED: f = format_folded_new(out, opts); break;
+    case OPTIONS_FORMAT_SUMMARY: f = format_summary_new(out, opts); break;
     }
     *fp = f;
     return f ? CLI_OK : CLI_ERR;

@@ -11,6 +11,7 @@
  *   chrome  format_chrome.c, the Chrome trace event format
  *   folded  format_folded.c, collapsed stacks weighted by self time,
  *           written when the trace ends
+ *   summary format_summary.c (--summary), a table per method at the end
  *
  * docs/usage.md ("Output formats") says what each writes, field by field.
  * A new one (a per-method summary) is a file with a struct format_ops, a
@@ -28,6 +29,7 @@
 struct format_opts {
     struct render_opts text;   /* -t, -n, -r, --raise-all: text's */
     int pid;                   /* the target's (chrome's process) */
+    enum options_sort sort;    /* --sort: summary's */
 };
 
 struct format;
@@ -111,6 +113,7 @@ struct format *format_text_new(FILE *out, const struct format_opts *opts);
 struct format *format_json_new(FILE *out, const struct format_opts *opts);
 struct format *format_chrome_new(FILE *out, const struct format_opts *opts);
 struct format *format_folded_new(FILE *out, const struct format_opts *opts);
+struct format *format_summary_new(FILE *out, const struct format_opts *opts);
 void format_base_init(struct format *f, const struct format_ops *ops, FILE *out,
                       const struct format_opts *opts);
 

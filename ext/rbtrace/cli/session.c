@@ -616,7 +616,7 @@ static int session_alloc(struct session *s)
 static int session_init(struct session *s, const struct options *opts)
 {
     struct format_opts fopts = { { opts->start_time, opts->no_duration, opts->prefix,
-                                   opts->raise_all }, (int)opts->pid };
+                                   opts->raise_all }, (int)opts->pid, opts->sort };
 
     memset(s, 0, sizeof(*s));
     s->opts = opts;
