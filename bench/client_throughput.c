@@ -13,13 +13,15 @@
  *   cc -O2 -std=gnu99 -Iext/rbtrace -o tmp/client_throughput \
  *      bench/client_throughput.c ext/rbtrace/codec.c -lmsgpackc
  *   tmp/client_throughput [-n MILLION_EVENTS] [-c CLIENT] [-s flat|nested]
- *                         [-F text|json|chrome|folded] [-o FILE] [-- CLIENT_OPTIONS...]
+ *                         [-F text|json|chrome|folded|summary] [-o FILE]
+ *                         [-- CLIENT_OPTIONS...]
  *
- *   for f in text json chrome folded; do for s in flat nested; do
+ *   for f in text json chrome folded summary; do for s in flat nested; do
  *     tmp/client_throughput -n 10 -s $s -F $f; done; done
  *
  * Defaults: 10 million events, lib/rbtrace/rbtrace-client, flat, the text
- * format (-F: the client's --format), the trace to /dev/null. flat is `-m 'Hash#key?'`: CALL and RETURN of one method.
+ * format (-F: the client's --format, or summary for --summary), the trace
+ * to /dev/null. flat is `-m 'Hash#key?'`: CALL and RETURN of one method.
  * nested is A { B } : every other line is a return on a line of its own.
  * Events are from one thread with 64-bit ids and times, encoded as the
  * target encodes them: each block's first in full, the rest as CALL_NEXT and
@@ -119,7 +121,9 @@ static void start_client(struct bench *b)
         argv[n++] = "-o";
         argv[n++] = (char *)b->output;
     }
-    if (b->format) {
+    if (b->format && !strcmp(b->format, "summary")) {
+        argv[n++] = "--summary";
+    } else if (b->format) {
         argv[n++] = "--format";
         argv[n++] = (char *)b->format;
     }

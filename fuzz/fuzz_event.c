@@ -24,7 +24,9 @@
  *   printf's "%.6f" of the seconds;
  * - CALL_NEXT and RETURN_NEXT are resolved against the call chain (one
  *   that cannot be stops the stream with a message), and only resolved
- *   events reach the renderer.
+ *   events reach the renderer;
+ * - the json, chrome, folded and summary formats (format.h) take every
+ *   event and the trace's end without an error.
  *
  * Build and run: rake test:fuzz (short, CI), rake fuzz:long (fuzz/RESULTS.md).
  */
@@ -35,6 +37,7 @@
 #include <string.h>
 #include "cli.h"
 #include "codec.h"
+#include "format.h"
 #include "render.h"
 #include "stream.h"
 
@@ -290,8 +293,12 @@ static void check_seconds(uint64_t ns)
 
 /* ---- the stream, through the client's own decoder (stream.c) ---- */
 
+/* The formats besides text (format.h), each fed every event too. */
+#define FUZZ_FORMATS 4
+
 struct pass {
     struct render *render;     /* NULL: decode only */
+    struct format **formats;   /* FUZZ_FORMATS of them, or NULL */
     struct digest d;
     struct stream stream;      /* the decoder under test */
     msgpack_zone zone;         /* the oracle's objects */
@@ -336,6 +343,7 @@ static void check_event(struct pass *ps, const char *p, size_t avail, size_t use
 static void handle(struct pass *ps)
 {
     const struct rbtrace_event *ev = ps->stream.ev;
+    int i;
 
     FUZZ_CHECK(ev->type != RBTRACE_EV_CALL_NEXT && ev->type != RBTRACE_EV_RETURN_NEXT);
     if (ps->checks && (ev->type == RBTRACE_EV_SLOW || ev->type == RBTRACE_EV_GC))
@@ -344,6 +352,12 @@ static void handle(struct pass *ps)
     if (ps->render && render_event(ps->render, ev) != CLI_OK) {
         fprintf(stderr, "fuzz_event: render_event failed: %s\n", ps->render->errstr);
         abort();
+    }
+    for (i = 0; ps->formats && i < FUZZ_FORMATS; i++) {
+        if (format_event(ps->formats[i], ev) != CLI_OK) {
+            fprintf(stderr, "fuzz_event: format %d failed: %s\n", i, ps->formats[i]->errstr);
+            abort();
+        }
     }
 }
 
@@ -414,8 +428,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static struct pass whole, pieces;
     static const size_t chunks[] = { 1, 2, 3, 5, 7, 16, 29, 64 };
     static FILE *devnull;
+    static const enum options_format kinds[FUZZ_FORMATS] = {
+        OPTIONS_FORMAT_JSON, OPTIONS_FORMAT_CHROME, OPTIONS_FORMAT_FOLDED, OPTIONS_FORMAT_SUMMARY
+    };
+    struct format *formats[FUZZ_FORMATS];
+    struct format_opts fopts;
     struct render_opts opts;
     struct render r;
+    int i;
     const char *stream = (const char *)data + 1;
     size_t len;
 
@@ -428,15 +448,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     opts.prefix = (data[0] >> 2) & 3;
     opts.raise_all = (data[0] >> 4) & 1;
     render_init(&r, devnull, &opts);
+    memset(&fopts, 0, sizeof(fopts));
+    fopts.text = opts;
+    fopts.pid = 4242;
+    for (i = 0; i < FUZZ_FORMATS; i++)
+        if (format_open(kinds[i], devnull, &fopts, &formats[i]) != CLI_OK) abort();
     render_set_wall_origin(&r, 1700000000ULL * 1000000000ULL);
 
     memset(&whole.d, 0, sizeof(whole.d));
     whole.render = &r;
+    whole.formats = formats;
     whole.checks = 1;
     run(&whole, stream, len, 0);
 
     memset(&pieces.d, 0, sizeof(pieces.d));
     pieces.render = NULL;
+    pieces.formats = NULL;
     pieces.checks = 0;
     run(&pieces, stream, len, chunks[(data[0] >> 4) & 7]);
 
@@ -447,5 +474,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(whole.d.broken == pieces.d.broken);
 
     render_free(&r);
+    for (i = 0; i < FUZZ_FORMATS; i++) {
+        /* the trace's end: every format closes what it holds */
+        if (format_finish(formats[i]) != CLI_OK) abort();
+        format_close(formats[i]);
+    }
     return 0;
 }
