@@ -1,18 +1,19 @@
 /*
  * fuzz_event.c - libFuzzer harness for the client's event decoder: the
- * bytes a target sends on the socket, split into events the way
- * ext/rbtrace/cli/session.c does (the CALL/RETURN fast path,
- * rbtrace_event_decode_call_bytes, first; otherwise rbtrace_msgpack_scan,
- * msgpack_unpack and rbtrace_event_decode), each event then rendered by
- * ext/rbtrace/cli/render.c as the trace's text.
+ * bytes a target sends on the socket, split into events by the client's
+ * own decoder, ext/rbtrace/cli/stream.c (stream_next, as the session calls
+ * it), each event then rendered by ext/rbtrace/cli/render.c as the
+ * trace's text.
  *
  * Input: byte 0 picks the render options (-t, -n, -r) and how the stream
  * is cut into reads; the rest is the stream.
  *
  * Besides ASan, UBSan and LeakSanitizer, every run checks:
- * - the fast path agrees with the generic one on every CALL and RETURN it
- *   takes (same fields, same length), and says "incomplete" only where
- *   the generic path does too;
+ * - every event the stream hands out is what the generic path alone
+ *   (rbtrace_msgpack_scan, msgpack_unpack, rbtrace_event_decode) makes of
+ *   its bytes: the fast path agrees with it on every CALL and RETURN it
+ *   takes (same fields, same length), and the stream says "incomplete"
+ *   only where the generic path does too;
  * - the stream read in small pieces gives the same events, in the same
  *   order, as the stream read at once (no event lost or doubled at a read
  *   boundary), and stops at the same place;
@@ -21,9 +22,9 @@
  *   (rbtrace_event_encode_call, _lost) give the packer's bytes;
  * - the renderer takes every event without an error, and its durations are
  *   printf's "%.6f" of the seconds;
- * - CALL_NEXT and RETURN_NEXT are resolved against the call chain (as the
- *   client does; one it cannot resolve stops the stream with a message),
- *   and only resolved events reach the renderer.
+ * - CALL_NEXT and RETURN_NEXT are resolved against the call chain (one
+ *   that cannot be stops the stream with a message), and only resolved
+ *   events reach the renderer.
  *
  * Build and run: rake test:fuzz (short, CI), rake fuzz:long (fuzz/RESULTS.md).
  */
@@ -35,6 +36,7 @@
 #include "cli.h"
 #include "codec.h"
 #include "render.h"
+#include "stream.h"
 
 #define FUZZ_CHECK(cond)                                                        \
     do {                                                                        \
@@ -44,9 +46,6 @@
             abort();                                                            \
         }                                                                       \
     } while (0)
-
-/* session.c's SESSION_EVENT_MAX */
-#define FUZZ_EVENT_MAX (64 * 1024 * 1024)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -289,102 +288,98 @@ static void check_seconds(uint64_t ns)
     }
 }
 
-/* ---- the stream, as session.c reads it ---- */
+/* ---- the stream, through the client's own decoder (stream.c) ---- */
 
 struct pass {
     struct render *render;     /* NULL: decode only */
     struct digest d;
-    msgpack_zone zone;
-    struct rbtrace_event ev;
-    struct rbtrace_call_chain chain;
+    struct stream stream;      /* the decoder under test */
+    msgpack_zone zone;         /* the oracle's objects */
     int checks;                /* the cross-checks, on one pass only */
 };
 
-/* A fast-path event against the generic path over the same bytes. */
-static void check_fast(struct pass *ps, const char *p, size_t avail, size_t used)
+/*
+ * The oracle: the event's bytes p[0, used) decoded again by the generic
+ * path alone (scan, msgpack_unpack, rbtrace_event_decode), into *raw, as
+ * the target encoded it (a _NEXT unresolved). The fast path, when the
+ * stream took it, must agree with it; the raw event must encode again
+ * into bytes that decode to it; the stream's (resolved) event must be it.
+ */
+static void check_event(struct pass *ps, const char *p, size_t avail, size_t used)
 {
-    static struct rbtrace_event slow;
+    static struct rbtrace_event raw;
+    const struct rbtrace_event *ev = ps->stream.ev;
     char err[RBTRACE_ERRLEN];
     msgpack_object obj;
     size_t end = 0, off = 0;
 
-    FUZZ_CHECK(rbtrace_msgpack_scan(p, avail, FUZZ_EVENT_MAX, &end) == RBTRACE_SCAN_WHOLE);
+    FUZZ_CHECK(rbtrace_msgpack_scan(p, avail, STREAM_EVENT_MAX, &end) == RBTRACE_SCAN_WHOLE);
     FUZZ_CHECK(end == used);
     msgpack_zone_clear(&ps->zone);
     FUZZ_CHECK(msgpack_unpack(p, used, &off, &ps->zone, &obj) == MSGPACK_UNPACK_SUCCESS);
-    FUZZ_CHECK(rbtrace_event_decode(&obj, &slow, err) == RBTRACE_OK);
-    FUZZ_CHECK(slow.type == ps->ev.type && slow.thread_id == ps->ev.thread_id &&
-               slow.time_ns == ps->ev.time_ns && slow.method_id == ps->ev.method_id);
+    FUZZ_CHECK(off == used);
+    FUZZ_CHECK(rbtrace_event_decode(&obj, &raw, err) == RBTRACE_OK);
+    check_round_trip(&raw);
+    if (raw.type == RBTRACE_EV_CALL_NEXT || raw.type == RBTRACE_EV_RETURN_NEXT) {
+        FUZZ_CHECK(ev->type == (raw.type == RBTRACE_EV_CALL_NEXT ? RBTRACE_EV_CALL
+                                                                 : RBTRACE_EV_RETURN));
+        FUZZ_CHECK(ev->method_id == raw.method_id);
+    } else if (ps->stream.fast) {
+        FUZZ_CHECK(raw.type == ev->type && raw.thread_id == ev->thread_id &&
+                   raw.time_ns == ev->time_ns && raw.method_id == ev->method_id);
+    } else {
+        FUZZ_CHECK(event_same(&raw, ev));
+    }
 }
 
-/* A decoded event, as session.c takes it: resolved against the call
- * chain (1, as the client stops, if it cannot be), then rendered. */
-static int handle(struct pass *ps)
+/* A decoded event: checked, hashed, rendered. */
+static void handle(struct pass *ps)
 {
-    char err[RBTRACE_ERRLEN];
+    const struct rbtrace_event *ev = ps->stream.ev;
 
-    if (ps->checks) {
-        check_round_trip(&ps->ev);
-        if (ps->ev.type == RBTRACE_EV_SLOW || ps->ev.type == RBTRACE_EV_GC)
-            check_seconds(ps->ev.duration_ns);
-    }
-    memset(err, 0, sizeof(err));
-    if (rbtrace_call_chain_resolve(&ps->chain, &ps->ev, err) != RBTRACE_OK) {
-        FUZZ_CHECK(err[0] != '\0' && memchr(err, '\0', sizeof(err)) != NULL);
-        return 1;
-    }
-    FUZZ_CHECK(ps->ev.type != RBTRACE_EV_CALL_NEXT && ps->ev.type != RBTRACE_EV_RETURN_NEXT);
-    hash_event(&ps->d, &ps->ev);
-    if (ps->render && render_event(ps->render, &ps->ev) != CLI_OK) {
+    FUZZ_CHECK(ev->type != RBTRACE_EV_CALL_NEXT && ev->type != RBTRACE_EV_RETURN_NEXT);
+    if (ps->checks && (ev->type == RBTRACE_EV_SLOW || ev->type == RBTRACE_EV_GC))
+        check_seconds(ev->duration_ns);
+    hash_event(&ps->d, ev);
+    if (ps->render && render_event(ps->render, ev) != CLI_OK) {
         fprintf(stderr, "fuzz_event: render_event failed: %s\n", ps->render->errstr);
         abort();
     }
-    return 0;
 }
 
 /*
- * Decodes every whole event in buf[*head, tail), as session_decode does.
- * Returns 0 to go on reading, 1 when the client would stop (bytes it
- * refuses, or an event it cannot decode).
+ * Decodes every whole event in buf[*head, tail) with stream_next, as the
+ * session does. Returns 0 to go on reading, 1 when the client would stop
+ * (bytes it refuses, or an event it cannot decode or resolve).
  */
 static int decode_some(struct pass *ps, const char *buf, size_t *head, size_t tail)
 {
-    char err[RBTRACE_ERRLEN];
-    msgpack_object obj;
-
     while (*head < tail) {
         const char *p = buf + *head;
-        size_t avail = tail - *head, used = 0, end = 0, off = 0;
-        int fast = rbtrace_event_decode_call_bytes(p, avail, &ps->ev, &used);
-        enum rbtrace_scan scan;
+        size_t avail = tail - *head, used = 0, end = 0;
 
-        if (fast < 0) {
+        switch (stream_next(&ps->stream, p, avail, &used)) {
+        case STREAM_PARTIAL:
+            FUZZ_CHECK(used == 0);
             if (ps->checks)
-                FUZZ_CHECK(rbtrace_msgpack_scan(p, avail, FUZZ_EVENT_MAX, &end) ==
+                FUZZ_CHECK(rbtrace_msgpack_scan(p, avail, STREAM_EVENT_MAX, &end) ==
                            RBTRACE_SCAN_PARTIAL);
             return 0;
-        }
-        if (fast > 0) {
-            FUZZ_CHECK(used > 0 && used <= avail && used <= RBTRACE_CALL_EVENT_MAX);
-            if (ps->checks) check_fast(ps, p, avail, used);
-            if (handle(ps)) return 1;
-            *head += used;
-            continue;
-        }
-        scan = rbtrace_msgpack_scan(p, avail, FUZZ_EVENT_MAX, &end);
-        if (scan == RBTRACE_SCAN_PARTIAL) return 0;
-        if (scan != RBTRACE_SCAN_WHOLE) return 1;
-        FUZZ_CHECK(end > 0 && end <= avail);
-        msgpack_zone_clear(&ps->zone);
-        if (msgpack_unpack(p, end, &off, &ps->zone, &obj) != MSGPACK_UNPACK_SUCCESS) return 1;
-        FUZZ_CHECK(off == end);
-        memset(err, 0, sizeof(err));
-        if (rbtrace_event_decode(&obj, &ps->ev, err) != RBTRACE_OK) {
-            FUZZ_CHECK(err[0] != '\0' && memchr(err, '\0', sizeof(err)) != NULL);
+        case STREAM_BROKEN:
+            FUZZ_CHECK(used == 0);
+            /* fall through */
+        case STREAM_BAD_EVENT:
+            FUZZ_CHECK(ps->stream.errstr[0] != '\0' &&
+                       memchr(ps->stream.errstr, '\0', sizeof(ps->stream.errstr)) != NULL);
             return 1;
+        case STREAM_EVENT:
+            FUZZ_CHECK(used > 0 && used <= avail);
+            if (ps->stream.fast) FUZZ_CHECK(used <= RBTRACE_CALL_EVENT_MAX);
+            if (ps->checks) check_event(ps, p, avail, used);
+            handle(ps);
+            *head += used;
+            break;
         }
-        if (handle(ps)) return 1;
-        *head += end;
     }
     return 0;
 }
@@ -397,6 +392,7 @@ static void run(struct pass *ps, const char *stream, size_t len, size_t chunk)
 
     if (!buf) abort();
     if (!msgpack_zone_init(&ps->zone, 4096)) abort();
+    if (stream_init(&ps->stream) != CLI_OK) abort();
     ps->d.hash = 0xcbf29ce484222325ULL;
     while (tail < len) {
         size_t n = chunk && chunk < len - tail ? chunk : len - tail;
@@ -408,6 +404,7 @@ static void run(struct pass *ps, const char *stream, size_t len, size_t chunk)
         }
     }
     ps->d.consumed = head;
+    stream_free(&ps->stream);
     msgpack_zone_destroy(&ps->zone);
     free(buf);
 }
@@ -434,13 +431,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     render_set_wall_origin(&r, 1700000000ULL * 1000000000ULL);
 
     memset(&whole.d, 0, sizeof(whole.d));
-    memset(&whole.chain, 0, sizeof(whole.chain));
     whole.render = &r;
     whole.checks = 1;
     run(&whole, stream, len, 0);
 
     memset(&pieces.d, 0, sizeof(pieces.d));
-    memset(&pieces.chain, 0, sizeof(pieces.chain));
     pieces.render = NULL;
     pieces.checks = 0;
     run(&pieces, stream, len, chunks[(data[0] >> 4) & 7]);

@@ -27,7 +27,7 @@ module Fuzz
   # Each harness and the sources it links besides ext/rbtrace/codec.c.
   HARNESSES = {
     'command' => [],
-    'event' => %w[cli/render.c cli/escape.c],
+    'event' => %w[cli/stream.c cli/render.c cli/escape.c],
     'escape' => %w[cli/escape.c]
   }.freeze
 

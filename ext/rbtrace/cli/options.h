@@ -27,6 +27,17 @@ enum options_mode {
     OPTIONS_MODE_INTERACTIVE   /* -i: a REPL against the target (repl.c) */
 };
 
+/* --format: how a trace is written (format.h). */
+enum options_format {
+    OPTIONS_FORMAT_TEXT = 0,   /* the original rbtrace's lines (the default) */
+    OPTIONS_FORMAT_JSON,       /* JSON Lines */
+    OPTIONS_FORMAT_CHROME,     /* the Chrome trace event format */
+    OPTIONS_FORMAT_FOLDED      /* collapsed stacks, at the end */
+};
+
+/* The names --format takes, by enum options_format. */
+extern const char *const options_format_names[];
+
 struct options {
     pid_t pid;                 /* the target (the first -p); 0 when none yet */
     pid_t *pids;               /* -p PID...: every target given (options_add_pid) */
@@ -51,6 +62,7 @@ struct options {
     int raise_all;             /* --raise-all: also each re-raise, on its own line */
     int devmode;               /* --devmode: -m follows reloaded classes */
     const char *output_path;   /* -o: output file, NULL for stdout */
+    enum options_format format; /* --format */
     int append;                /* -a: append to the -o file */
     int start_time;            /* -t: show each call's start time */
     int no_duration;           /* -n: do not show durations */
