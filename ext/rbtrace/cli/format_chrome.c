@@ -32,6 +32,7 @@ struct format_chrome {
     struct format base;
     struct calls calls;
     struct json_buf buf;       /* scratch: names, args, escaped text */
+    struct json_buf line;      /* scratch: a call's event */
     int gc_named;              /* the GC track's name was written */
     char pid[24];              /* ,"pid":P */
     size_t pid_len;
@@ -171,20 +172,39 @@ static int chrome_call(struct format_chrome *f, const struct rbtrace_event *ev)
     return CLI_OK;
 }
 
+/* Room for a call's event but its name and args. */
+#define CHROME_CALL_FIXED 256
+
+/* A call's complete event, built whole and written at once: the hot path. */
 static int chrome_return(struct format_chrome *f, const struct rbtrace_event *ev)
 {
     long ti = chrome_thread(f, ev->thread_id);
+    const struct calls_name *name;
     struct calls_frame *frame;
     uint64_t dur;
+    char *p;
 
     if (ti < 0) return CLI_ERR;
     frame = calls_match(&f->calls, (size_t)ti, ev->method_id);
     if (!frame) return CLI_OK;
+    name = calls_name(&f->calls, ev->method_id);
+    if (json_buf_reserve(&f->line, (name ? name->len : 9) + frame->extra_len + f->pid_len +
+                                       CHROME_CALL_FIXED) != CLI_OK)
+        return format_fail(&f->base, "out of memory");
     dur = ev->time_ns > frame->start_ns ? ev->time_ns - frame->start_ns : 0;
-    chrome_complete(f, "call", 4, ev->method_id, f->calls.threads[ti].ordinal, frame->start_ns,
-                    dur);
-    if (frame->extra) put(f, frame->extra, frame->extra_len);
-    fputc_unlocked('}', f->base.out);
+    p = JSON_PUT_LITERAL(f->line.p, ",\n{\"ph\":\"X\",\"cat\":\"call\",\"name\":\"");
+    p = name ? json_put(p, name->text, name->len) : JSON_PUT_LITERAL(p, "(unknown)");
+    *p++ = '"';
+    p = json_put(p, f->pid, f->pid_len);
+    p = JSON_PUT_LITERAL(p, ",\"tid\":");
+    p = json_put_u64(p, f->calls.threads[ti].ordinal);
+    p = JSON_PUT_LITERAL(p, ",\"ts\":");
+    p += json_us(p, frame->start_ns);
+    p = JSON_PUT_LITERAL(p, ",\"dur\":");
+    p += json_us(p, dur);
+    if (frame->extra) p = json_put(p, frame->extra, frame->extra_len);
+    *p++ = '}';
+    put(f, f->line.p, (size_t)(p - f->line.p));
     calls_pop(&f->calls, (size_t)ti, dur);
     return format_check_io(&f->base);
 }
@@ -338,6 +358,7 @@ static void chrome_destroy(struct format *base)
 
     calls_free(&f->calls);
     json_buf_free(&f->buf);
+    json_buf_free(&f->line);
     free(f);
 }
 

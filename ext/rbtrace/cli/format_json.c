@@ -23,6 +23,7 @@ struct format_json {
     struct calls calls;
     struct json_buf esc;       /* scratch for escaped text */
     struct json_buf name;      /* scratch for a name's fields */
+    struct json_buf line;      /* scratch for a call's line */
 };
 
 #define JSON_UNKNOWN "\"name\":\"(unknown)\",\"class\":null,\"method\":\"(unknown)\""
@@ -161,23 +162,44 @@ static void json_call_head(struct format_json *f, const char *kind, size_t kind_
     PUT_NUM(f, ",\"start\":", start_ns);
 }
 
+/* Room for a call line but its name and args. */
+#define JSON_CALL_FIXED 256
+
+/* A call's line, built whole and written at once: the hot path (one line
+ * per call of a firehose). */
 static int json_return(struct format_json *f, const struct rbtrace_event *ev)
 {
     long ti = json_thread(f, ev->thread_id);
+    const struct calls_name *name;
     struct calls_frame *frame;
     uint64_t dur;
+    char *p;
 
     if (ti < 0) return CLI_ERR;
     frame = calls_match(&f->calls, (size_t)ti, ev->method_id);
     if (!frame) return CLI_OK;
+    name = calls_name(&f->calls, ev->method_id);
+    if (json_buf_reserve(&f->line, (name ? name->len : sizeof(JSON_UNKNOWN)) + frame->extra_len +
+                                       JSON_CALL_FIXED) != CLI_OK)
+        return format_fail(&f->base, "out of memory");
     dur = ev->time_ns > frame->start_ns ? ev->time_ns - frame->start_ns : 0;
-    json_call_head(f, "call", 4, f->calls.threads[ti].ordinal, ev->method_id, frame->start_ns);
-    PUT_NUM(f, ",\"end\":", frame->start_ns + dur);
-    PUT_NUM(f, ",\"duration\":", dur);
-    PUT_NUM(f, ",\"self\":", dur > frame->child_ns ? dur - frame->child_ns : 0);
-    PUT_NUM(f, ",\"depth\":", f->calls.threads[ti].depth - 1);
-    if (frame->extra) put(f, frame->extra, frame->extra_len);
-    PUT_LITERAL(f, "}\n");
+    p = JSON_PUT_LITERAL(f->line.p, "{\"kind\":\"call\",\"thread\":");
+    p = json_put_u64(p, f->calls.threads[ti].ordinal);
+    *p++ = ',';
+    p = name ? json_put(p, name->text, name->len) : JSON_PUT_LITERAL(p, JSON_UNKNOWN);
+    p = JSON_PUT_LITERAL(p, ",\"start\":");
+    p = json_put_u64(p, frame->start_ns);
+    p = JSON_PUT_LITERAL(p, ",\"end\":");
+    p = json_put_u64(p, frame->start_ns + dur);
+    p = JSON_PUT_LITERAL(p, ",\"duration\":");
+    p = json_put_u64(p, dur);
+    p = JSON_PUT_LITERAL(p, ",\"self\":");
+    p = json_put_u64(p, dur > frame->child_ns ? dur - frame->child_ns : 0);
+    p = JSON_PUT_LITERAL(p, ",\"depth\":");
+    p = json_put_u64(p, f->calls.threads[ti].depth - 1);
+    if (frame->extra) p = json_put(p, frame->extra, frame->extra_len);
+    p = JSON_PUT_LITERAL(p, "}\n");
+    put(f, f->line.p, (size_t)(p - f->line.p));
     calls_pop(&f->calls, (size_t)ti, dur);
     return format_check_io(&f->base);
 }
@@ -318,6 +340,7 @@ static void json_destroy(struct format *base)
     calls_free(&f->calls);
     json_buf_free(&f->esc);
     json_buf_free(&f->name);
+    json_buf_free(&f->line);
     free(f);
 }
 

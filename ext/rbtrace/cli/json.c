@@ -83,17 +83,57 @@ size_t json_escape(char *out, const char *s, size_t len)
     return o;
 }
 
+/* "00".."99": two digits per division (numbers are most of a line). */
+static const char json_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* v < 2^32 in decimal: its digits, written backwards from end. */
+static char *json_u32_back(char *end, uint32_t v)
+{
+    while (v >= 100) {
+        uint32_t r = v % 100;
+        v /= 100;
+        end -= 2;
+        memcpy(end, json_pairs + 2 * r, 2);
+    }
+    if (v >= 10) {
+        end -= 2;
+        memcpy(end, json_pairs + 2 * v, 2);
+    } else {
+        *--end = (char)('0' + v);
+    }
+    return end;
+}
+
+/* v < 10^8 as exactly 8 digits, backwards from end. */
+static char *json_8_digits_back(char *end, uint32_t v)
+{
+    int i;
+
+    for (i = 0; i < 4; i++) {
+        uint32_t r = v % 100;
+        v /= 100;
+        end -= 2;
+        memcpy(end, json_pairs + 2 * r, 2);
+    }
+    return end;
+}
+
+/* Times in ns run to 11 digits and more: split by 10^8 so that the
+ * divisions are 32-bit ones, cheaper than 64-bit ones. */
 size_t json_utoa(char *out, uint64_t v)
 {
-    char digits[20];
-    size_t n = 0, len = 0;
+    char digits[24], *end = digits + sizeof(digits), *p = end;
 
-    do {
-        digits[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n) out[len++] = digits[--n];
-    return len;
+    while (v > UINT32_MAX) {
+        p = json_8_digits_back(p, (uint32_t)(v % 100000000));
+        v /= 100000000;
+    }
+    p = json_u32_back(p, (uint32_t)v);
+    memcpy(out, p, (size_t)(end - p));
+    return (size_t)(end - p);
 }
 
 size_t json_us(char *out, uint64_t ns)
@@ -122,8 +162,7 @@ void json_buf_free(struct json_buf *b)
     b->cap = 0;
 }
 
-/* Room in b for need bytes. */
-static int json_buf_reserve(struct json_buf *b, size_t need)
+int json_buf_reserve(struct json_buf *b, size_t need)
 {
     char *p;
 

@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* The longest JSON form of one byte of input: "\ufffd" or "\u00XX". */
 #define JSON_MAX_PER_BYTE 6
@@ -47,6 +48,24 @@ struct json_buf {
 size_t json_escape_buf(struct json_buf *b, const char *s, size_t len);
 
 void json_buf_free(struct json_buf *b);
+
+/* Room in b for need bytes. CLI_OK, or CLI_ERR when out of memory. */
+int json_buf_reserve(struct json_buf *b, size_t need);
+
+/* Appends to a line built in a buffer with room enough: the bytes, a
+ * literal, a number; each returns the new end. */
+static inline char *json_put(char *p, const char *s, size_t len)
+{
+    memcpy(p, s, len);
+    return p + len;
+}
+
+#define JSON_PUT_LITERAL(p, s) json_put((p), (s), sizeof(s) - 1)
+
+static inline char *json_put_u64(char *p, uint64_t v)
+{
+    return p + json_utoa(p, v);
+}
 
 /* Text built in b: s[0, len) escaped, or the C string s as it is, added at
  * *len_io (moved past it). CLI_OK, or CLI_ERR when out of memory. */
