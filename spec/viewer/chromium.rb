@@ -33,7 +33,7 @@ class Chromium
 
   attr_reader :pid
 
-  def initialize(width: 1200, height: 560)
+  def initialize(width: 1200, height: 320)
     @profile = Dir.mktmpdir('rbtrace-chromium-')
     @log = File.join(@profile, 'chromium.log')
     commands_r, @commands = IO.pipe
