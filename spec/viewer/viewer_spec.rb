@@ -16,7 +16,9 @@ RSpec.describe 'a trace in speedscope, in headless Chromium' do
   # method does a few milliseconds of work of its own, so that the flame
   # chart shows blocks one can read. It serves REQUESTS requests when it
   # gets SIGUSR1 (once the client is attached: the trace holds them whole),
-  # says "served", and idles outside the traced methods.
+  # says "served", and idles outside the traced methods; with HANG=1, it
+  # starts one more request and hangs in it (in Page#render, which says
+  # "hanging"), so that the trace ends mid-call, as a ^C on a busy app does.
   REQUESTS = 8
   APP = <<~RUBY.freeze
     def work(ms)
@@ -26,7 +28,9 @@ RSpec.describe 'a trace in speedscope, in headless Chromium' do
     class Tax;   def self.rate(item) = (work(2); 0.2); end
     class Item;  def price = (work(1); 10 * (1 + Tax.rate(self))); end
     class Cart;  def total = (work(2); Array.new(3) { Item.new.price }.sum); end
-    class Page;  def render(total) = (work(4); "total: \#{total}"); end
+    class Page
+      def render(total) = (work(4); (puts 'hanging'; sleep) if $hang; "total: \#{total}")
+    end
     class Store
       def handle = (work(1); Page.new.render(Cart.new.total))
     end
@@ -36,6 +40,7 @@ RSpec.describe 'a trace in speedscope, in headless Chromium' do
     sleep 0.01 until $go
     #{REQUESTS}.times { store.handle }
     puts 'served'
+    ($hang = true; store.handle) if ENV['HANG'] == '1'
     sleep
   RUBY
   METHODS = %w[Store#handle Cart#total Item#price Tax.rate Page#render].freeze
@@ -57,16 +62,16 @@ RSpec.describe 'a trace in speedscope, in headless Chromium' do
   end
 
   # Traces a fresh app's REQUESTS requests with the client writing format
-  # to -o FILE, then stops the client as ^C does; returns the file's path
-  # and the app's pid.
-  def trace_to_file(format, name)
+  # to -o FILE, then stops the client as ^C does (mid_call: once the app
+  # hangs in one more request); returns the file's path and the app's pid.
+  def trace_to_file(format, name, mid_call: false)
     path = File.join(@dir, name)
     FileUtils.rm_f(path)
-    app = start_target(APP).ready
+    app = start_target(APP, env: { 'HANG' => mid_call ? '1' : '0' }).ready
     client = start_client('-p', app.pid, '-m', *METHODS, '--format', format, '-o', path)
     client.attached
     Process.kill(:USR1, app.pid)
-    app.wait_for('served')
+    app.wait_for(mid_call ? 'hanging' : 'served')
     expect(client.stop(:INT)).to be_success, "client: #{client.outputs}"
     [path, app.pid]
   end
@@ -102,8 +107,8 @@ RSpec.describe 'a trace in speedscope, in headless Chromium' do
     expect(Array.new(@server.requests.size) { @server.requests.pop }).to include('GET /traces/shop.json')
   end
 
-  it 'shows a folded trace: the traced methods and their self times, as the file weighs them' do
-    path, = trace_to_file('folded', 'shop.folded')
+  it 'shows a folded trace stopped mid-call: the traced methods and their self times, as the file weighs them' do
+    path, = trace_to_file('folded', 'shop.folded', mid_call: true)
     lines = File.readlines(path, chomp: true)
     expect(lines).to all(match(/\AStore#handle[\w#.;]* \d+\z/))
     expected = Viewer.folded_self_times(lines)
@@ -128,9 +133,9 @@ RSpec.describe 'a trace in speedscope, in headless Chromium' do
 
     shot = File.join(@dir, 'speedscope.png')
     File.binwrite(shot, png)
-    return unless ENV['RBTRACE_UPDATE_SCREENSHOT'] == '1'
-
-    FileUtils.mkdir_p(File.join(RBTraceSpec::ROOT, 'docs', 'images'))
-    FileUtils.cp(shot, File.join(RBTraceSpec::ROOT, 'docs', 'images', 'speedscope.png'))
+    if ENV['RBTRACE_UPDATE_SCREENSHOT'] == '1'
+      FileUtils.mkdir_p(File.join(RBTraceSpec::ROOT, 'docs', 'images'))
+      FileUtils.cp(shot, File.join(RBTraceSpec::ROOT, 'docs', 'images', 'speedscope.png'))
+    end
   end
 end
