@@ -119,6 +119,19 @@ RSpec.describe 'a trace in speedscope, in headless Chromium' do
     expect(@browser.evaluate(page, 'document.title')).to eq('shop.folded - speedscope')
   end
 
+  # speedscope names a chrome event by its name and its args together
+  # (`Store#handle {"unfinished":true}`): a call open when the trace ended
+  # must still show under its method's name, or ^C on a busy app splits
+  # every method on the stack in two.
+  it 'shows a chrome trace stopped mid-call under the traced methods\' own names' do
+    path, = trace_to_file('chrome', 'shop-mid-call.json', mid_call: true)
+    events = JSON.parse(File.read(path))['traceEvents'].select { |e| e['ph'] == 'X' }
+    expect(events.map { |e| e['name'] }.tally).to include('Store#handle' => REQUESTS + 1, 'Page#render' => REQUESTS + 1)
+
+    _page, table = open_in_sandwich(path)
+    expect(table.keys).to match_array(METHODS)
+  end
+
   it "draws the chrome trace's flame chart (the screenshot in docs/usage.md)" do
     path, = trace_to_file('chrome', 'shop.json')
     page = @browser.open(Viewer.speedscope_url(@server, @server.url("/traces/#{File.basename(path)}"),
