@@ -218,9 +218,10 @@ static int attach_make_container_dir(struct attach *a)
     a->dir_fd = d->dir_fd;
     d->dir_fd = -1;   /* a->dir_fd's now */
     snprintf(a->bind_path, sizeof(a->bind_path), "/proc/self/fd/%d/" ATTACH_SOCK_NAME, a->dir_fd);
-    if (strlen(d->app_path) + sizeof("/" ATTACH_SOCK_NAME) > sizeof(sun.sun_path))   /* bounded */
+    if (strlen(d->app_path) + sizeof("/" ATTACH_SOCK_NAME) > sizeof(sun.sun_path) ||
+        (size_t)snprintf(a->sock_path, sizeof(a->sock_path), "%s/" ATTACH_SOCK_NAME, d->app_path) >=
+            sizeof(a->sock_path))
         return attach_fail(a, "the socket path in the container is too long");
-    snprintf(a->sock_path, sizeof(a->sock_path), "%s/" ATTACH_SOCK_NAME, d->app_path);
     return CLI_OK;
 }
 
