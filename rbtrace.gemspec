@@ -13,9 +13,10 @@ Gem::Specification.new do |s|
   s.license = 'MIT'
   s.required_ruby_version = '>= 2.7'
   s.files = Dir['ext/rbtrace/**/*.{c,h,rb}', 'lib/**/*.rb', 'bin/rbtrace', 'tracers/*.tracer',
-                 'README.md', 'LICENSE']
+                'README.md', 'LICENSE']
   s.extensions = ['ext/rbtrace/extconf.rb']
   s.bindir = 'bin'
   s.executables = ['rbtrace']
   s.require_paths = ['lib']
+  s.metadata['rubygems_mfa_required'] = 'true'
 end

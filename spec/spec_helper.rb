@@ -128,7 +128,7 @@ module RBTraceSpec
     def initialize(args, client: CLIENT, env: {})
       @out_path = File.join(Dir.tmpdir, "rbtrace-spec-client-#{Process.pid}-#{object_id}")
       @pid = Process.spawn(SPAWN_ENV.merge(env), client, *args.map(&:to_s), out: "#{@out_path}.out",
-                                                      err: "#{@out_path}.err", in: :close)
+                                                                            err: "#{@out_path}.err", in: :close)
     end
 
     def stdout; File.exist?(path(:stdout)) ? File.read(path(:stdout)) : ''; end

@@ -7,9 +7,8 @@ require 'mkmf'
 
 def find_msgpack
   # msgpack-c 6 renamed its pkg-config module and library to msgpack-c.
-  if pkg_config('msgpack-c') || pkg_config('msgpack')
-    return true if have_header('msgpack.h')
-  end
+  return true if (pkg_config('msgpack-c') || pkg_config('msgpack')) && have_header('msgpack.h')
+
   have_header('msgpack.h') && (have_library('msgpack-c') || have_library('msgpackc'))
 end
 
@@ -46,7 +45,9 @@ if have_header('ruby/ractor.h') && have_func('rb_ractor_local_storage_ptr_newkey
 end
 
 # The thread an event is of, in one instruction (rbtrace.h, rbtrace_thread_id).
-if checking_for('__builtin_thread_pointer') { try_compile('int main(void) { return __builtin_thread_pointer() == 0; }') }
+if checking_for('__builtin_thread_pointer') do
+  try_compile('int main(void) { return __builtin_thread_pointer() == 0; }')
+end
   $defs << '-DRBTRACE_HAVE_THREAD_POINTER'
 end
 

@@ -133,7 +133,7 @@ RSpec.describe 'tracer files (-c)' do
       result = trace_until(http_app, '-c', 'net_http', pattern: /Net::HTTP#start <\d/)
       port = '\d+'
       expect(result.stdout).to match(/^  Net::HTTP#connect\(@address="127\.0\.0\.1", @port=#{port}\) <\d+\.\d{6}>$/)
-      expect(result.stdout).to match(/Net::HTTP#request\(req\.method="GET", @address="127\.0\.0\.1", @port=#{port}, req\.path="\/hello"\)/)
+      expect(result.stdout).to match(%r{Net::HTTP#request\(req\.method="GET", @address="127\.0\.0\.1", @port=#{port}, req\.path="/hello"\)})
       expect(result.stdout).to match(/^Net::HTTP#start <\d+\.\d{6}>$/)
     end
 
