@@ -2,6 +2,8 @@
 # project's paths and msgpack-c's compiler flags, each defined once here.
 # (ext/rbtrace/extconf.rb finds msgpack-c on its own, with mkmf: it runs
 # where the gem is installed, without rakelib/.)
+require_relative '../lib/rbtrace/version'
+
 module Build
   ROOT = File.expand_path('..', __dir__)
   # The sources of the extension (*.c) and of the client (cli/*.c, codec.c).
@@ -30,6 +32,11 @@ module Build
 
   def cc
     ENV['CC'] || 'gcc'
+  end
+
+  # The client's version (main.c), as extconf.rb passes it.
+  def version_define
+    %(-DRBTRACE_VERSION="#{RBTrace::VERSION}")
   end
 
   # msgpack-c's compile flags (pkg-config; none needed where its headers

@@ -48,10 +48,10 @@ namespace :test do
 
     # The client itself, once, under the sanitizers: it must build and answer.
     client = File.join(CTest::OUT, 'rbtrace-client-asan')
-    CTest.build(client, [*Dir["#{Build::EXT}/cli/*.c"].sort, "#{Build::EXT}/codec.c"])
+    CTest.build(client, [*Dir["#{Build::EXT}/cli/*.c"].sort, "#{Build::EXT}/codec.c"], flags: [Build.version_define])
     puts '== rbtrace-client (ASan)'
     version = `#{client} --version`
-    failed << 'client --version' unless $?.success? && version.start_with?('rbtrace ')
+    failed << 'client --version' unless $?.success? && version == "rbtrace #{RBTrace::VERSION}\n"
     system(client, '--bogus', err: File::NULL)
     failed << 'client usage exit code' unless $?.exitstatus == 2
 

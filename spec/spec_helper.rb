@@ -8,6 +8,7 @@ require 'tmpdir'
 require 'fileutils'
 require 'rbconfig'
 require_relative 'queues_helper'
+require_relative '../lib/rbtrace/version' # RBTrace::VERSION, what the client and the extension report
 
 module RBTraceSpec
   ROOT = File.expand_path('..', __dir__)

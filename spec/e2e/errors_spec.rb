@@ -164,6 +164,7 @@ RSpec.describe 'errors' do
       expect(answer.bytes.first(4)).to eq([0x94, 0x02, 0x02, 0x00])
       protocol = File.read(File.join(RBTraceSpec::ROOT, 'ext/rbtrace/protocol.h'))[/RBTRACE_PROTOCOL_VERSION (\d+)/, 1]
       expect(answer).to include("protocol version 99, but this process speaks #{protocol}")
+      expect(answer).to include("the gem version the app loaded (rbtrace #{RBTrace::VERSION})")
     end
     expect(app).to be_alive
     expect(rbtrace('-p', app.pid, '-e', 'RBTrace.attached?').stdout).to eq(">> RBTrace.attached?\n=> true\n")
