@@ -52,6 +52,7 @@ namespace :lint do
     counts = out.scan(/^(\S+?):\d+:\d+: error: code should be clang-formatted/).flatten.tally
     counts.sort_by { |f, n| [-n, f] }.each { |f, n| puts format('%5d  %s', n, f) }
     puts out unless ok || !counts.empty? # clang-format's own error
+    $stdout.flush
     unless ok
       abort "rake lint:c: #{counts.values.sum} places in #{counts.size} of #{files.size} files are not " \
             'as .clang-format has them; clang-format -i FILE reformats one'
