@@ -20,7 +20,7 @@ module Fuzz
   OUT = Build.tmp('fuzz')
   CFLAGS = %w[-std=gnu99 -g -O1 -Wall -Wextra -Werror -fno-omit-frame-pointer
               -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined].freeze
-  INCLUDES = ["-I#{Build::EXT}", "-I#{Build::EXT}/cli", *Build.msgpack_cflags].freeze
+  INCLUDES = ["-I#{Build::EXT}", "-I#{Build::EXT}/cli"].freeze
   ENV_VARS = { 'UBSAN_OPTIONS' => 'print_stacktrace=1:halt_on_error=1',
                'ASAN_OPTIONS' => 'detect_leaks=1' }.freeze
   # Each harness and the sources it links besides ext/rbtrace/codec.c.
@@ -49,7 +49,7 @@ module Fuzz
     bin = File.join(OUT, "fuzz_#{name}")
     sources = [File.join(DIR, "fuzz_#{name}.c"), File.join(Build::EXT, 'codec.c')] +
               HARNESSES.fetch(name).map { |s| File.join(Build::EXT, s) }
-    cmd = [clang, *CFLAGS, *INCLUDES, '-o', bin, *sources, *Build.msgpack_libs]
+    cmd = [clang, *CFLAGS, *INCLUDES, *Build.msgpack_cflags, '-o', bin, *sources, *Build.msgpack_libs]
     puts cmd.join(' ')
     return bin if system(*cmd)
 
