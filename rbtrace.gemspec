@@ -21,4 +21,5 @@ Gem::Specification.new do |s|
   s.bindir = 'bin'
   s.executables = ['rbtrace']
   s.require_paths = ['lib']
+  s.metadata['rubygems_mfa_required'] = 'true'
 end

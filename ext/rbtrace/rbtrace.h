@@ -327,7 +327,6 @@ void Init_rbtrace_tracer(VALUE mod);
 
 /* slow.c: --slow, --slowcpu (fed by tracer.c's hook) */
 int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors);
-int rbtrace_slow_active(void);
 void rbtrace_slow_event(rb_event_flag_t ev, VALUE klass, ID mid);
 void rbtrace_slow_stop(void);
 void rbtrace_slow_mark(void);

@@ -140,8 +140,8 @@ static void session_attach(const struct rbtrace_command *cmd)
     }
     if (cmd->protocol_version != RBTRACE_PROTOCOL_VERSION) {
         snprintf(why, sizeof(why), "protocol version %u, but this process speaks %d: use the "
-                 "rbtrace client of the gem version the app loaded", cmd->protocol_version,
-                 RBTRACE_PROTOCOL_VERSION);
+                 "rbtrace client of the gem version the app loaded (rbtrace " RBTRACE_VERSION ")",
+                 cmd->protocol_version, RBTRACE_PROTOCOL_VERSION);
         session_refuse(fd, RBTRACE_REFUSED_VERSION, 0, why);
         return;
     }

@@ -171,7 +171,7 @@ module RBTrace
       text.each_char do |c|
         if quote
           quote = nil if c == quote
-        elsif c == '"' || c == "'"
+        elsif ['"', "'"].include?(c)
           quote = c
         elsif '([{'.include?(c)
           depth += 1

@@ -148,7 +148,7 @@ RSpec.describe 'exceptions (--raise)' do
       lines = out.lines.grep(/Boom/)
       start = lines.index { |l| l.start_with?('raise Boom: no such record at -e:3') }
       expect(start).not_to be_nil, out
-      expect(lines[start, 7].map { |l| l[/\A\S+/] + ' ' + l[/-e:\d+/] })
+      expect(lines[start, 7].map { |l| "#{l[/\A\S+/]} #{l[/-e:\d+/]}" })
         .to eq(['raise -e:3', 're-raise -e:7', 're-raise -e:7', 're-raise -e:7', 're-raise -e:7',
                 're-raise -e:15', 'raise -e:9'])
       expect(out).not_to include('re-raised')

@@ -1,6 +1,6 @@
 /*
  * cli.h - what every part of the rbtrace client shares: return codes,
- * exit codes, the version, and the clock helpers of util.c.
+ * exit codes and the clock helpers of util.c.
  *
  * The client's parts, one job per file:
  *   main.c     main(), usage
@@ -26,10 +26,6 @@
 #define RBTRACE_CLI_H
 
 #include <stdint.h>
-
-#ifndef RBTRACE_VERSION
-#define RBTRACE_VERSION "0.6.0"
-#endif
 
 /* Return codes of the client's functions (hiredis style). */
 #define CLI_OK 0
