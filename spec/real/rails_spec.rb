@@ -160,4 +160,83 @@ RSpec.describe 'a Rails app under a Puma cluster' do
     stop_wrk
     expect(ours.stderr.lines.grep(/error/)).to be_empty, ours.stderr
   end
+
+  # Report::Broken's first raise, in the app (app/models/report.rb).
+  BROKEN = 'raise Report::Broken: the report is broken at \\S+/app/models/report\\.rb:11'
+
+  # The lines the client printed for Report::Broken while boom was requested
+  # count times, with flag, on both workers (either may serve it).
+  def broken_lines(workers, flag, count: 3)
+    client = start_client('-p', *workers, flag)
+    workers.each { |pid| client.wait_for(/\*\*\* attached to process #{pid}/, stream: :stderr) }
+    count.times { expect(get('/posts/boom').code).to eq('500') }
+    client.wait_for(->(out) { out.scan(/#{BROKEN}/o).size >= count })
+    yield client if block_given?
+    expect(client.stop).to be_success, client.outputs
+    client.stdout.lines.grep(/Report::Broken/).map(&:chomp)
+  end
+
+  it '--raise shows a failing request\'s exception once, its re-raises through the middleware folded; --raise-all each' do
+    workers = boot_rails
+    start_wrk
+    folded = broken_lines(workers, '--raise')
+    every = broken_lines(workers, '--raise-all') do |client|
+      # The last re-raise is printed with the next event, or at once.
+      client.wait_for(->(out) { out.scan(/re-raise Report::Broken/).size >= 3 * 2 })
+    end
+    stop_wrk
+    # --raise: one line per request, where the app raised, saying how many
+    # times and where last the middleware raised it again.
+    line = /\A\[(\d+)\] (\[t\d+\] )?#{BROKEN} \(re-raised (\d+) times, last at \S+\/action_dispatch\/middleware\/debug_exceptions\.rb:\d+\)\z/
+    expect(folded.size).to eq(3), folded.join("\n")
+    expect(folded).to all(match(line))
+    expect(folded.map { |l| l[line, 1].to_i }).to all(satisfy { |pid| workers.include?(pid) })
+    times = folded.map { |l| l[line, 3].to_i }.uniq
+    expect(times.size).to eq(1)
+    expect(times.first).to be >= 2
+    # --raise-all: the first raise and each re-raise on a line of its own,
+    # as many as --raise counted.
+    raises = every.grep(/\A\[\d+\] (\[t\d+\] )?#{BROKEN}\z/)
+    reraises = every.grep(/\A\[\d+\] (\[t\d+\] )?re-raise Report::Broken: the report is broken at \S+\.rb:\d+\z/)
+    expect(raises.size).to eq(3), every.join("\n")
+    expect(reraises.size).to eq(3 * times.first), every.join("\n")
+    expect(every.size).to eq(raises.size + reraises.size)
+  end
+
+  it '--slow 5 on a Rails request: the slow calls nested, indented 40 levels at most and marked [dN] past them' do
+    worker, = boot_rails
+    start_wrk
+    client = while_requesting('/posts/slow') do
+      trace_until([worker], '--slow', '5', patterns: [/PostsController#slow </, /Puma::Server#process_client </])
+    end
+    stop_wrk
+    lines = client.stdout.lines.map(&:chomp).grep(/ <\d+\.\d{6}>\z/)
+    expect(lines.map { |l| l[/ <(\d+\.\d{6})>\z/, 1].to_f }).to all(be >= 0.005)
+    indents = lines.map { |l| l.sub(/\A\[t\d+\] /, '')[/\A */].size }
+    expect(indents.max).to eq(80) # 40 levels of 2 columns
+    action = lines.grep(/PostsController#slow </).first
+    expect(action).to match(/\A(\[t\d+\] )? {80}\[d(\d+)\] PostsController#slow <0\.0\d{5}>\z/)
+    depth = action[/\[d(\d+)\]/, 1].to_i
+    expect(depth).to be > 40
+    # What made it slow, deeper down: Report#format_line's sleep.
+    expect(lines).to include(a_string_matching(/ {80}\[d#{depth + 5}\] Report#format_line <0\.0\d{5}>\z/))
+    expect(lines).to include(a_string_matching(/ {80}\[d#{depth + 6}\] Kernel#sleep <0\.0\d{5}>\z/))
+    # Shallower ones are indented, not marked.
+    expect(lines.grep(/Puma::Server#process_client </)).to all(match(/\A(\[t\d+\] )?Puma::Server#process_client </))
+  end
+
+  it '-p WORKER WORKER traces both workers at once, each line marked with its pid' do
+    workers = boot_rails
+    start_wrk
+    patterns = workers.map { |pid| /^\[#{pid}\] (\[t\d+\] )? *Puma::Request#handle_request\(/ }
+    client = trace_until(workers, '-c', 'puma', patterns: patterns)
+    stop_wrk
+    out = client.stdout.lines.map(&:chomp).reject(&:empty?)
+    expect(out).to all(match(/\A\[(#{workers.join('|')})\] /))
+    requests = out.grep(/handle_request\(/)
+    expect(requests.map { |l| l[/\A\[(\d+)\]/, 1].to_i }.uniq).to match_array(workers)
+    paths = LOADED_PATHS.map { |path| %("#{path}") }.join('|')
+    expect(requests).to all(match(/handle_request\(client\.env\["REQUEST_METHOD"\]="GET", client\.env\["REQUEST_PATH"\]=(#{paths})\)/))
+    expect(client.stderr.lines.grep(/error/)).to be_empty, client.stderr
+  end
 end
