@@ -164,13 +164,18 @@ RSpec.describe 'a Rails app under a Puma cluster' do
   # Report::Broken's first raise, in the app (app/models/report.rb).
   BROKEN = 'raise Report::Broken: the report is broken at \\S+/app/models/report\\.rb:11'
 
+  # Failing requests, two at a time (their threads' raises interleave when
+  # both go to one worker).
+  BOOMS = 8
+
   # The lines the client printed for Report::Broken while boom was requested
-  # count times, with flag, on both workers (either may serve it).
-  def broken_lines(workers, flag, count: 3)
+  # BOOMS times, with flag, on both workers (either may serve it).
+  def broken_lines(workers, flag)
     client = start_client('-p', *workers, flag)
     workers.each { |pid| client.wait_for(/\*\*\* attached to process #{pid}/, stream: :stderr) }
-    count.times { expect(get('/posts/boom').code).to eq('500') }
-    client.wait_for(->(out) { out.scan(/#{BROKEN}/o).size >= count })
+    codes = Array.new(BOOMS / 2) { Array.new(2) { Thread.new { get('/posts/boom').code } }.map(&:value) }
+    expect(codes.flatten).to all(eq('500'))
+    client.wait_for(->(out) { out.scan(/#{BROKEN}/o).size >= BOOMS })
     yield client if block_given?
     expect(client.stop).to be_success, client.outputs
     client.stdout.lines.grep(/Report::Broken/).map(&:chomp)
@@ -182,13 +187,13 @@ RSpec.describe 'a Rails app under a Puma cluster' do
     folded = broken_lines(workers, '--raise')
     every = broken_lines(workers, '--raise-all') do |client|
       # The last re-raise is printed with the next event, or at once.
-      client.wait_for(->(out) { out.scan(/re-raise Report::Broken/).size >= 3 * 2 })
+      client.wait_for(->(out) { out.scan(/re-raise Report::Broken/).size >= BOOMS * 2 })
     end
     stop_wrk
     # --raise: one line per request, where the app raised, saying how many
     # times and where last the middleware raised it again.
     line = /\A\[(\d+)\] (\[t\d+\] )?#{BROKEN} \(re-raised (\d+) times, last at \S+\/action_dispatch\/middleware\/debug_exceptions\.rb:\d+\)\z/
-    expect(folded.size).to eq(3), folded.join("\n")
+    expect(folded.size).to eq(BOOMS), folded.join("\n")
     expect(folded).to all(match(line))
     expect(folded.map { |l| l[line, 1].to_i }).to all(satisfy { |pid| workers.include?(pid) })
     times = folded.map { |l| l[line, 3].to_i }.uniq
@@ -198,8 +203,8 @@ RSpec.describe 'a Rails app under a Puma cluster' do
     # as many as --raise counted.
     raises = every.grep(/\A\[\d+\] (\[t\d+\] )?#{BROKEN}\z/)
     reraises = every.grep(/\A\[\d+\] (\[t\d+\] )?re-raise Report::Broken: the report is broken at \S+\.rb:\d+\z/)
-    expect(raises.size).to eq(3), every.join("\n")
-    expect(reraises.size).to eq(3 * times.first), every.join("\n")
+    expect(raises.size).to eq(BOOMS), every.join("\n")
+    expect(reraises.size).to eq(BOOMS * times.first), every.join("\n")
     expect(every.size).to eq(raises.size + reraises.size)
   end
 
