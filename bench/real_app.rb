@@ -7,10 +7,12 @@
 # attached to both workers; side by side in one run with the original gem
 # (bench/original_gem.rb) in the modes it has (it ships no rack tracer; its
 # activerecord.tracer names SQLiteAdapter#execute, gone from Rails 6.1, and
-# traces nothing). Every mode's figure comes from a Puma booted for it:
-# these modes need global VM hooks, which leave a process somewhat slower
-# after the detach (README, "Known limits"), and would slow the next mode.
-# Ratios are against the same server untraced, in the same round.
+# traces nothing). Each figure is a pair, on a Puma booted for it: wrk
+# untraced, then traced (these modes need global VM hooks, which leave a
+# process somewhat slower after the detach: README, "Known limits"; a
+# cluster serves one mode only). The ratio is the pair's, traced over
+# untraced, seconds apart: this machine's speed moves too much between
+# clusters for one untraced figure to serve them all.
 #
 #   bundle exec rake compile && ruby bench/real_app.rb   # BENCH_RUNS (3), BENCH_TIME (5 s)
 #
@@ -27,11 +29,14 @@ include BenchSupport # rubocop:disable Style/MixinUsage
 
 RUNS = Integer(ENV.fetch('BENCH_RUNS', '3'))
 SECONDS = Integer(ENV.fetch('BENCH_TIME', '5'))
+WARMUP = 3
 APP = File.join(ROOT, 'spec', 'real', 'apps', 'rails')
 WRK_SCRIPT = File.join(APP, 'wrk_load.lua')
 # Mode => [our client's arguments, the original's] (nil: it has none).
+# The first attaches nothing: what the pair's order alone does (the
+# traced half comes later in the worker's life).
 MODES = {
-  'untraced' => [[], []],
+  '(nothing attached)' => [[], []],
   '-c activerecord' => [%w[-c activerecord], %w[-c activerecord]],
   '-c rack' => [%w[-c rack], nil],
   '--slow 5' => [%w[--slow 5], %w[--slow 5]],
@@ -76,6 +81,9 @@ def boot(original)
     end
   end
   [master, workers, port, dir]
+rescue Exception # rubocop:disable Lint/RescueException -- interrupted too: no cluster left behind
+  stop(master, dir) if master
+  raise
 end
 
 def stop(master, dir)
@@ -125,55 +133,60 @@ def detach(clients)
   end
 end
 
-# One figure: a fresh cluster, warmed up, traced with args (nil: untraced).
+# One pair on a fresh cluster, warmed up: [requests/s untraced, traced
+# with args, wrk's errors in both].
 def measure(original, args)
   master, workers, port, dir = boot(original)
-  wrk(port, 1)
+  wrk(port, WARMUP) # a fresh worker's first seconds are slower: the pair would favour the traced half
+  untraced, errors = wrk(port, SECONDS)
   clients = args.empty? ? [] : attach(original, workers, args, dir)
-  rps, errors = wrk(port, SECONDS)
+  traced, traced_errors = wrk(port, SECONDS)
   detach(clients)
-  [rps, errors]
+  [untraced, traced, errors + traced_errors]
 ensure
   stop(master, dir) if master
 end
 
 servers = ORIGINAL ? [false, true] : [false]
-results = Hash.new { |h, k| h[k] = [] } # [original, mode] => [[rps, errors], ...]
+results = Hash.new { |h, k| h[k] = [] } # [original, mode] => [[untraced, traced, errors], ...]
 RUNS.times do |run|
   MODES.each do |mode, (ours, theirs)|
     servers.each do |original|
       args = original ? theirs : ours
       next unless args
 
-      results[[original, mode]] << measure(original, args)
-      warn format('run %d %-9s %-16s %8.1f req/s', run + 1, original ? 'original' : 'rbtrace', mode,
-                  results[[original, mode]].last[0])
+      results[[original, mode]] << (pair = measure(original, args))
+      warn format('run %d %-9s %-16s untraced %6.1f, traced %6.1f req/s', run + 1,
+                  original ? 'original' : 'rbtrace', mode, pair[0], pair[1])
     end
   end
 end
 
-rps = ->(original, mode) { median(results[[original, mode]].map(&:first)) }
-errors = ->(original, mode) { results[[original, mode]].sum(&:last) }
+# [median untraced, median traced, median of the pairs' ratios].
+summary = lambda do |original, mode|
+  pairs = results[[original, mode]]
+  [median(pairs.map(&:first)), median(pairs.map { |p| p[1] }), median(pairs.map { |u, t, _| t / u })]
+end
 puts "Real app: the Rails 6.1 app of spec/real/apps/rails under puma -w 2 -t 2:4 --preload, " \
-     "wrk -t1 -c4 for #{SECONDS} s, both workers traced, median of #{RUNS} runs"
+     "wrk -t1 -c4 for #{SECONDS} s untraced then #{SECONDS} s traced on a fresh cluster " \
+     "(after #{WARMUP} s of warm-up), " \
+     "both workers traced, medians of #{RUNS} pairs"
 puts
 puts "- date: #{Time.now.utc.iso8601}"
 puts "- ruby: #{RUBY_DESCRIPTION}"
-puts "- machine: #{`nproc`.strip} CPUs"
+puts "- machine: #{`nproc`.strip} CPUs, load average #{File.read('/proc/loadavg').split.first(3).join(' ')}"
 puts
-puts '| mode | rbtrace req/s | vs untraced | original gem req/s | vs untraced |'
+puts '| mode | rbtrace: untraced, traced req/s | traced / untraced | original gem: untraced, traced req/s | traced / untraced |'
 puts '| --- | ---: | ---: | ---: | ---: |'
 MODES.each do |mode, (_, theirs)|
-  ours = rps.(false, mode)
-  row = format('| `%s` | %.1f | %.2fx |', mode, ours, ours / rps.(false, 'untraced'))
+  row = format('| `%s` | %.1f, %.1f | **%.2fx** |', mode, *summary.(false, mode))
   row += if ORIGINAL && theirs
-           theirs_rps = rps.(true, mode)
-           format(' %.1f | %.2fx |', theirs_rps, theirs_rps / rps.(true, 'untraced'))
+           format(' %.1f, %.1f | %.2fx |', *summary.(true, mode))
          else
            ' n/a | |'
          end
   puts row
 end
-bad = results.select { |_, runs| runs.sum(&:last).positive? }.keys
+bad = results.select { |_, pairs| pairs.sum(&:last).positive? }.keys
 puts
 puts(bad.empty? ? 'wrk saw no errors.' : "wrk saw errors in: #{bad.map { |o, m| "#{o ? 'original' : 'rbtrace'} #{m}" }.join(', ')}")
