@@ -10,19 +10,19 @@ require 'net/http'
 # pids at once are tried on real Rails requests. Every server is killed with
 # its process group after each example.
 RSpec.describe 'a Rails app under a Puma cluster' do
-  APP_DIR = File.join(__dir__, 'apps', 'rails')
+  RAILS_APP_DIR = File.join(__dir__, 'apps', 'rails')
   # wrk's paths (apps/rails/wrk_load.lua), in turn: never /posts/boom.
-  LOADED_PATHS = %w[/posts /posts/n_plus_one /posts/slow].freeze
+  RAILS_LOADED_PATHS = %w[/posts /posts/n_plus_one /posts/slow].freeze
   # The middleware of rack.tracer that a Rails 6.1 app in production runs
   # (config/application.rb: no static files). The tracer's others
   # (Rack::URLMap, Deflater, Static, Multipart.parse_multipart) resolve too
   # (Rack autoloads them as the selector names them) and are never called.
-  RACK_USED = %w[Rack::Sendfile Rack::Runtime Rack::MethodOverride Rack::Head
+  RAILS_RACK_USED = %w[Rack::Sendfile Rack::Runtime Rack::MethodOverride Rack::Head
                  Rack::ConditionalGet Rack::ETag Rack::TempfileReaper].freeze
   # The original gem's activerecord.tracer (0.5.x), word for word: none of
   # its classes is in Rails 6.1 (SQLiteAdapter became SQLite3Adapter, whose
   # SQL goes through AbstractAdapter#log, where ours looks).
-  ORIGINAL_ACTIVERECORD_TRACER = <<~TRACER.freeze
+  RAILS_ORIGINAL_ACTIVERECORD_TRACER = <<~TRACER.freeze
     ActiveRecord::ConnectionAdapters::AbstractMysqlAdapter#execute(sql)
     ActiveRecord::ConnectionAdapters::MysqlAdapter#execute(sql)
     ActiveRecord::ConnectionAdapters::PostgreSQLAdapter#execute(sql)
@@ -43,7 +43,7 @@ RSpec.describe 'a Rails app under a Puma cluster' do
     log = File.join(dir, 'puma.log')
     env = RealApps.app_env(extra: { 'RAILS_APP_DB' => File.join(dir, 'shop.sqlite3') })
     @master = spawn_group('puma', 'puma', '-w', '2', '-t', '2:4', '--preload', '-e', 'production',
-                          '-b', "tcp://127.0.0.1:#{@port}", 'config.ru', env: env, log: log, chdir: APP_DIR)
+                          '-b', "tcp://127.0.0.1:#{@port}", 'config.ru', env: env, log: log, chdir: RAILS_APP_DIR)
     workers = []
     Timeout.timeout(90) do
       loop do
@@ -59,10 +59,10 @@ RSpec.describe 'a Rails app under a Puma cluster' do
     workers
   end
 
-  # wrk on LOADED_PATHS until stop_wrk.
+  # wrk on RAILS_LOADED_PATHS until stop_wrk.
   def start_wrk
     @wrk_log = File.join(dir, 'wrk.log')
-    @wrk = spawn_group('wrk', 'wrk', '-t', '1', '-c', '4', '-d', '120s', '-s', File.join(APP_DIR, 'wrk_load.lua'),
+    @wrk = spawn_group('wrk', 'wrk', '-t', '1', '-c', '4', '-d', '120s', '-s', File.join(RAILS_APP_DIR, 'wrk_load.lua'),
                        "http://127.0.0.1:#{@port}", log: @wrk_log)
     sleep 0.5
   end
@@ -135,11 +135,11 @@ RSpec.describe 'a Rails app under a Puma cluster' do
     expect(out).to match(/^(\[t\d+\] )? *ActiveRecord::Relation#load <\d+\.\d{6}>$/)
     # Rack: the middleware Rails runs, nested; none of the others.
     seen = out.scan(/(Rack::\w+)#call </).flatten.uniq
-    expect(seen).to match_array(RACK_USED)
+    expect(seen).to match_array(RAILS_RACK_USED)
     # Puma: each request's method and the path wrk asked for.
     requests = out.scan(/Puma::Request#handle_request\((.*)\)(?: <\d+\.\d+>)?$/).flatten.uniq
     expect(requests).not_to be_empty
-    paths = (LOADED_PATHS | ['/posts']).map { |path| %("#{path}") }.join('|')
+    paths = (RAILS_LOADED_PATHS | ['/posts']).map { |path| %("#{path}") }.join('|')
     expect(requests).to all(match(/\Aclient\.env\["REQUEST_METHOD"\]="GET", client\.env\["REQUEST_PATH"\]=(#{paths})\z/))
     expect(out).to match(/^(\[t\d+\] )?Puma::Server#process_client <\d+\.\d{6}>$/)
     expect(out).to match(/^(\[t\d+\] )? *Puma::Client#try_to_finish <\d+\.\d{6}>$/)
@@ -149,7 +149,7 @@ RSpec.describe 'a Rails app under a Puma cluster' do
     worker, = boot_rails
     start_wrk
     original = File.join(dir, 'original_activerecord.tracer')
-    File.write(original, ORIGINAL_ACTIVERECORD_TRACER)
+    File.write(original, RAILS_ORIGINAL_ACTIVERECORD_TRACER)
     old = start_client('-p', worker, '-c', original, '-m', 'PostsController#index')
     old.attached
     old.wait_for(/PostsController#index <[\s\S]*PostsController#index </)
@@ -162,20 +162,20 @@ RSpec.describe 'a Rails app under a Puma cluster' do
   end
 
   # Report::Broken's first raise, in the app (app/models/report.rb).
-  BROKEN = 'raise Report::Broken: the report is broken at \\S+/app/models/report\\.rb:11'
+  RAILS_BROKEN = 'raise Report::Broken: the report is broken at \\S+/app/models/report\\.rb:11'
 
   # Failing requests, two at a time (their threads' raises interleave when
   # both go to one worker).
-  BOOMS = 8
+  RAILS_BOOMS = 8
 
   # The lines the client printed for Report::Broken while boom was requested
-  # BOOMS times, with flag, on both workers (either may serve it).
+  # RAILS_BOOMS times, with flag, on both workers (either may serve it).
   def broken_lines(workers, flag)
     client = start_client('-p', *workers, flag)
     workers.each { |pid| client.wait_for(/\*\*\* attached to process #{pid}/, stream: :stderr) }
-    codes = Array.new(BOOMS / 2) { Array.new(2) { Thread.new { get('/posts/boom').code } }.map(&:value) }
+    codes = Array.new(RAILS_BOOMS / 2) { Array.new(2) { Thread.new { get('/posts/boom').code } }.map(&:value) }
     expect(codes.flatten).to all(eq('500'))
-    client.wait_for(->(out) { out.scan(/#{BROKEN}/o).size >= BOOMS })
+    client.wait_for(->(out) { out.scan(/#{RAILS_BROKEN}/o).size >= RAILS_BOOMS })
     yield client if block_given?
     expect(client.stop).to be_success, client.outputs
     client.stdout.lines.grep(/Report::Broken/).map(&:chomp)
@@ -187,13 +187,13 @@ RSpec.describe 'a Rails app under a Puma cluster' do
     folded = broken_lines(workers, '--raise')
     every = broken_lines(workers, '--raise-all') do |client|
       # The last re-raise is printed with the next event, or at once.
-      client.wait_for(->(out) { out.scan(/re-raise Report::Broken/).size >= BOOMS * 2 })
+      client.wait_for(->(out) { out.scan(/re-raise Report::Broken/).size >= RAILS_BOOMS * 2 })
     end
     stop_wrk
     # --raise: one line per request, where the app raised, saying how many
     # times and where last the middleware raised it again.
-    line = /\A\[(\d+)\] (\[t\d+\] )?#{BROKEN} \(re-raised (\d+) times, last at \S+\/action_dispatch\/middleware\/debug_exceptions\.rb:\d+\)\z/
-    expect(folded.size).to eq(BOOMS), folded.join("\n")
+    line = /\A\[(\d+)\] (\[t\d+\] )?#{RAILS_BROKEN} \(re-raised (\d+) times, last at \S+\/action_dispatch\/middleware\/debug_exceptions\.rb:\d+\)\z/
+    expect(folded.size).to eq(RAILS_BOOMS), folded.join("\n")
     expect(folded).to all(match(line))
     expect(folded.map { |l| l[line, 1].to_i }).to all(satisfy { |pid| workers.include?(pid) })
     times = folded.map { |l| l[line, 3].to_i }.uniq
@@ -201,10 +201,10 @@ RSpec.describe 'a Rails app under a Puma cluster' do
     expect(times.first).to be >= 2
     # --raise-all: the first raise and each re-raise on a line of its own,
     # as many as --raise counted.
-    raises = every.grep(/\A\[\d+\] (\[t\d+\] )?#{BROKEN}\z/)
+    raises = every.grep(/\A\[\d+\] (\[t\d+\] )?#{RAILS_BROKEN}\z/)
     reraises = every.grep(/\A\[\d+\] (\[t\d+\] )?re-raise Report::Broken: the report is broken at \S+\.rb:\d+\z/)
-    expect(raises.size).to eq(BOOMS), every.join("\n")
-    expect(reraises.size).to eq(BOOMS * times.first), every.join("\n")
+    expect(raises.size).to eq(RAILS_BOOMS), every.join("\n")
+    expect(reraises.size).to eq(RAILS_BOOMS * times.first), every.join("\n")
     expect(every.size).to eq(raises.size + reraises.size)
   end
 
@@ -240,7 +240,7 @@ RSpec.describe 'a Rails app under a Puma cluster' do
     expect(out).to all(match(/\A\[(#{workers.join('|')})\] /))
     requests = out.grep(/handle_request\(/)
     expect(requests.map { |l| l[/\A\[(\d+)\]/, 1].to_i }.uniq).to match_array(workers)
-    paths = LOADED_PATHS.map { |path| %("#{path}") }.join('|')
+    paths = RAILS_LOADED_PATHS.map { |path| %("#{path}") }.join('|')
     expect(requests).to all(match(/handle_request\(client\.env\["REQUEST_METHOD"\]="GET", client\.env\["REQUEST_PATH"\]=(#{paths})\)/))
     expect(client.stderr.lines.grep(/error/)).to be_empty, client.stderr
   end
