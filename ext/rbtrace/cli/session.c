@@ -34,9 +34,11 @@
 #include "stream.h"
 
 #define SESSION_TICK_MS 200
-/* How long an open raise line waits for re-raises once the target is quiet
- * (render.h): the re-raises of one exception come microseconds apart. */
-#define SESSION_RERAISE_MS 100
+/* How long a held raise line waits for re-raises once the target is quiet
+ * (render.h): the re-raises of one exception come microseconds apart, but
+ * for the thread losing the GVL between them (Rails' DebugExceptions logs
+ * before it re-raises): Ruby gives each busy thread 100 ms in turn. */
+#define SESSION_RERAISE_MS 500
 /* The read buffer's size (it grows for bigger events), and the output's. */
 #define SESSION_READ_SIZE (256 * 1024)
 #define SESSION_OUT_BUFFER (256 * 1024)
@@ -98,6 +100,8 @@ struct session {
     void *eval_sink_ctx;       /* printing it as -e does; NULL for -e */
     int ended;                 /* the REPL's session cannot go on: */
     enum session_wait end_wait; /* how its last wait ended */
+    int64_t quiet_since_ms;    /* when the socket was last found empty with a
+                                  raise line held, or 0: the quiet's start */
     char errstr[CLI_ERRLEN];   /* why the session failed (SESSION_FAILED) */
 };
 
@@ -521,16 +525,29 @@ static enum session_wait session_poll(struct session *s, struct pollfd *fds, int
     if (session_deliver_pending(outside)) return SESSION_SIGNAL;
     n = poll(fds, 2, 0);
     if (n == 0) {
-        /* A raise line waits a moment for re-raises to fold into it, then
-         * ends, so that a pipe or -p PID PID gets it whole. */
+        /* A held raise line waits for re-raises to fold into it until the
+         * target has been quiet SESSION_RERAISE_MS (however many waits
+         * that takes: a tick may end one sooner), then is printed, so
+         * that a pipe or -p PID PID gets it whole. */
         int raise_open = format_raise_open(s->format);
-        int wait_ms = raise_open && timeout_ms > SESSION_RERAISE_MS ? SESSION_RERAISE_MS
-                                                                      : timeout_ms;
-        struct timespec ts = { wait_ms / 1000, (long)(wait_ms % 1000) * 1000000L };
+        int64_t now = cli_now_ms();
+        int wait_ms = timeout_ms;
+        struct timespec ts;
 
+        if (raise_open) {
+            int64_t left;
+
+            if (s->quiet_since_ms == 0) s->quiet_since_ms = now;
+            left = s->quiet_since_ms + SESSION_RERAISE_MS - now;
+            if (left < 0) left = 0;
+            if (left < wait_ms) wait_ms = (int)left;
+        }
+        ts.tv_sec = wait_ms / 1000;
+        ts.tv_nsec = (long)(wait_ms % 1000) * 1000000L;
         if (session_flush(s) != CLI_OK) return SESSION_FAILED;
         n = ppoll(fds, 2, &ts, outside);
-        if (n == 0 && raise_open) {
+        if (n == 0 && raise_open && cli_now_ms() - s->quiet_since_ms >= SESSION_RERAISE_MS) {
+            s->quiet_since_ms = 0;
             if (format_end_line(s->format) != CLI_OK) {
                 snprintf(s->errstr, sizeof(s->errstr), "%s", s->format->errstr);
                 return SESSION_FAILED;
@@ -538,6 +555,7 @@ static enum session_wait session_poll(struct session *s, struct pollfd *fds, int
             if (session_flush(s) != CLI_OK) return SESSION_FAILED;
         }
     }
+    if (n > 0) s->quiet_since_ms = 0;   /* events (or a signal): not quiet */
     if (n >= 0) return SESSION_DONE;
     if (errno == EINTR) return SESSION_SIGNAL;
     snprintf(s->errstr, sizeof(s->errstr), "poll: %s", strerror(errno));
