@@ -30,7 +30,7 @@ module CTest
 
   # Compiles sources (with the sanitizers) into bin, linked with msgpack-c.
   def self.build(bin, sources, flags: [], libs: [])
-    sh Build.cc, *CFLAGS, *INCLUDES, *Build.msgpack_cflags, *flags, '-o', bin, *sources, *Build.msgpack_libs, *libs
+    sh Build.cc, *CFLAGS, *INCLUDES, *Build.msgpack_cflags, Build.version_define, *flags, '-o', bin, *sources, *Build.msgpack_libs, *libs
   end
 end
 
@@ -51,7 +51,7 @@ namespace :test do
 
     # The client itself, once, under the sanitizers: it must build and answer.
     client = File.join(CTest::OUT, 'rbtrace-client-asan')
-    CTest.build(client, [*Dir["#{Build::EXT}/cli/*.c"].sort, "#{Build::EXT}/codec.c"], flags: [Build.version_define])
+    CTest.build(client, [*Dir["#{Build::EXT}/cli/*.c"].sort, "#{Build::EXT}/codec.c"])
     puts '== rbtrace-client (ASan)'
     version = `#{client} --version`
     failed << 'client --version' unless $?.success? && version == "rbtrace #{RBTrace::VERSION}\n"
