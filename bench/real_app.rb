@@ -100,7 +100,7 @@ def wrk(port, seconds)
   out = IO.popen(['wrk', '-t', '1', '-c', '4', '-d', "#{seconds}s", '-s', WRK_SCRIPT, "http://127.0.0.1:#{port}"],
                  err: %i[child out], &:read)
   errors = out.scan(/(?:Non-2xx or 3xx responses|Socket errors: .*?):?\s*(\d+)/).flatten.sum(&:to_i)
-  [out[/Requests\/sec:\s*([\d.]+)/, 1].to_f, errors]
+  [out[%r{Requests/sec:\s*([\d.]+)}, 1].to_f, errors]
 end
 
 # The clients tracing both workers with args, once they are attached:
@@ -125,12 +125,14 @@ end
 
 def detach(clients)
   clients.each { |c| Process.kill(:INT, c) rescue nil }
+  # rubocop:disable Style/CombinableLoops -- every client told first, then each waited for
   clients.each do |c|
     Timeout.timeout(30) { Process.wait(c) }
   rescue Timeout::Error
     Process.kill(:KILL, c) rescue nil
     Process.wait(c) rescue nil
   end
+  # rubocop:enable Style/CombinableLoops
 end
 
 # One pair on a fresh cluster, warmed up: [requests/s untraced, traced
@@ -167,7 +169,7 @@ summary = lambda do |original, mode|
   pairs = results[[original, mode]]
   [median(pairs.map(&:first)), median(pairs.map { |p| p[1] }), median(pairs.map { |u, t, _| t / u })]
 end
-puts "Real app: the Rails 6.1 app of spec/real/apps/rails under puma -w 2 -t 2:4 --preload, " \
+puts 'Real app: the Rails 6.1 app of spec/real/apps/rails under puma -w 2 -t 2:4 --preload, ' \
      "wrk -t1 -c4 for #{SECONDS} s untraced then #{SECONDS} s traced on a fresh cluster " \
      "(after #{WARMUP} s of warm-up), " \
      "both workers traced, medians of #{RUNS} pairs"
@@ -179,9 +181,9 @@ puts
 puts '| mode | rbtrace: untraced, traced req/s | traced / untraced | original gem: untraced, traced req/s | traced / untraced |'
 puts '| --- | ---: | ---: | ---: | ---: |'
 MODES.each do |mode, (_, theirs)|
-  row = format('| `%s` | %.1f, %.1f | **%.2fx** |', mode, *summary.(false, mode))
+  row = format('| `%s` | %.1f, %.1f | **%.2fx** |', mode, *summary.call(false, mode))
   row += if ORIGINAL && theirs
-           format(' %.1f, %.1f | %.2fx |', *summary.(true, mode))
+           format(' %.1f, %.1f | %.2fx |', *summary.call(true, mode))
          else
            ' n/a | |'
          end
@@ -189,4 +191,8 @@ MODES.each do |mode, (_, theirs)|
 end
 bad = results.select { |_, pairs| pairs.sum(&:last).positive? }.keys
 puts
-puts(bad.empty? ? 'wrk saw no errors.' : "wrk saw errors in: #{bad.map { |o, m| "#{o ? 'original' : 'rbtrace'} #{m}" }.join(', ')}")
+puts(if bad.empty?
+       'wrk saw no errors.'
+     else
+       "wrk saw errors in: #{bad.map { |o, m| "#{o ? 'original' : 'rbtrace'} #{m}" }.join(', ')}"
+     end)

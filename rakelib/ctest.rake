@@ -30,7 +30,8 @@ module CTest
 
   # Compiles sources (with the sanitizers) into bin, linked with msgpack-c.
   def self.build(bin, sources, flags: [], libs: [])
-    sh Build.cc, *CFLAGS, *INCLUDES, *Build.msgpack_cflags, Build.version_define, *flags, '-o', bin, *sources, *Build.msgpack_libs, *libs
+    sh Build.cc, *CFLAGS, *INCLUDES, *Build.msgpack_cflags, Build.version_define, *flags, '-o', bin, *sources,
+       *Build.msgpack_libs, *libs
   end
 end
 

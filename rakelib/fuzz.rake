@@ -50,7 +50,8 @@ module Fuzz
     bin = File.join(OUT, "fuzz_#{name}")
     sources = [File.join(DIR, "fuzz_#{name}.c"), File.join(Build::EXT, 'codec.c')] +
               HARNESSES.fetch(name).map { |s| File.join(Build::EXT, s) }
-    cmd = [clang, *CFLAGS, *INCLUDES, *Build.msgpack_cflags, Build.version_define, '-o', bin, *sources, *Build.msgpack_libs]
+    cmd = [clang, *CFLAGS, *INCLUDES, *Build.msgpack_cflags, Build.version_define, '-o', bin, *sources,
+           *Build.msgpack_libs]
     puts cmd.join(' ')
     return bin if system(*cmd)
 

@@ -59,6 +59,7 @@ module RBTrace
     # [the expressions kept (nil if none), a message per expression left
     # out]. label is the selector without its expressions, home the named
     # class it resolved (the library's version is looked up from it).
+    # rubocop:disable Metrics/ParameterLists -- the parsed selector's parts, as Selector.parse has them
     def check(label, owner, meth, ruby, block_method, exprs, home)
       return [exprs, []] unless exprs && owner && meth && defined?(RubyVM::AbstractSyntaxTree)
 
@@ -74,6 +75,7 @@ module RBTrace
       end
       [kept.empty? ? nil : kept.freeze, notes]
     end
+    # rubocop:enable Metrics/ParameterLists
 
     # The names of the method's locals, parameters first; nil if unknown.
     def local_names(method)
@@ -145,7 +147,8 @@ module RBTrace
     # list, a singleton class, or an older Ruby) every module below it, by
     # one walk of the heap.
     def below(owner)
-      return subclasses_of(owner) if SUBCLASSES && INSTANCE_OF.bind_call(owner, Class) && !SINGLETON_CLASS.bind_call(owner)
+      plain_class = INSTANCE_OF.bind_call(owner, Class) && !SINGLETON_CLASS.bind_call(owner)
+      return subclasses_of(owner) if SUBCLASSES && plain_class
 
       found = []
       ObjectSpace.each_object(Module) do |mod|
@@ -178,7 +181,6 @@ module RBTrace
     def signature(method)
       method.parameters.map do |kind, name|
         case kind
-        when :req then name.to_s
         when :opt then "#{name} = ..."
         when :rest then "*#{name}"
         when :keyreq then "#{name}:"

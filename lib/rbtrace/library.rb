@@ -28,7 +28,7 @@ module RBTrace
     # as Ruby boots (a core class: no source location at all); else the
     # one owning the file, a C extension's .so included.
     def of_module(mod)
-      return nil unless Module === mod && !SINGLETON_CLASS.bind_call(mod)
+      return nil unless mod.is_a?(Module) && !SINGLETON_CLASS.bind_call(mod)
 
       path = MODULE_NAME.bind_call(mod)
       return nil unless path

@@ -23,8 +23,8 @@ RSpec.describe 'containers' do
   CONTAINERS_UNSHARE = %w[unshare --kill-child --pid --ipc --mount --fork --mount-proc].freeze
   CONTAINERS_TMPFS = ['sh', '-c', 'mount -t tmpfs tmpfs /tmp && exec "$@"', 'sh'].freeze
   CONTAINERS_REFUSAL = 'runs in a container (its own PID namespace; pid 1 inside it): tracing ' \
-            'it from outside needs root, or the capabilities CAP_SYS_ADMIN and CAP_SYS_PTRACE. Run ' \
-            'rbtrace as root'.freeze
+                       'it from outside needs root, or the capabilities CAP_SYS_ADMIN and CAP_SYS_PTRACE. Run ' \
+                       'rbtrace as root'.freeze
 
   before { skip 'needs root to make namespaces and act as other users' unless Process.uid.zero? }
 
@@ -64,7 +64,9 @@ RSpec.describe 'containers' do
 
   after { FileUtils.rm_rf(@client_tmp) if @client_tmp }
 
-  def rbtrace_host(*args) = rbtrace(*args, env: { 'TMPDIR' => client_tmp })
+  def rbtrace_host(*args)
+    rbtrace(*args, env: { 'TMPDIR' => client_tmp })
+  end
 
   # What the client left in the app's /tmp and in its own TMPDIR.
   def leftovers(pid)
@@ -110,8 +112,8 @@ RSpec.describe 'containers' do
     expect(File.read(out)).to eq("=> 1\n=> 42\n")
   ensure
     writer&.close unless writer&.closed?
-    Process.kill(:KILL, -client) if client rescue nil # rubocop:disable Style/RescueModifier
-    Process.wait(client) if client rescue nil # rubocop:disable Style/RescueModifier
+    Process.kill(:KILL, -client) if client rescue nil
+    Process.wait(client) if client rescue nil
   end
 
   it 'writes --heapdump inside the container and says where the host sees it' do
@@ -185,7 +187,7 @@ RSpec.describe 'containers' do
     # Root inside is the second user outside: our root is nobody there.
     def start_userns
       start_target(CONTAINERS_APP, prefix: [*as(second_user), 'unshare', '--user', '--map-root-user',
-                                     *CONTAINERS_UNSHARE.drop(1), *CONTAINERS_TMPFS])
+                                            *CONTAINERS_UNSHARE.drop(1), *CONTAINERS_TMPFS])
     end
 
     it 'attaches as the app\'s user, whom the app sees as its root: -e and -m' do

@@ -58,7 +58,7 @@ RSpec.describe 'MariaDB with mysql2' do
     log = File.join(dir, 'install.log')
     ok = system(*as_service_user('mariadb-install-db', '--no-defaults', "--datadir=#{data}",
                                  '--auth-root-authentication-method=normal', '--skip-test-db'),
-                out: log, err: [:child, :out])
+                out: log, err: %i[child out])
     raise "mariadb-install-db failed:\n#{RealApps.tail(log)}" unless ok
 
     log = File.join(dir, 'mariadbd.log')

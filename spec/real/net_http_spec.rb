@@ -78,9 +78,9 @@ RSpec.describe 'Net::HTTP against a local Puma' do
     round = one_round(result.stdout)
     at = %(@address="127\\.0\\.0\\.1", @port=#{port})
     connect = "  Net::HTTP#connect\\(#{at}\\) #{HTTP_T}\\n"
-    expect(round).to match(/^Probe\.step\(name="get"\) #{HTTP_T}\n+Net::HTTP#start\n#{connect}  Net::HTTP#request\(req\.method="GET", #{at}, req\.path="\/books\?page=2"\) #{HTTP_T}\nNet::HTTP#start #{HTTP_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="session"\) #{HTTP_T}\n+Net::HTTP#start\n#{connect}  Net::HTTP#request\(req\.method="GET", #{at}, req\.path="\/authors\/1"\) #{HTTP_T}\n  Net::HTTP#request\(req\.method="POST", #{at}, req\.path="\/books"\) #{HTTP_T}\nNet::HTTP#start #{HTTP_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="by_hand"\) #{HTTP_T}\n+Net::HTTP#start\n#{connect}Net::HTTP#start #{HTTP_T}\n+Net::HTTP#request\(req\.method="HEAD", #{at}, req\.path="\/"\) #{HTTP_T}\n+Net::HTTP#finish #{HTTP_T}\n/)
+    expect(round).to match(%r{^Probe\.step\(name="get"\) #{HTTP_T}\n+Net::HTTP#start\n#{connect}  Net::HTTP#request\(req\.method="GET", #{at}, req\.path="/books\?page=2"\) #{HTTP_T}\nNet::HTTP#start #{HTTP_T}\n})
+    expect(round).to match(%r{^Probe\.step\(name="session"\) #{HTTP_T}\n+Net::HTTP#start\n#{connect}  Net::HTTP#request\(req\.method="GET", #{at}, req\.path="/authors/1"\) #{HTTP_T}\n  Net::HTTP#request\(req\.method="POST", #{at}, req\.path="/books"\) #{HTTP_T}\nNet::HTTP#start #{HTTP_T}\n})
+    expect(round).to match(%r{^Probe\.step\(name="by_hand"\) #{HTTP_T}\n+Net::HTTP#start\n#{connect}Net::HTTP#start #{HTTP_T}\n+Net::HTTP#request\(req\.method="HEAD", #{at}, req\.path="/"\) #{HTTP_T}\n+Net::HTTP#finish #{HTTP_T}\n})
   end
 
   it '-c io on the same app: every selector resolves, and the socket reads and writes of each request show' do

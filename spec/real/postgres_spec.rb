@@ -77,12 +77,12 @@ RSpec.describe 'PostgreSQL with pg and Active Record' do
     data = File.join(dir, 'data')
     log = File.join(dir, 'initdb.log')
     ok = system(*as_service_user("#{PG_BIN}/initdb", '-D', data, '-U', 'postgres', '--auth=trust',
-                                 '--no-sync', '-E', 'UTF8', '--locale=C'), out: log, err: [:child, :out])
+                                 '--no-sync', '-E', 'UTF8', '--locale=C'), out: log, err: %i[child out])
     raise "initdb failed:\n#{RealApps.tail(log)}" unless ok
 
     log = File.join(dir, 'postgres.log')
     server = spawn_group('postgres', *as_service_user("#{PG_BIN}/postgres", '-D', data, '-h', '127.0.0.1',
-                                                     '-p', port.to_s, '-k', dir, '-c', 'fsync=off'),
+                                                      '-p', port.to_s, '-k', dir, '-c', 'fsync=off'),
                          log: log)
     RealApps.wait_for_port(port, server, log: log)
     # Listening is not yet accepting queries ("the database system is

@@ -18,7 +18,7 @@ RSpec.describe 'a Rails app under a Puma cluster' do
   # (Rack::URLMap, Deflater, Static, Multipart.parse_multipart) resolve too
   # (Rack autoloads them as the selector names them) and are never called.
   RAILS_RACK_USED = %w[Rack::Sendfile Rack::Runtime Rack::MethodOverride Rack::Head
-                 Rack::ConditionalGet Rack::ETag Rack::TempfileReaper].freeze
+                       Rack::ConditionalGet Rack::ETag Rack::TempfileReaper].freeze
   # The original gem's activerecord.tracer (0.5.x), word for word: none of
   # its classes is in Rails 6.1 (SQLiteAdapter became SQLite3Adapter, whose
   # SQL goes through AbstractAdapter#log, where ours looks).
@@ -192,7 +192,7 @@ RSpec.describe 'a Rails app under a Puma cluster' do
     stop_wrk
     # --raise: one line per request, where the app raised, saying how many
     # times and where last the middleware raised it again.
-    line = /\A\[(\d+)\] (\[t\d+\] )?#{RAILS_BROKEN} \(re-raised (\d+) times, last at \S+\/action_dispatch\/middleware\/debug_exceptions\.rb:\d+\)\z/
+    line = %r{\A\[(\d+)\] (\[t\d+\] )?#{RAILS_BROKEN} \(re-raised (\d+) times, last at \S+/action_dispatch/middleware/debug_exceptions\.rb:\d+\)\z}
     expect(folded.size).to eq(RAILS_BOOMS), folded.join("\n")
     expect(folded).to all(match(line))
     expect(folded.map { |l| l[line, 1].to_i }).to all(satisfy { |pid| workers.include?(pid) })

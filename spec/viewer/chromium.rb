@@ -48,7 +48,7 @@ class Chromium
     # run as root in CI. The pages it loads are speedscope's and our traces'.
     flags << '--no-sandbox' if Process.uid.zero?
     @pid = Process.spawn(BINARY, *flags, 'about:blank', 3 => commands_r, 4 => answers_w,
-                                                       in: :close, out: @log, err: @log, pgroup: true)
+                                                        in: :close, out: @log, err: @log, pgroup: true)
     commands_r.close
     answers_w.close
     @next_id = 0

@@ -64,7 +64,7 @@ module Viewer
   # end in it.
   def folded_self_times(lines)
     lines.each_with_object(Hash.new(0)) do |line, self_times|
-      stack, weight = line.split(' ')
+      stack, weight = line.split
       self_times[stack.split(';').last] += Integer(weight)
     end
   end

@@ -99,7 +99,7 @@ RSpec.describe 'a trace in speedscope, in headless Chromium' do
     # speedscope read the durations in the unit they were written in
     # (microseconds): its self times are ours, to its display's rounding.
     table.each do |name, (_total, self_time)|
-      expect(Viewer.sandwich_value(self_time)).to be_within(expected[name] * 0.01 + 0.01).of(expected[name]),
+      expect(Viewer.sandwich_value(self_time)).to be_within((expected[name] * 0.01) + 0.01).of(expected[name]),
                                                   "#{name}: speedscope shows #{self_time}, the trace says #{expected[name]} µs"
     end
     # The thread, named by the trace's metadata events, in the toolbar.
