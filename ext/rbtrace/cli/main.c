@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 #include "cli.h"
+#include "convert.h"
+#include "format.h"
 #include "options.h"
 #include "exec.h"
 #include "multi.h"
@@ -84,6 +86,10 @@ static void usage(FILE *f)
           "                         and max time, raises (with --raise)\n"
           "      --sort KEY         --summary's order: total (the default), calls, self\n"
           "                         or max\n"
+          "      --convert FORMAT [FILE]  turn a saved text trace (FILE, or stdin) into\n"
+          "                         json, chrome, folded or summary (--summary's table);\n"
+          "                         with -o FILE, --sort; docs/usage.md says what the\n"
+          "                         text lacks and how it is filled in\n"
           "  -t, --start-time       show each call's start time\n"
           "  -n, --no-duration      do not show call durations\n"
           "      --stats            at the end, say how many events came and how many\n"
@@ -95,6 +101,8 @@ static void usage(FILE *f)
           "      --version          show the version\n", f);
     fprintf(f, "\n-i: %s.\n", repl_line_editing());
 }
+
+static enum cli_exit main_convert(const struct options *opts);
 
 /* --wait SECS: before attaching; ^C cuts it short and stops. */
 static int main_wait(double secs)
@@ -116,6 +124,7 @@ static enum cli_exit main_run(struct options *opts)
     pid_t child = 0;
     enum cli_exit rc;
 
+    if (opts->convert) return main_convert(opts);
     if (opts->ps_pattern && ps_choose(opts, stdin) != CLI_OK) return CLI_EXIT_FAIL;
     if (opts->wait_s > 0 && main_wait(opts->wait_s) != CLI_OK) return CLI_EXIT_FAIL;
     if (opts->exec_argv) {
@@ -126,6 +135,92 @@ static enum cli_exit main_run(struct options *opts)
     if (opts->n_pids > 1) return multi_run(opts);
     rc = session_run(opts);
     return rc;
+}
+
+/* --convert: each converted event goes to the format. */
+static int main_convert_emit(void *ctx, const struct rbtrace_event *ev)
+{
+    return format_event(ctx, ev);
+}
+
+/* Feeds the lines of in to the converter until the end or the first bad
+ * one; the format then finishes what it has, so that nothing converted
+ * is lost (a chrome file is still whole). */
+static int main_convert_lines(FILE *in, const char *name, struct convert *c, struct format *f)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int rc = CLI_OK;
+
+    while ((n = getline(&line, &cap, in)) >= 0) {
+        size_t len = (size_t)n;
+
+        if (len && line[len - 1] == '\n') len--;
+        if (len > CONVERT_LINE_MAX) {
+            fprintf(stderr, "rbtrace: %s: line %llu: expected a line of a trace, not %zu bytes "
+                    "long (is it a text trace of rbtrace's?)\n", name,
+                    (unsigned long long)c->line_no + 1, len);
+            rc = CLI_ERR;
+            break;
+        }
+        if (convert_line(c, line, len) != CLI_OK) {
+            fprintf(stderr, "rbtrace: %s: %s\n", name, c->errstr[0] ? c->errstr : f->errstr);
+            rc = CLI_ERR;
+            break;
+        }
+    }
+    if (rc == CLI_OK && ferror(in)) {
+        fprintf(stderr, "rbtrace: could not read %s: %s\n", name, strerror(errno));
+        rc = CLI_ERR;
+    }
+    free(line);
+    return rc;
+}
+
+/* rbtrace --convert FORMAT [FILE] [-o OUT]. */
+static enum cli_exit main_convert(const struct options *opts)
+{
+    const char *name = opts->convert_path ? opts->convert_path : "stdin";
+    struct format_opts fopts;
+    struct format *f = NULL;
+    struct convert c;
+    FILE *in = stdin, *out = stdout;
+    int rc = CLI_ERR;
+
+    if (opts->convert_path && !(in = fopen(opts->convert_path, "r"))) {
+        fprintf(stderr, "rbtrace: could not open %s: %s: give a saved text trace\n", name,
+                strerror(errno));
+        return CLI_EXIT_FAIL;
+    }
+    if (opts->output_path && !(out = fopen(opts->output_path, "w"))) {
+        fprintf(stderr, "rbtrace: could not create %s: %s\n", opts->output_path, strerror(errno));
+        if (in != stdin) fclose(in);
+        return CLI_EXIT_FAIL;
+    }
+    memset(&fopts, 0, sizeof(fopts));
+    fopts.text.prefix = opts->prefix;
+    fopts.sort = opts->sort;
+    if (format_open(opts->format, out, &fopts, &f) != CLI_OK) {
+        fprintf(stderr, "rbtrace: out of memory\n");
+    } else if (convert_init(&c, main_convert_emit, f) != CLI_OK) {
+        fprintf(stderr, "rbtrace: out of memory\n");
+        convert_free(&c);
+    } else {
+        rc = main_convert_lines(in, name, &c, f);
+        convert_free(&c);
+        if (format_finish(f) != CLI_OK) {
+            fprintf(stderr, "rbtrace: %s\n", f->errstr);
+            rc = CLI_ERR;
+        }
+    }
+    format_close(f);
+    if (in != stdin) fclose(in);
+    if (out != stdout && fclose(out) != 0) {
+        fprintf(stderr, "rbtrace: could not write %s: %s\n", opts->output_path, strerror(errno));
+        rc = CLI_ERR;
+    }
+    return rc == CLI_OK ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 }
 
 /* A write error on stdout (full disk, closed pipe) is a failure. */

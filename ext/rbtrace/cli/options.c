@@ -284,6 +284,33 @@ static int options_set_format(struct options *o, const struct options_spec *spec
     return options_bad_value(o, spec, value, "text, json, chrome or folded");
 }
 
+/* --convert FORMAT: json, chrome, folded or summary (--summary's table). */
+static int options_set_convert(struct options *o, const struct options_spec *spec, const char *value)
+{
+    size_t i;
+
+    for (i = OPTIONS_FORMAT_JSON; i <= OPTIONS_FORMAT_FOLDED; i++) {
+        if (!strcmp(value, options_format_names[i])) {
+            o->format = (enum options_format)i;
+            o->convert = 1;
+            return CLI_OK;
+        }
+    }
+    if (!strcmp(value, "summary")) {
+        o->format = OPTIONS_FORMAT_SUMMARY;
+        o->convert = 1;
+        return CLI_OK;
+    }
+    return options_bad_value(o, spec, value, "json, chrome, folded or summary");
+}
+
+/* --convert's FILE: the one argument that is no option's. */
+static int options_set_convert_path(struct options *o, const char *arg)
+{
+    o->convert_path = arg;
+    return CLI_OK;
+}
+
 static int options_set_summary(struct options *o, const struct options_spec *spec,
                                const char *value)
 {
@@ -435,6 +462,7 @@ static const struct options_spec options_table[] = {
     { 0,   "format",      OPTIONS_VALUE, options_set_format, 0 },
     { 0,   "summary",     OPTIONS_FLAG,  options_set_summary, 0 },
     { 0,   "sort",        OPTIONS_VALUE, options_set_sort, 0 },
+    { 0,   "convert",     OPTIONS_VALUE, options_set_convert, 0 },
     { 't', "start-time",  OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(start_time) },
     { 'n', "no-duration", OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(no_duration) },
     { 0,   "stats",       OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(stats) },
@@ -579,12 +607,28 @@ static int options_check_format(struct options *o)
     return CLI_OK;
 }
 
+/* --convert reads a file, not a process: -o, --sort and the FILE only. */
+static int options_check_convert(struct options *o)
+{
+    if (o->n_pids || o->ps_pattern || o->exec_argv || o->mode != OPTIONS_MODE_NONE ||
+        options_watches(o) || o->append || o->start_time || o->no_duration || o->stats)
+        return options_fail(o, "--convert FORMAT [FILE] reads a saved trace, not a process: "
+                            "it takes only -o FILE (and --sort with summary)");
+    if (o->summary || o->format_given)
+        return options_fail(o, "--convert names the format itself: --convert json, chrome, "
+                            "folded or summary");
+    if (o->sort_given && o->format != OPTIONS_FORMAT_SUMMARY)
+        return options_fail(o, "--sort orders the summary table: --convert summary");
+    return CLI_OK;
+}
+
 static int options_check(struct options *o)
 {
     /* rbtrace -p PID -h: the original's heap dump, or help? Neither. */
     if (o->short_help && (o->pid || o->mode != OPTIONS_MODE_NONE))
         return options_fail(o, OPTIONS_HEAPDUMP_HINT);
     if (o->help || o->version) return CLI_OK;
+    if (o->convert) return options_check_convert(o);
     if (!!o->n_pids + !!o->ps_pattern + !!o->exec_argv > 1)
         return options_fail(o, "-p, --ps and --exec cannot be combined: choose one way to "
                             "name the process");
@@ -632,6 +676,7 @@ int options_parse(struct options *o, int argc, char **argv)
         if (arg[0] == '-' && arg[1] == '-' && arg[2]) rc = options_parse_long(o, argc, argv, &i);
         else if (arg[0] == '-' && arg[1] && arg[1] != '-') rc = options_parse_short(o, argc, argv, &i);
         else if (o->short_help) rc = options_fail(o, OPTIONS_HEAPDUMP_HINT);   /* -h FILE */
+        else if (o->convert && !o->convert_path) rc = options_set_convert_path(o, arg);
         else rc = options_fail(o, "unexpected argument '%s'", arg);
         if (rc != CLI_OK) return CLI_ERR;
     }

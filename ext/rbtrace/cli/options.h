@@ -76,6 +76,8 @@ struct options {
     enum options_sort sort;    /* --sort */
     int sort_given;            /* --sort was given */
     int summary;               /* --summary */
+    int convert;               /* --convert FORMAT: a saved text trace into format */
+    const char *convert_path;  /* --convert's FILE; NULL: stdin */
     int append;                /* -a: append to the -o file */
     int start_time;            /* -t: show each call's start time */
     int no_duration;           /* -n: do not show durations */
