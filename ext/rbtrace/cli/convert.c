@@ -65,6 +65,7 @@ int convert_init(struct convert *c, convert_emit_fn emit, void *ctx)
     memset(c, 0, sizeof(*c));
     c->emit = emit;
     c->ctx = ctx;
+    c->unit = CONVERT_UNIT_DEFAULT;
     c->ev = calloc(1, sizeof(*c->ev));
     return c->ev ? CLI_OK : CLI_ERR;
 }
@@ -533,7 +534,6 @@ static int convert_call(struct convert *c, struct convert_thread *t, struct conv
     /* A whole call with nothing open, indented: a --slow trace. */
     if (has_duration && !t->depth && indent > 0) c->slow = 1;
     if (has_duration && c->slow) {
-        if (indent && (!c->unit || indent < c->unit)) c->unit = indent;
         depth = c->unit ? indent / c->unit : 0;
         return convert_slow(c, t, id, depth, time_ns, duration);
     }

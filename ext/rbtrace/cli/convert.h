@@ -27,6 +27,9 @@
 #include <stdint.h>
 #include "codec.h"
 
+/* Spaces per nesting level unless told (-r's default). */
+#define CONVERT_UNIT_DEFAULT 2
+
 /* Longest line read; a longer one is not a trace of ours. */
 #define CONVERT_LINE_MAX (1024 * 1024)
 
@@ -69,7 +72,8 @@ struct convert {
     int timed;                 /* a -t time was seen: lines without one have
                                   16 blanks in its place */
     int slow;                  /* a --slow trace (calls printed at their end) */
-    size_t unit;               /* spaces per nesting level (-r), once seen */
+    size_t unit;               /* spaces per nesting level: the trace's -r
+                                  (CONVERT_UNIT_DEFAULT; set after init) */
     uint64_t day_ns;           /* -t: days passed (the clock wrapped at midnight) */
     uint64_t origin_ns;        /* -t: the first time of the trace */
     uint64_t last_wall_ns;     /* -t: the last time of day read */

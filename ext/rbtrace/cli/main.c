@@ -88,8 +88,8 @@ static void usage(FILE *f)
           "                         or max\n"
           "      --convert FORMAT [FILE]  turn a saved text trace (FILE, or stdin) into\n"
           "                         json, chrome, folded or summary (--summary's table);\n"
-          "                         with -o FILE, --sort; docs/usage.md says what the\n"
-          "                         text lacks and how it is filled in\n"
+          "                         with -o FILE, --sort, -r N (the trace's); docs/usage.md\n"
+          "                         says what the text lacks and how it is filled in\n"
           "  -t, --start-time       show each call's start time\n"
           "  -n, --no-duration      do not show call durations\n"
           "      --stats            at the end, say how many events came and how many\n"
@@ -207,6 +207,7 @@ static enum cli_exit main_convert(const struct options *opts)
         fprintf(stderr, "rbtrace: out of memory\n");
         convert_free(&c);
     } else {
+        c.unit = opts->prefix;   /* -r: the indentation the trace was written with */
         rc = main_convert_lines(in, name, &c, f);
         convert_free(&c);
         if (format_finish(f) != CLI_OK) {

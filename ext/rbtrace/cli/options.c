@@ -613,7 +613,7 @@ static int options_check_convert(struct options *o)
     if (o->n_pids || o->ps_pattern || o->exec_argv || o->mode != OPTIONS_MODE_NONE ||
         options_watches(o) || o->append || o->start_time || o->no_duration || o->stats)
         return options_fail(o, "--convert FORMAT [FILE] reads a saved trace, not a process: "
-                            "it takes only -o FILE (and --sort with summary)");
+                            "it takes only -o FILE, -r N (and --sort with summary)");
     if (o->summary || o->format_given)
         return options_fail(o, "--convert names the format itself: --convert json, chrome, "
                             "folded or summary");
