@@ -23,6 +23,7 @@ module CTest
     'test_clock' => %w[clock_tsc.c],
     'test_procfs' => %w[cli/procfs.c],
     'test_unfinished' => %w[cli/unfinished.c],
+    'test_convert' => %w[cli/convert.c],
     'test_formats' => %w[cli/stream.c cli/format.c cli/format_text.c cli/format_json.c cli/format_chrome.c
                          cli/format_folded.c cli/format_summary.c cli/calls.c cli/json.c cli/render.c
                          cli/escape.c]
@@ -37,7 +38,7 @@ end
 
 namespace :test do
   desc 'Build and run the C unit tests (codec, renderer, escaper, options, tracer files, ring, clock, ' \
-       'procfs, unfinished entries) under ASan and UBSan'
+       'procfs, unfinished entries, --convert's reader) under ASan and UBSan'
   task :c do
     mkdir_p CTest::OUT
     failed = []
