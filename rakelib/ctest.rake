@@ -38,7 +38,7 @@ end
 
 namespace :test do
   desc 'Build and run the C unit tests (codec, renderer, escaper, options, tracer files, ring, clock, ' \
-       'procfs, unfinished entries, --convert's reader) under ASan and UBSan'
+       'procfs, unfinished entries, the --convert reader) under ASan and UBSan'
   task :c do
     mkdir_p CTest::OUT
     failed = []

@@ -26,6 +26,7 @@ static void usage(FILE *f)
     fputs("Usage: rbtrace (-p PID... | --ps PATTERN | --exec CMD ARG...)\n"
           "       (-m SELECTOR... | -c TRACER... | -f | --slow MS | --gc | --raise |\n"
           "        -e CODE | -i | REPORT) [options]\n"
+          "       rbtrace --convert FORMAT [FILE] [-o OUT]\n"
           "\n"
           "Trace the method calls of a running Ruby process that loaded rbtrace\n"
           "(require 'rbtrace', or RUBYOPT=-rrbtrace).\n"
