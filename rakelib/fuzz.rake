@@ -1,5 +1,5 @@
 # rakelib/fuzz.rake - the libFuzzer harnesses of fuzz/: command, event,
-# escape (clang, Debian's clang and libclang-rt-dev packages; script/setup
+# escape, convert (clang, Debian's clang and libclang-rt-dev packages; script/setup
 # installs them).
 #
 #   rake test:fuzz          builds them, runs each for FUZZ_SECONDS (30) over
@@ -28,7 +28,9 @@ module Fuzz
     'command' => [],
     'event' => %w[cli/stream.c cli/render.c cli/escape.c cli/format.c cli/format_text.c cli/format_json.c
                   cli/format_chrome.c cli/format_folded.c cli/format_summary.c cli/calls.c cli/json.c],
-    'escape' => %w[cli/escape.c]
+    'escape' => %w[cli/escape.c],
+    'convert' => %w[cli/convert.c cli/format.c cli/format_text.c cli/format_json.c cli/format_chrome.c
+                    cli/format_folded.c cli/format_summary.c cli/calls.c cli/json.c cli/render.c cli/escape.c]
   }.freeze
 
   def self.clang
@@ -92,8 +94,8 @@ module Fuzz
 end
 
 namespace :test do
-  desc "Fuzz the command decoder, the client's event decoder and its escaper (libFuzzer, ASan, UBSan) " \
-       'for FUZZ_SECONDS (30) each'
+  desc "Fuzz the command decoder, the client's event decoder, its escaper and --convert's reader " \
+       '(libFuzzer, ASan, UBSan) for FUZZ_SECONDS (30) each'
   task :fuzz do
     seconds = Integer(ENV.fetch('FUZZ_SECONDS', '30'))
     Fuzz::HARNESSES.each_key { |name| Fuzz.run(name, seconds) }
