@@ -196,6 +196,27 @@ static void test_gc_raise_lost(void)
               "lost 12\n");
 }
 
+/* The original gem's own shapes: "garbage_collect" (with or without its
+ * duration) and a method of no class, a bare name. */
+static void test_original_gem(void)
+{
+    CHECK_STR(convert_text("Foo#bar\n"
+                           "  garbage_collect <0.001000>\n"
+                           "  garbage_collect\n"
+                           "  require <0.000010>\n"
+                           "Foo#bar <0.002000>\n"),
+              "method Foo#bar 1\n"
+              "call t1 m1 at 0\n"
+              "gc  at 0 for 1000000 mark 0 ()\n"
+              "gc  at 1000000 for 0 mark 0 ()\n"
+              "method require 2\n"
+              "call t1 m2 at 1000000\n"
+              "return t1 m2 at 1010000\n"
+              "return t1 m1 at 2000000\n");
+    CHECK_STR(convert_text("garbage_collect x\n"),
+              "error: line 1: expected the original gem's GC line: \"garbage_collect <S.uuuuuu>\"\n");
+}
+
 /* Bad lines: the error names the line and what was expected; the events
  * of the lines before it are out. */
 static void test_errors(void)
@@ -250,6 +271,7 @@ int main(void)
     test_times_threads();
     test_slow();
     test_gc_raise_lost();
+    test_original_gem();
     test_errors();
     test_odd_bytes();
     return check_report();

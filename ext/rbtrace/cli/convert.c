@@ -405,6 +405,22 @@ static int convert_gc(struct convert *c, struct convert_thread *t, struct conver
     return convert_emit(c);
 }
 
+/* The original gem's "garbage_collect", with " <d>" when it had the end. */
+static int convert_old_gc(struct convert *c, struct convert_thread *t, struct convert_span s,
+                          uint64_t start)
+{
+    struct rbtrace_event *ev = c->ev;
+
+    memset(ev, 0, sizeof(*ev));
+    ev->type = RBTRACE_EV_GC;
+    ev->thread_id = t->key;
+    ev->time_ns = start;
+    if (convert_duration(&s, &ev->duration_ns) < 0 || s.len != 15)
+        return convert_fail(c, "the original gem's GC line: \"garbage_collect <S.uuuuuu>\"");
+    if (!c->timed) t->cursor_ns = start + ev->duration_ns;
+    return convert_emit(c);
+}
+
 /* "raise E: message at where", "re-raise ...", with " (re-raised ...)". */
 static int convert_raise(struct convert *c, struct convert_thread *t, struct convert_span s,
                          uint64_t start)
@@ -440,13 +456,15 @@ static int convert_raise(struct convert *c, struct convert_thread *t, struct con
     return convert_emit(c);
 }
 
-/* Whether p[0, len) can be a method's name as the text shows it. */
+/* Whether p[0, len) can be a method's name as the text shows it:
+ * "Class#method", "Class.method", "(unknown)", or (the original gem's, for
+ * a method of no class it knew) a bare "method"; escaped, so no space or
+ * control byte. */
 static int convert_valid_name(const char *p, size_t len)
 {
     size_t i;
 
-    if (len == sizeof(CONVERT_UNKNOWN) - 1 && !memcmp(p, CONVERT_UNKNOWN, len)) return 1;
-    if (!len || !(memchr(p, '#', len) || memchr(p, '.', len))) return 0;
+    if (!len) return 0;
     for (i = 0; i < len; i++)
         if (p[i] == ' ' || (unsigned char)p[i] < 0x20 || p[i] == 0x7f) return 0;
     return 1;
@@ -582,6 +600,8 @@ int convert_line(struct convert *c, const char *line, size_t len)
     convert_skip(&s, indent);
     if (!s.len) return convert_fail(c, "something after the indentation");
     if (convert_starts(&s, "GC ")) return convert_gc(c, t, s, timed ? time_ns : t->cursor_ns);
+    if (convert_starts(&s, "garbage_collect") && (s.len == 15 || s.p[15] == ' '))
+        return convert_old_gc(c, t, s, timed ? time_ns : t->cursor_ns);
     if (convert_starts(&s, "raise ") || convert_starts(&s, "re-raise "))
         return convert_raise(c, t, s, timed ? time_ns : t->cursor_ns);
     if (convert_bracket(&s, 'd', &depth)) {   /* "[d57] name <d>": --slow, deep */

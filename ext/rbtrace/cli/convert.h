@@ -15,6 +15,7 @@
  *   GC minor by newobj <...> (mark ..., sweep ...)
  *   raise E: msg at f.rb:1    (or re-raise ...)
  *   *** 12 events lost        (other "*** ..." lines are notices: skipped)
+ *   garbage_collect <0.0012>  the original gem's GC line
  *
  * What the text lacks is derived (docs/usage.md, "Converting a saved
  * trace: --convert"): without -t, a call starts where its previous
