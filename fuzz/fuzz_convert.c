@@ -22,13 +22,13 @@
 #include "convert.h"
 #include "format.h"
 
-#define FUZZ_CHECK(cond)                                                        \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            fprintf(stderr, "fuzz_convert: check failed: %s (%s:%d)\n", #cond,  \
-                    __FILE__, __LINE__);                                        \
-            abort();                                                            \
-        }                                                                       \
+#define FUZZ_CHECK(cond) \
+    do { \
+        if (!(cond)) { \
+            fprintf(stderr, "fuzz_convert: check failed: %s (%s:%d)\n", #cond, __FILE__, \
+                    __LINE__); \
+            abort(); \
+        } \
     } while (0)
 
 #define FUZZ_FORMATS 4

@@ -12,7 +12,7 @@
 
 static char log_text[8192];
 static size_t log_len;
-static int fail_after = -1;   /* the callback fails at this event (-1: never) */
+static int fail_after = -1; /* the callback fails at this event (-1: never) */
 
 static void log_put(const char *fmt, const char *a, size_t a_len, unsigned long long x,
                     unsigned long long y, unsigned long long z)
@@ -93,8 +93,8 @@ static const char *convert_text(const char *text)
         rc = convert_line(&c, p, nl ? (size_t)(nl - p) : strlen(p));
         p = nl ? nl + 1 : p + strlen(p);
     }
-    snprintf(result, sizeof(result), "%s%s%s%s", log_text, rc == CLI_OK ? "" : "error: ",
-             rc == CLI_OK ? "" : c.errstr, rc == CLI_OK ? "" : "\n");
+    snprintf(result, sizeof(result), "%s%s%s%s", log_text,
+             rc == CLI_OK ? "" : "error: ", rc == CLI_OK ? "" : c.errstr, rc == CLI_OK ? "" : "\n");
     convert_free(&c);
     return result;
 }
@@ -183,17 +183,19 @@ static void test_slow(void)
 /* GC, raise (folded re-raises, messages holding " at "), losses, notices. */
 static void test_gc_raise_lost(void)
 {
-    CHECK_STR(convert_text("*** attached to process 7\n"
-                           "GC minor by newobj <0.000812> (mark 0.000600, sweep 0.000212)\n"
-                           "GC major (oldgen) by method <0.012000> (mark 0.010000, sweep 0.002000)\n"
-                           "raise ArgumentError: bad at x at app.rb:12 (re-raised 4 times, last at mw.rb:9)\n"
-                           "re-raise E at b.rb:1\n"
-                           "*** 12 events lost\n"),
-              "gc newobj at 0 for 812000 mark 600000 ()\n"
-              "gc method at 812000 for 12000000 mark 10000000 (oldgen)\n"
-              "raise ArgumentError reraise 0 at 12812000 msg [bad at x] where [app.rb:12]\n"
-              "raise E reraise 1 at 12812000 msg [] where [b.rb:1]\n"
-              "lost 12\n");
+    CHECK_STR(
+        convert_text(
+            "*** attached to process 7\n"
+            "GC minor by newobj <0.000812> (mark 0.000600, sweep 0.000212)\n"
+            "GC major (oldgen) by method <0.012000> (mark 0.010000, sweep 0.002000)\n"
+            "raise ArgumentError: bad at x at app.rb:12 (re-raised 4 times, last at mw.rb:9)\n"
+            "re-raise E at b.rb:1\n"
+            "*** 12 events lost\n"),
+        "gc newobj at 0 for 812000 mark 600000 ()\n"
+        "gc method at 812000 for 12000000 mark 10000000 (oldgen)\n"
+        "raise ArgumentError reraise 0 at 12812000 msg [bad at x] where [app.rb:12]\n"
+        "raise E reraise 1 at 12812000 msg [] where [b.rb:1]\n"
+        "lost 12\n");
 }
 
 /* The original gem's own shapes: "garbage_collect" (with or without its
@@ -213,8 +215,9 @@ static void test_original_gem(void)
               "call t1 m2 at 1000000\n"
               "return t1 m2 at 1010000\n"
               "return t1 m1 at 2000000\n");
-    CHECK_STR(convert_text("garbage_collect x\n"),
-              "error: line 1: expected the original gem's GC line: \"garbage_collect <S.uuuuuu>\"\n");
+    CHECK_STR(
+        convert_text("garbage_collect x\n"),
+        "error: line 1: expected the original gem's GC line: \"garbage_collect <S.uuuuuu>\"\n");
 }
 
 /* Bad lines: the error names the line and what was expected; the events
@@ -241,7 +244,8 @@ static void test_errors(void)
               "written with -n has none, and --convert needs them)\n");
     CHECK_STR(convert_text("raise nothing\n"),
               "error: line 1: expected a raise line: \"raise Class: message at FILE:LINE\"\n");
-    CHECK_STR(convert_text("[d5] <0.000001>\n"), "error: line 1: expected a slow call \"[dN] name <S.uuuuuu>\"\n");
+    CHECK_STR(convert_text("[d5] <0.000001>\n"),
+              "error: line 1: expected a slow call \"[dN] name <S.uuuuuu>\"\n");
     /* The callback refusing an event stops the reader, errstr empty. */
     fail_after = 1;
     CHECK_STR(convert_text("A#a <0.000001>\n"), "method A#a 1\nerror: \n");

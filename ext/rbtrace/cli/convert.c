@@ -12,7 +12,7 @@
  * first; without, they are laid out from the durations (convert.h). The
  * durations are the text's, to the microsecond.
  */
-#define _GNU_SOURCE   /* memmem */
+#define _GNU_SOURCE /* memmem, memrchr */
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
@@ -43,7 +43,8 @@ static int convert_fail(struct convert *c, const char *expected)
 
 static int convert_oom(struct convert *c)
 {
-    snprintf(c->errstr, sizeof(c->errstr), "line %llu: out of memory", (unsigned long long)c->line_no);
+    snprintf(c->errstr, sizeof(c->errstr), "line %llu: out of memory",
+             (unsigned long long)c->line_no);
     return CLI_ERR;
 }
 
@@ -151,12 +152,10 @@ static int convert_seconds(const char *p, size_t len, uint64_t *ns)
 static int convert_duration(struct convert_span *s, uint64_t *ns)
 {
     const char *lt;
-    size_t i;
 
     if (!s->len || s->p[s->len - 1] != '>') return 0;
-    for (i = s->len - 1; i > 0 && s->p[i - 1] != '<'; i--) {}
-    if (i < 2 || s->p[i - 2] != ' ') return 0;
-    lt = s->p + i - 1;
+    lt = memrchr(s->p, '<', s->len);
+    if (!lt || lt == s->p || lt[-1] != ' ') return 0;
     /* "#<Class:0x1>" ends in '>' too: only digits make a duration. */
     if (lt[1] < '0' || lt[1] > '9') return 0;
     if (convert_seconds(lt + 1, (size_t)(s->p + s->len - 1 - (lt + 1)), ns) != 0) return -1;
@@ -194,7 +193,7 @@ static uint64_t convert_trace_time(struct convert *c, uint64_t wall_ns)
         c->origin_ns = wall_ns;
         c->have_origin = 1;
     } else if (wall_ns + CONVERT_DAY_NS / 2 < c->last_wall_ns) {
-        c->day_ns += CONVERT_DAY_NS;   /* 23:59:59 then 00:00:00 */
+        c->day_ns += CONVERT_DAY_NS; /* 23:59:59 then 00:00:00 */
     }
     c->last_wall_ns = wall_ns;
     return c->day_ns + wall_ns >= c->origin_ns ? c->day_ns + wall_ns - c->origin_ns : 0;
@@ -211,7 +210,8 @@ static uint64_t convert_hash(const char *p, size_t len)
     return h;
 }
 
-static size_t convert_name_slot(const struct convert_name *names, size_t cap, const char *p, size_t len)
+static size_t convert_name_slot(const struct convert_name *names, size_t cap, const char *p,
+                                size_t len)
 {
     size_t i = (size_t)convert_hash(p, len) & (cap - 1);
 
@@ -324,9 +324,10 @@ static void convert_exprs(struct convert *c, struct convert_span args)
     ev->n_exprs = 0;
     while (i <= args.len) {
         int end = i == args.len;
-        if (end || (i + 1 < args.len && args.p[i] == ',' && args.p[i + 1] == ' ' &&
-                    memchr(args.p + i + 2, '=', args.len - i - 2) &&
-                    memchr(args.p + start, '=', i - start))) {
+        if (end ||
+            (i + 1 < args.len && args.p[i] == ',' && args.p[i + 1] == ' ' &&
+             memchr(args.p + i + 2, '=', args.len - i - 2) &&
+             memchr(args.p + start, '=', i - start))) {
             const char *seg = args.p + start, *eq = memchr(seg, '=', i - start);
             if (eq && ev->n_exprs < RBTRACE_EXPRS_MAX) {
                 ev->exprs[ev->n_exprs].ptr = seg;
@@ -394,7 +395,8 @@ static int convert_gc(struct convert *c, struct convert_thread *t, struct conver
     if (!rest.len || rest.p[rest.len - 1] != ')' || !(comma = memchr(rest.p, ',', rest.len)) ||
         convert_seconds(rest.p, (size_t)(comma - rest.p), &ev->mark_ns) != 0 ||
         (size_t)(rest.p + rest.len - comma) < 8 || memcmp(comma, ", sweep ", 8) ||
-        convert_seconds(comma + 8, (size_t)(rest.p + rest.len - 1 - (comma + 8)), &ev->sweep_ns) != 0)
+        convert_seconds(comma + 8, (size_t)(rest.p + rest.len - 1 - (comma + 8)), &ev->sweep_ns) !=
+            0)
         return convert_fail(c, expected);
     s.len = (size_t)(mark - s.p);
     if (convert_duration(&s, &ev->duration_ns) != 1) return convert_fail(c, expected);
@@ -436,7 +438,7 @@ static int convert_raise(struct convert *c, struct convert_thread *t, struct con
         ev->number = 1;
         convert_skip(&s, 3);
     }
-    convert_skip(&s, 6);   /* "raise " */
+    convert_skip(&s, 6); /* "raise " */
     /* " (re-raised ...)" folded into the line: the first raise is the event. */
     if (s.len && s.p[s.len - 1] == ')') {
         const char *fold = convert_find(s.p, s.len, " (re-raised ");
@@ -527,7 +529,8 @@ static int convert_call(struct convert *c, struct convert_thread *t, struct conv
     int has_duration = convert_duration(&s, &duration);
     long ret;
 
-    if (has_duration < 0) return convert_fail(c, "a duration \"<S.uuuuuu>\" at the end of the line");
+    if (has_duration < 0)
+        return convert_fail(c, "a duration \"<S.uuuuuu>\" at the end of the line");
     name = s;
     if (s.len && s.p[s.len - 1] == ')' && (paren = memchr(s.p, '(', s.len)) && paren != s.p &&
         !(s.len == sizeof(CONVERT_UNKNOWN) - 1 && !memcmp(s.p, CONVERT_UNKNOWN, s.len))) {
@@ -536,18 +539,21 @@ static int convert_call(struct convert *c, struct convert_thread *t, struct conv
         args.len = s.len - name.len - 2;
     }
     if (!convert_valid_name(name.p, name.len))
-        return convert_fail(c, "a call (\"Class#method\", \"Class.method\", with \"(expr=value, ...)\" "
-                            "and \" <S.uuuuuu>\"), a GC or raise line, or \"*** ...\"");
+        return convert_fail(
+            c,
+            "a call (\"Class#method\", \"Class.method\", with \"(expr=value, ...)\" "
+            "and \" <S.uuuuuu>\"), a GC or raise line, or \"*** ...\"");
     if (convert_method(c, name.p, name.len, &id) != CLI_OK) return CLI_ERR;
 
     if (has_duration && !args.p && (ret = convert_returning(c, t, id, indent)) >= 0) {
         uint64_t end = t->frames[ret].start_ns + duration;
-        t->depth = (size_t)ret;   /* the calls above it lost their returns */
+        t->depth = (size_t)ret; /* the calls above it lost their returns */
         if (!c->timed && end > t->cursor_ns) t->cursor_ns = end;
         return convert_emit_call(c, RBTRACE_EV_RETURN, t->key, end, id);
     }
     if (!has_duration && convert_returning(c, t, id, indent) >= 0)
-        return convert_fail(c, "a return with its duration, \"name <S.uuuuuu>\" (a trace written "
+        return convert_fail(c,
+                            "a return with its duration, \"name <S.uuuuuu>\" (a trace written "
                             "with -n has none, and --convert needs them)");
     /* A whole call with nothing open, indented: a --slow trace. */
     if (has_duration && !t->depth && indent > 0) c->slow = 1;
@@ -559,8 +565,8 @@ static int convert_call(struct convert *c, struct convert_thread *t, struct conv
     memset(c->ev, 0, sizeof(*c->ev));
     if (args.p) convert_exprs(c, args);
     c->calls++;
-    if (convert_emit_call(c, args.p ? RBTRACE_EV_CALL_ARGS : RBTRACE_EV_CALL, t->key, start, id)
-        != CLI_OK)
+    if (convert_emit_call(c, args.p ? RBTRACE_EV_CALL_ARGS : RBTRACE_EV_CALL, t->key, start, id) !=
+        CLI_OK)
         return CLI_ERR;
     if (has_duration) {
         if (!c->timed) t->cursor_ns = start + duration;
@@ -585,7 +591,7 @@ int convert_line(struct convert *c, const char *line, size_t len)
     if (memchr(s.p, '\0', s.len)) return convert_fail(c, "text, not a NUL byte");
     convert_bracket(&s, 0, &pid);
     convert_bracket(&s, 't', &ordinal);
-    if (!s.len) return CLI_OK;   /* the blank line after an outermost call */
+    if (!s.len) return CLI_OK; /* the blank line after an outermost call */
     if (convert_starts(&s, "*** ")) return convert_notice(c, s);
     if (!(t = convert_thread(c, pid << 20 | (ordinal & 0xfffff)))) return convert_oom(c);
 
@@ -594,7 +600,7 @@ int convert_line(struct convert *c, const char *line, size_t len)
         c->timed = 1;
         time_ns = convert_trace_time(c, wall);
     } else if (c->timed && s.len >= CONVERT_TIME_WIDTH) {
-        convert_skip(&s, CONVERT_TIME_WIDTH);   /* a return line's blank time */
+        convert_skip(&s, CONVERT_TIME_WIDTH); /* a return line's blank time */
     }
     while (indent < s.len && s.p[indent] == ' ') indent++;
     convert_skip(&s, indent);
@@ -604,13 +610,14 @@ int convert_line(struct convert *c, const char *line, size_t len)
         return convert_old_gc(c, t, s, timed ? time_ns : t->cursor_ns);
     if (convert_starts(&s, "raise ") || convert_starts(&s, "re-raise "))
         return convert_raise(c, t, s, timed ? time_ns : t->cursor_ns);
-    if (convert_bracket(&s, 'd', &depth)) {   /* "[d57] name <d>": --slow, deep */
+    if (convert_bracket(&s, 'd', &depth)) { /* "[d57] name <d>": --slow, deep */
         uint64_t id, duration;
         c->slow = 1;
         i = s.len;
         if (convert_duration(&s, &duration) != 1 || s.len == i)
             return convert_fail(c, "a slow call \"[dN] name <S.uuuuuu>\"");
-        if (!convert_valid_name(s.p, s.len)) return convert_fail(c, "a method's name after \"[dN] \"");
+        if (!convert_valid_name(s.p, s.len))
+            return convert_fail(c, "a method's name after \"[dN] \"");
         if (convert_method(c, s.p, s.len, &id) != CLI_OK) return CLI_ERR;
         return convert_slow(c, t, id, depth, timed ? &time_ns : NULL, duration);
     }

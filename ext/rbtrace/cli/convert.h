@@ -40,23 +40,23 @@ typedef int (*convert_emit_fn)(void *ctx, const struct rbtrace_event *ev);
 struct convert_frame {
     uint64_t method_id;
     uint64_t start_ns;
-    size_t indent;             /* its line's, in spaces */
+    size_t indent; /* its line's, in spaces */
 };
 
 struct convert_thread {
-    uint64_t key;              /* the [PID] and [tN] it came from */
+    uint64_t key; /* the [PID] and [tN] it came from */
     struct convert_frame *frames;
     size_t depth, cap;
-    uint64_t cursor_ns;        /* without -t: where the next call starts */
-    uint64_t *slow_next;       /* --slow without -t: where the next slow call
+    uint64_t cursor_ns;  /* without -t: where the next call starts */
+    uint64_t *slow_next; /* --slow without -t: where the next slow call
                                   at each depth starts */
     size_t slow_cap;
-    uint64_t last_open_line;   /* the line of the last open call (its own
+    uint64_t last_open_line; /* the line of the last open call (its own
                                   return is never on the next line) */
 };
 
 struct convert_name {
-    char *text;                /* NULL for a free slot */
+    char *text; /* NULL for a free slot */
     size_t len;
     uint64_t id;
 };
@@ -64,23 +64,23 @@ struct convert_name {
 struct convert {
     convert_emit_fn emit;
     void *ctx;
-    struct rbtrace_event *ev;  /* the event being built (~2 KiB: on the heap) */
+    struct rbtrace_event *ev; /* the event being built (~2 KiB: on the heap) */
     struct convert_name *names;
     size_t names_cap, names_count;
     struct convert_thread *threads;
     size_t n_threads, threads_cap;
-    uint64_t line_no;          /* of the line being read, 1-based */
-    int timed;                 /* a -t time was seen: lines without one have
+    uint64_t line_no;      /* of the line being read, 1-based */
+    int timed;             /* a -t time was seen: lines without one have
                                   16 blanks in its place */
-    int slow;                  /* a --slow trace (calls printed at their end) */
-    size_t unit;               /* spaces per nesting level: the trace's -r
+    int slow;              /* a --slow trace (calls printed at their end) */
+    size_t unit;           /* spaces per nesting level: the trace's -r
                                   (CONVERT_UNIT_DEFAULT; set after init) */
-    uint64_t day_ns;           /* -t: days passed (the clock wrapped at midnight) */
-    uint64_t origin_ns;        /* -t: the first time of the trace */
-    uint64_t last_wall_ns;     /* -t: the last time of day read */
+    uint64_t day_ns;       /* -t: days passed (the clock wrapped at midnight) */
+    uint64_t origin_ns;    /* -t: the first time of the trace */
+    uint64_t last_wall_ns; /* -t: the last time of day read */
     int have_origin;
-    uint64_t calls;            /* calls read (whole, opened or slow) */
-    char errstr[256];          /* "line N: what was expected" */
+    uint64_t calls;   /* calls read (whole, opened or slow) */
+    char errstr[256]; /* "line N: what was expected" */
 };
 
 /* CLI_OK, or CLI_ERR (out of memory); convert_free either way. */
