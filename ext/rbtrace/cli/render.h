@@ -36,6 +36,14 @@
  *
  *   re-raise ArgumentError: bad value at mw.rb:9
  *
+ * With --gvl (opts.gvl), each traced call's duration is followed by the
+ * time its thread waited for the GVL inside it (GVL events, which the
+ * target sends before the thread's next call event), and a wait longer
+ * than opts.gvl_threshold_ns prints a line at its thread's depth:
+ *
+ *   Worker#crunch <0.210000> gvl <0.180000>
+ *   GVL wait <0.012345>
+ *
  * Names, expression values and GC and raise text are the app's bytes: they
  * are printed escaped (escape.h).
  */
@@ -51,6 +59,8 @@ struct render_opts {
     int no_duration;           /* -n: no " <seconds>" */
     unsigned prefix;           /* -r: spaces per nesting level */
     int raise_all;             /* --raise-all: every re-raise on its own line */
+    int gvl;                   /* --gvl: " gvl <seconds>" after each call's duration */
+    uint64_t gvl_threshold_ns; /* --gvl MS: longer waits get a line of their own */
 };
 
 /* The deepest a SLOW line is indented, in levels; deeper ones say "[dN]". */
@@ -60,6 +70,7 @@ struct render_opts {
 struct render_frame {
     uint64_t method_id;
     uint64_t start_ns;
+    uint64_t gvl_ns;           /* --gvl: its thread's GVL waits inside it, so far */
 };
 
 struct render_thread {
@@ -111,7 +122,7 @@ void render_free(struct render *r);
 /* Where -t times come from: the ATTACHED event's wall_origin_ns. */
 void render_set_wall_origin(struct render *r, uint64_t wall_origin_ns);
 
-/* Renders METHOD, CALL, CALL_ARGS, RETURN, LOST, SLOW, GC or RAISE;
+/* Renders METHOD, CALL, CALL_ARGS, RETURN, LOST, SLOW, GC, RAISE or GVL;
  * ignores other events.
  * CLI_OK, or CLI_ERR (out of memory, write error) with r->errstr set. */
 int render_event(struct render *r, const struct rbtrace_event *ev);
