@@ -285,7 +285,15 @@ static VALUE gvl_stats_m(VALUE self)
 }
 #endif
 
+/* call-seq: RBTrace.gvl_supported? -> true or false (--gvl works here) */
+static VALUE gvl_supported_p_m(VALUE self)
+{
+    (void)self;
+    return rbtrace_gvl_supported() ? Qtrue : Qfalse;
+}
+
 void Init_rbtrace_gvlwatch(VALUE mod)
 {
     rb_define_singleton_method(mod, "gvl_stats", gvl_stats_m, 0);
+    rb_define_singleton_method(mod, "gvl_supported?", gvl_supported_p_m, 0);
 }
