@@ -892,6 +892,7 @@ static enum cli_exit session_send_gvl(struct session *s)
 
     if (o->gvl_ms < 0) return CLI_EXIT_OK;
     if (s->features & RBTRACE_FEATURE_GVL) return session_send_bare(s, RBTRACE_CMD_GVL);
+    s->render.opts.gvl = 0;   /* no " gvl <0.000000>" that was never measured */
     if (o->mode == OPTIONS_MODE_NONE && o->slow_ms < 0 && !o->gc && !o->raises) {
         session_status(s, "rbtrace: --gvl needs Ruby 3.2 or newer (its thread event hooks), and "
                        "process %d runs an older Ruby: nothing to trace", (int)s->at.pid);
