@@ -184,7 +184,7 @@ static inline uint64_t gvl_thread_id(const rb_internal_thread_event_data_t *data
 
 static void gvl_hook_i(rb_event_flag_t event, const rb_internal_thread_event_data_t *data, void *unused)
 {
-    uint64_t now = gvl_now_ns(), ready;
+    uint64_t now = gvl_now_ns(), ready, thread;
 
     (void)unused;
     __atomic_fetch_add(&gvl.runs, 1, __ATOMIC_RELAXED);
@@ -195,7 +195,10 @@ static void gvl_hook_i(rb_event_flag_t event, const rb_internal_thread_event_dat
     /* RESUMED: this thread holds the GVL from here on. */
     ready = gvl_ready_take(data);
     if (ready < gvl.since_ns || ready > now) return;   /* none, or of a hook before this one */
-    rbtrace_emit_gvl(gvl_thread_id(data), ready, now - ready);
+    thread = gvl_thread_id(data);
+    /* The helper thread's waits (to carry out the client's commands) are
+     * rbtrace's, not the app's. */
+    if (thread != rbtrace.helper_thread) rbtrace_emit_gvl(thread, ready, now - ready);
 }
 
 /* Other Ractors than the main one, now (GVL held). */

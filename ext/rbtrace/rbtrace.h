@@ -111,6 +111,7 @@ struct rbtrace_state {
     int queue_refused;               /* a foreign queue was reported */
     int servicing;                   /* a command is being carried out */
     uint64_t servicing_thread;       /* ... by this thread (rbtrace_thread_id), or 0 */
+    uint64_t helper_thread;          /* the helper thread (rbtrace_thread_id), once it runs */
     int in_job;                      /* ... from a postponed job, on an app thread */
     struct rbtrace_deferred *deferred;       /* commands left for the helper, oldest first */
     struct rbtrace_deferred **deferred_tail; /* where the next one is linked */
