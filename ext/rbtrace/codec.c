@@ -563,8 +563,9 @@ static int event_decode_fields(const msgpack_object_array *a, struct rbtrace_eve
         if (codec_str(a, 3, &ev->text, err) != RBTRACE_OK) return RBTRACE_ERR;
         if (codec_uint(a, 4, &ev->clock_origin_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
         if (codec_uint(a, 5, &ev->wall_origin_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
-        /* features: optional (absent, none) */
-        return a->size > 6 ? codec_uint(a, 6, &ev->features, err) : RBTRACE_OK;
+        /* features: optional (absent or nil: none) */
+        if (a->size <= 6 || a->ptr[6].type == MSGPACK_OBJECT_NIL) return RBTRACE_OK;
+        return codec_uint(a, 6, &ev->features, err);
     case RBTRACE_EV_REFUSED:
         if (codec_uint(a, 1, &ev->number, err) != RBTRACE_OK) return RBTRACE_ERR;
         if (codec_uint(a, 2, &ev->pid, err) != RBTRACE_OK) return RBTRACE_ERR;
