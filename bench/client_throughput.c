@@ -13,9 +13,14 @@
  *   cc -O2 -std=gnu99 -Iext/rbtrace -o tmp/client_throughput \
  *      bench/client_throughput.c ext/rbtrace/codec.c -lmsgpackc
  *   tmp/client_throughput [-n MILLION_EVENTS] [-c CLIENT] [-s flat|nested]
- *                         [-o FILE] [-- CLIENT_OPTIONS...]
+ *                         [-F text|json|chrome|folded|summary] [-o FILE]
+ *                         [-- CLIENT_OPTIONS...]
  *
- * Defaults: 10 million events, lib/rbtrace/rbtrace-client, flat, the trace
+ *   for f in text json chrome folded summary; do for s in flat nested; do
+ *     tmp/client_throughput -n 10 -s $s -F $f; done; done
+ *
+ * Defaults: 10 million events, lib/rbtrace/rbtrace-client, flat, the text
+ * format (-F: the client's --format, or summary for --summary), the trace
  * to /dev/null. flat is `-m 'Hash#key?'`: CALL and RETURN of one method.
  * nested is A { B } : every other line is a return on a line of its own.
  * Events are from one thread with 64-bit ids and times, encoded as the
@@ -50,6 +55,7 @@ struct bench {
     long events;                      /* how many CALL/RETURN events to send */
     const char *client;
     const char *output;               /* -o for the client, or NULL */
+    const char *format;               /* --format for the client, or NULL */
     int nested;
     char **client_args;               /* extra options for the client */
     int qid;
@@ -114,6 +120,12 @@ static void start_client(struct bench *b)
     if (b->output) {
         argv[n++] = "-o";
         argv[n++] = (char *)b->output;
+    }
+    if (b->format && !strcmp(b->format, "summary")) {
+        argv[n++] = "--summary";
+    } else if (b->format) {
+        argv[n++] = "--format";
+        argv[n++] = (char *)b->format;
     }
     while (b->client_args && *b->client_args && n < 63) argv[n++] = *b->client_args++;
     argv[n] = NULL;
@@ -263,12 +275,13 @@ static void parse_args(struct bench *b, int argc, char **argv)
     memset(b, 0, sizeof(*b));
     b->events = 10000000;
     b->client = "lib/rbtrace/rbtrace-client";
-    while ((c = getopt(argc, argv, "n:c:s:o:")) != -1) {
+    while ((c = getopt(argc, argv, "n:c:s:o:F:")) != -1) {
         switch (c) {
         case 'n': b->events = (long)(atof(optarg) * 1e6); break;
         case 'c': b->client = optarg; break;
         case 's': b->nested = !strcmp(optarg, "nested"); break;
         case 'o': b->output = optarg; break;
+        case 'F': b->format = optarg; break;
         default: exit(2);
         }
     }
@@ -317,8 +330,8 @@ int main(int argc, char **argv)
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) fail("the client failed");
     cpu = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
           ru.ru_stime.tv_usec / 1e6;
-    printf("%s, %s: %ld events in %.3f s: %.2f M events/s; client CPU %.3f s: %.2f M events/CPU-s\n",
-           b.client, b.nested ? "nested" : "flat", b.events, t1 - t0, b.events / (t1 - t0) / 1e6,
+    printf("%s, %s, %s: %ld events in %.3f s: %.2f M events/s; client CPU %.3f s: %.2f M events/CPU-s\n",
+           b.client, b.format ? b.format : "text", b.nested ? "nested" : "flat", b.events, t1 - t0, b.events / (t1 - t0) / 1e6,
            cpu, b.events / cpu / 1e6);
     free(block);
     free(cmd);

@@ -1,18 +1,19 @@
 /*
  * fuzz_event.c - libFuzzer harness for the client's event decoder: the
- * bytes a target sends on the socket, split into events the way
- * ext/rbtrace/cli/session.c does (the CALL/RETURN fast path,
- * rbtrace_event_decode_call_bytes, first; otherwise rbtrace_msgpack_scan,
- * msgpack_unpack and rbtrace_event_decode), each event then rendered by
- * ext/rbtrace/cli/render.c as the trace's text.
+ * bytes a target sends on the socket, split into events by the client's
+ * own decoder, ext/rbtrace/cli/stream.c (stream_next, as the session calls
+ * it), each event then rendered by ext/rbtrace/cli/render.c as the
+ * trace's text.
  *
  * Input: byte 0 picks the render options (-t, -n, -r) and how the stream
  * is cut into reads; the rest is the stream.
  *
  * Besides ASan, UBSan and LeakSanitizer, every run checks:
- * - the fast path agrees with the generic one on every CALL and RETURN it
- *   takes (same fields, same length), and says "incomplete" only where
- *   the generic path does too;
+ * - every event the stream hands out is what the generic path alone
+ *   (rbtrace_msgpack_scan, msgpack_unpack, rbtrace_event_decode) makes of
+ *   its bytes: the fast path agrees with it on every CALL and RETURN it
+ *   takes (same fields, same length), and the stream says "incomplete"
+ *   only where the generic path does too;
  * - the stream read in small pieces gives the same events, in the same
  *   order, as the stream read at once (no event lost or doubled at a read
  *   boundary), and stops at the same place;
@@ -21,9 +22,11 @@
  *   (rbtrace_event_encode_call, _lost) give the packer's bytes;
  * - the renderer takes every event without an error, and its durations are
  *   printf's "%.6f" of the seconds;
- * - CALL_NEXT and RETURN_NEXT are resolved against the call chain (as the
- *   client does; one it cannot resolve stops the stream with a message),
- *   and only resolved events reach the renderer.
+ * - CALL_NEXT and RETURN_NEXT are resolved against the call chain (one
+ *   that cannot be stops the stream with a message), and only resolved
+ *   events reach the renderer;
+ * - the json, chrome, folded and summary formats (format.h) take every
+ *   event and the trace's end without an error.
  *
  * Build and run: rake test:fuzz (short, CI), rake fuzz:long (fuzz/RESULTS.md).
  */
@@ -34,7 +37,9 @@
 #include <string.h>
 #include "cli.h"
 #include "codec.h"
+#include "format.h"
 #include "render.h"
+#include "stream.h"
 
 #define FUZZ_CHECK(cond)                                                        \
     do {                                                                        \
@@ -44,9 +49,6 @@
             abort();                                                            \
         }                                                                       \
     } while (0)
-
-/* session.c's SESSION_EVENT_MAX */
-#define FUZZ_EVENT_MAX (64 * 1024 * 1024)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -289,102 +291,109 @@ static void check_seconds(uint64_t ns)
     }
 }
 
-/* ---- the stream, as session.c reads it ---- */
+/* ---- the stream, through the client's own decoder (stream.c) ---- */
+
+/* The formats besides text (format.h), each fed every event too. */
+#define FUZZ_FORMATS 4
 
 struct pass {
     struct render *render;     /* NULL: decode only */
+    struct format **formats;   /* FUZZ_FORMATS of them, or NULL */
     struct digest d;
-    msgpack_zone zone;
-    struct rbtrace_event ev;
-    struct rbtrace_call_chain chain;
+    struct stream stream;      /* the decoder under test */
+    msgpack_zone zone;         /* the oracle's objects */
     int checks;                /* the cross-checks, on one pass only */
 };
 
-/* A fast-path event against the generic path over the same bytes. */
-static void check_fast(struct pass *ps, const char *p, size_t avail, size_t used)
+/*
+ * The oracle: the event's bytes p[0, used) decoded again by the generic
+ * path alone (scan, msgpack_unpack, rbtrace_event_decode), into *raw, as
+ * the target encoded it (a _NEXT unresolved). The fast path, when the
+ * stream took it, must agree with it; the raw event must encode again
+ * into bytes that decode to it; the stream's (resolved) event must be it.
+ */
+static void check_event(struct pass *ps, const char *p, size_t avail, size_t used)
 {
-    static struct rbtrace_event slow;
+    static struct rbtrace_event raw;
+    const struct rbtrace_event *ev = ps->stream.ev;
     char err[RBTRACE_ERRLEN];
     msgpack_object obj;
     size_t end = 0, off = 0;
 
-    FUZZ_CHECK(rbtrace_msgpack_scan(p, avail, FUZZ_EVENT_MAX, &end) == RBTRACE_SCAN_WHOLE);
+    FUZZ_CHECK(rbtrace_msgpack_scan(p, avail, STREAM_EVENT_MAX, &end) == RBTRACE_SCAN_WHOLE);
     FUZZ_CHECK(end == used);
     msgpack_zone_clear(&ps->zone);
     FUZZ_CHECK(msgpack_unpack(p, used, &off, &ps->zone, &obj) == MSGPACK_UNPACK_SUCCESS);
-    FUZZ_CHECK(rbtrace_event_decode(&obj, &slow, err) == RBTRACE_OK);
-    FUZZ_CHECK(slow.type == ps->ev.type && slow.thread_id == ps->ev.thread_id &&
-               slow.time_ns == ps->ev.time_ns && slow.method_id == ps->ev.method_id);
+    FUZZ_CHECK(off == used);
+    FUZZ_CHECK(rbtrace_event_decode(&obj, &raw, err) == RBTRACE_OK);
+    check_round_trip(&raw);
+    if (raw.type == RBTRACE_EV_CALL_NEXT || raw.type == RBTRACE_EV_RETURN_NEXT) {
+        FUZZ_CHECK(ev->type == (raw.type == RBTRACE_EV_CALL_NEXT ? RBTRACE_EV_CALL
+                                                                 : RBTRACE_EV_RETURN));
+        FUZZ_CHECK(ev->method_id == raw.method_id);
+    } else if (ps->stream.fast) {
+        FUZZ_CHECK(raw.type == ev->type && raw.thread_id == ev->thread_id &&
+                   raw.time_ns == ev->time_ns && raw.method_id == ev->method_id);
+    } else {
+        FUZZ_CHECK(event_same(&raw, ev));
+    }
 }
 
-/* A decoded event, as session.c takes it: resolved against the call
- * chain (1, as the client stops, if it cannot be), then rendered. */
-static int handle(struct pass *ps)
+/* A decoded event: checked, hashed, rendered. */
+static void handle(struct pass *ps)
 {
-    char err[RBTRACE_ERRLEN];
+    const struct rbtrace_event *ev = ps->stream.ev;
+    int i;
 
-    if (ps->checks) {
-        check_round_trip(&ps->ev);
-        if (ps->ev.type == RBTRACE_EV_SLOW || ps->ev.type == RBTRACE_EV_GC)
-            check_seconds(ps->ev.duration_ns);
-    }
-    memset(err, 0, sizeof(err));
-    if (rbtrace_call_chain_resolve(&ps->chain, &ps->ev, err) != RBTRACE_OK) {
-        FUZZ_CHECK(err[0] != '\0' && memchr(err, '\0', sizeof(err)) != NULL);
-        return 1;
-    }
-    FUZZ_CHECK(ps->ev.type != RBTRACE_EV_CALL_NEXT && ps->ev.type != RBTRACE_EV_RETURN_NEXT);
-    hash_event(&ps->d, &ps->ev);
-    if (ps->render && render_event(ps->render, &ps->ev) != CLI_OK) {
+    FUZZ_CHECK(ev->type != RBTRACE_EV_CALL_NEXT && ev->type != RBTRACE_EV_RETURN_NEXT);
+    if (ps->checks && (ev->type == RBTRACE_EV_SLOW || ev->type == RBTRACE_EV_GC))
+        check_seconds(ev->duration_ns);
+    hash_event(&ps->d, ev);
+    if (ps->render && render_event(ps->render, ev) != CLI_OK) {
         fprintf(stderr, "fuzz_event: render_event failed: %s\n", ps->render->errstr);
         abort();
     }
-    return 0;
+    for (i = 0; ps->formats && i < FUZZ_FORMATS; i++) {
+        if (format_event(ps->formats[i], ev) != CLI_OK) {
+            fprintf(stderr, "fuzz_event: format %d failed: %s\n", i, ps->formats[i]->errstr);
+            abort();
+        }
+    }
 }
 
 /*
- * Decodes every whole event in buf[*head, tail), as session_decode does.
- * Returns 0 to go on reading, 1 when the client would stop (bytes it
- * refuses, or an event it cannot decode).
+ * Decodes every whole event in buf[*head, tail) with stream_next, as the
+ * session does. Returns 0 to go on reading, 1 when the client would stop
+ * (bytes it refuses, or an event it cannot decode or resolve).
  */
 static int decode_some(struct pass *ps, const char *buf, size_t *head, size_t tail)
 {
-    char err[RBTRACE_ERRLEN];
-    msgpack_object obj;
-
     while (*head < tail) {
         const char *p = buf + *head;
-        size_t avail = tail - *head, used = 0, end = 0, off = 0;
-        int fast = rbtrace_event_decode_call_bytes(p, avail, &ps->ev, &used);
-        enum rbtrace_scan scan;
+        size_t avail = tail - *head, used = 0, end = 0;
 
-        if (fast < 0) {
+        switch (stream_next(&ps->stream, p, avail, &used)) {
+        case STREAM_PARTIAL:
+            FUZZ_CHECK(used == 0);
             if (ps->checks)
-                FUZZ_CHECK(rbtrace_msgpack_scan(p, avail, FUZZ_EVENT_MAX, &end) ==
+                FUZZ_CHECK(rbtrace_msgpack_scan(p, avail, STREAM_EVENT_MAX, &end) ==
                            RBTRACE_SCAN_PARTIAL);
             return 0;
-        }
-        if (fast > 0) {
-            FUZZ_CHECK(used > 0 && used <= avail && used <= RBTRACE_CALL_EVENT_MAX);
-            if (ps->checks) check_fast(ps, p, avail, used);
-            if (handle(ps)) return 1;
-            *head += used;
-            continue;
-        }
-        scan = rbtrace_msgpack_scan(p, avail, FUZZ_EVENT_MAX, &end);
-        if (scan == RBTRACE_SCAN_PARTIAL) return 0;
-        if (scan != RBTRACE_SCAN_WHOLE) return 1;
-        FUZZ_CHECK(end > 0 && end <= avail);
-        msgpack_zone_clear(&ps->zone);
-        if (msgpack_unpack(p, end, &off, &ps->zone, &obj) != MSGPACK_UNPACK_SUCCESS) return 1;
-        FUZZ_CHECK(off == end);
-        memset(err, 0, sizeof(err));
-        if (rbtrace_event_decode(&obj, &ps->ev, err) != RBTRACE_OK) {
-            FUZZ_CHECK(err[0] != '\0' && memchr(err, '\0', sizeof(err)) != NULL);
+        case STREAM_BROKEN:
+            FUZZ_CHECK(used == 0);
+            /* fall through */
+        case STREAM_BAD_EVENT:
+            FUZZ_CHECK(ps->stream.errstr[0] != '\0' &&
+                       memchr(ps->stream.errstr, '\0', sizeof(ps->stream.errstr)) != NULL);
             return 1;
+        case STREAM_EVENT:
+            FUZZ_CHECK(used > 0 && used <= avail);
+            if (ps->stream.fast) FUZZ_CHECK(used <= RBTRACE_CALL_EVENT_MAX);
+            if (ps->checks) check_event(ps, p, avail, used);
+            handle(ps);
+            *head += used;
+            break;
         }
-        if (handle(ps)) return 1;
-        *head += end;
     }
     return 0;
 }
@@ -397,6 +406,7 @@ static void run(struct pass *ps, const char *stream, size_t len, size_t chunk)
 
     if (!buf) abort();
     if (!msgpack_zone_init(&ps->zone, 4096)) abort();
+    if (stream_init(&ps->stream) != CLI_OK) abort();
     ps->d.hash = 0xcbf29ce484222325ULL;
     while (tail < len) {
         size_t n = chunk && chunk < len - tail ? chunk : len - tail;
@@ -408,6 +418,7 @@ static void run(struct pass *ps, const char *stream, size_t len, size_t chunk)
         }
     }
     ps->d.consumed = head;
+    stream_free(&ps->stream);
     msgpack_zone_destroy(&ps->zone);
     free(buf);
 }
@@ -417,8 +428,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static struct pass whole, pieces;
     static const size_t chunks[] = { 1, 2, 3, 5, 7, 16, 29, 64 };
     static FILE *devnull;
+    static const enum options_format kinds[FUZZ_FORMATS] = {
+        OPTIONS_FORMAT_JSON, OPTIONS_FORMAT_CHROME, OPTIONS_FORMAT_FOLDED, OPTIONS_FORMAT_SUMMARY
+    };
+    struct format *formats[FUZZ_FORMATS];
+    struct format_opts fopts;
     struct render_opts opts;
     struct render r;
+    int i;
     const char *stream = (const char *)data + 1;
     size_t len;
 
@@ -431,17 +448,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     opts.prefix = (data[0] >> 2) & 3;
     opts.raise_all = (data[0] >> 4) & 1;
     render_init(&r, devnull, &opts);
+    memset(&fopts, 0, sizeof(fopts));
+    fopts.text = opts;
+    fopts.pid = 4242;
+    for (i = 0; i < FUZZ_FORMATS; i++)
+        if (format_open(kinds[i], devnull, &fopts, &formats[i]) != CLI_OK) abort();
     render_set_wall_origin(&r, 1700000000ULL * 1000000000ULL);
 
     memset(&whole.d, 0, sizeof(whole.d));
-    memset(&whole.chain, 0, sizeof(whole.chain));
     whole.render = &r;
+    whole.formats = formats;
     whole.checks = 1;
     run(&whole, stream, len, 0);
 
     memset(&pieces.d, 0, sizeof(pieces.d));
-    memset(&pieces.chain, 0, sizeof(pieces.chain));
     pieces.render = NULL;
+    pieces.formats = NULL;
     pieces.checks = 0;
     run(&pieces, stream, len, chunks[(data[0] >> 4) & 7]);
 
@@ -452,5 +474,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(whole.d.broken == pieces.d.broken);
 
     render_free(&r);
+    for (i = 0; i < FUZZ_FORMATS; i++) {
+        /* the trace's end: every format closes what it holds */
+        if (format_finish(formats[i]) != CLI_OK) abort();
+        format_close(formats[i]);
+    }
     return 0;
 }

@@ -22,7 +22,10 @@ module CTest
     'test_ring' => %w[ring.c],
     'test_clock' => %w[clock_tsc.c],
     'test_procfs' => %w[cli/procfs.c],
-    'test_unfinished' => %w[cli/unfinished.c]
+    'test_unfinished' => %w[cli/unfinished.c],
+    'test_formats' => %w[cli/stream.c cli/format.c cli/format_text.c cli/format_json.c cli/format_chrome.c
+                         cli/format_folded.c cli/format_summary.c cli/calls.c cli/json.c cli/render.c
+                         cli/escape.c]
   }.freeze
 
   def self.msgpack_libs

@@ -27,7 +27,8 @@ module Fuzz
   # Each harness and the sources it links besides ext/rbtrace/codec.c.
   HARNESSES = {
     'command' => [],
-    'event' => %w[cli/render.c cli/escape.c],
+    'event' => %w[cli/stream.c cli/render.c cli/escape.c cli/format.c cli/format_text.c cli/format_json.c
+                  cli/format_chrome.c cli/format_folded.c cli/format_summary.c cli/calls.c cli/json.c],
     'escape' => %w[cli/escape.c]
   }.freeze
 

@@ -233,9 +233,13 @@ void rbtrace_gvl_start(void)
     }
     gvl.since_ns = gvl_now_ns();
     gvl.hook = rb_internal_thread_add_event_hook(gvl_hook_i, GVL_EVENTS, NULL);
-    if (gvl.hook == NULL)
+    if (gvl.hook == NULL) {
         rbtrace_emit_message(RBTRACE_EV_ERROR, "--gvl: Ruby refused the thread event hook: GVL "
                              "waits are not traced");
+        return;
+    }
+    /* The answer (protocol.h): waits are measured from here on. */
+    rbtrace_emit_gvl(rbtrace_thread_id(), gvl.since_ns, 0);
 }
 
 /* Removes the hook: once Ruby's removal returns, no call of it is left

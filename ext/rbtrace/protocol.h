@@ -196,7 +196,9 @@ enum rbtrace_event_type {
      * waited wait_ns for the GVL from time_ns (READY to RESUMED), and now
      * runs. Sent by the thread as it takes the GVL, so before its next call
      * event: the wait belongs to the calls of that thread then open. Not a
-     * call event (the _NEXT chain passes over it). */
+     * call event (the _NEXT chain passes over it). The target answers the
+     * GVL command with one of wait 0 once its hook is in place: waits are
+     * measured from there on (a target that cannot, sends none). */
     RBTRACE_EV_GVL = 18
 };
 

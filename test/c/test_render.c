@@ -811,6 +811,15 @@ static void test_gvl(void)
                   "[t2] GVL wait <0.005000>\n"
                   "[t1] Worker#run <0.010000> gvl <0.000700>\n\n");
 
+    /* --gvl, but the target never said it measures (no GVL event: Ruby 3.1):
+     * no " gvl <0.000000>" that would mean no wait. */
+    fx_open(&fx, 0, 0, 2);
+    fx.r.opts = o;
+    fx_method(&fx, 1, "Worker#run");
+    fx_call(&fx, 7, 0, 1);
+    fx_return(&fx, 7, 10 * MS, 1);
+    FX_CHECK(&fx, "Worker#run <0.010000>\n");
+
     /* Without --gvl: GVL events change nothing (a target never sends them). */
     fx_open(&fx, 0, 0, 2);
     fx_method(&fx, 1, "Worker#run");

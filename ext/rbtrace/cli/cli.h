@@ -7,11 +7,15 @@
  *   options.c  command line -> struct options
  *   tracers.c  tracer files (-c) -> selectors
  *   attach.c   target checks, private socket, message queue, accept
- *   session.c  event loop: socket -> decoder -> renderer; signals; detach
+ *   session.c  event loop: socket -> stream -> format; signals; detach
+ *   stream.c   the target's bytes -> events (no I/O; fuzzed as it is)
  *   reports.c  -b, --memory, --heapdump, ...: the Ruby code each one runs
  *   repl.c     -i: read entries (libedit or plain lines), eval each, print
  *   editline.c libedit, loaded when -i needs it (not linked)
- *   render.c   events -> rbtrace's text format on a FILE* (no other I/O)
+ *   format.c   --format: the interface of the formats, one file each:
+ *              format_text.c (render.c: events -> rbtrace's text lines),
+ *              format_json.c, format_chrome.c, format_folded.c (sharing
+ *              calls.c: names and call stacks; json.c: JSON strings)
  *   multi.c    several pids: one session each in a child, output merged
  *   ps.c       --ps: processes by command line
  *   exec.c     --exec: start a program with rbtrace loaded

@@ -279,6 +279,52 @@ static int options_set_output(struct options *o, const struct options_spec *spec
     return CLI_OK;
 }
 
+const char *const options_format_names[] = {
+    [OPTIONS_FORMAT_TEXT] = "text",
+    [OPTIONS_FORMAT_JSON] = "json",
+    [OPTIONS_FORMAT_CHROME] = "chrome",
+    [OPTIONS_FORMAT_FOLDED] = "folded",
+    [OPTIONS_FORMAT_SUMMARY] = "--summary",
+};
+
+static int options_set_format(struct options *o, const struct options_spec *spec, const char *value)
+{
+    size_t i;
+
+    for (i = 0; i <= OPTIONS_FORMAT_FOLDED; i++) {   /* not summary: it is --summary */
+        if (!strcmp(value, options_format_names[i])) {
+            o->format = (enum options_format)i;
+            o->format_given = 1;
+            return CLI_OK;
+        }
+    }
+    return options_bad_value(o, spec, value, "text, json, chrome or folded");
+}
+
+static int options_set_summary(struct options *o, const struct options_spec *spec,
+                               const char *value)
+{
+    (void)spec;
+    (void)value;
+    o->summary = 1;
+    return CLI_OK;
+}
+
+static int options_set_sort(struct options *o, const struct options_spec *spec, const char *value)
+{
+    static const char *const names[] = { "total", "calls", "self", "max" };
+    size_t i;
+
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (!strcmp(value, names[i])) {
+            o->sort = (enum options_sort)i;
+            o->sort_given = 1;
+            return CLI_OK;
+        }
+    }
+    return options_bad_value(o, spec, value, "total, calls, self or max");
+}
+
 static int options_set_prefix(struct options *o, const struct options_spec *spec, const char *value)
 {
     char *end;
@@ -404,6 +450,9 @@ static const struct options_spec options_table[] = {
     { 0,   "devmode",     OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(devmode) },
     { 'o', "output",      OPTIONS_VALUE, options_set_output, 0 },
     { 'a', "append",      OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(append) },
+    { 0,   "format",      OPTIONS_VALUE, options_set_format, 0 },
+    { 0,   "summary",     OPTIONS_FLAG,  options_set_summary, 0 },
+    { 0,   "sort",        OPTIONS_VALUE, options_set_sort, 0 },
     { 't', "start-time",  OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(start_time) },
     { 'n', "no-duration", OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(no_duration) },
     { 0,   "stats",       OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(stats) },
@@ -520,6 +569,34 @@ int options_watches(const struct options *o)
     return o->slow_ms >= 0 || o->gc || o->raises || o->gvl_ms >= 0;
 }
 
+/* --format applies to traces; the formats other than text are whole
+ * documents (or one object a line) that cannot be merged line by line. */
+static int options_check_format(struct options *o)
+{
+    const char *name;
+
+    if (o->summary && o->format_given)
+        return options_fail(o, "--summary is a table instead of the trace's lines: drop --format "
+                            "%s (or trace twice)", options_format_names[o->format]);
+    if (o->summary) o->format = OPTIONS_FORMAT_SUMMARY;
+    if (o->sort_given && !o->summary)
+        return options_fail(o, "--sort orders the --summary table: add --summary");
+    name = options_format_names[o->format];
+    if (o->format == OPTIONS_FORMAT_TEXT) return CLI_OK;
+    if (o->mode >= OPTIONS_MODE_EVAL)
+        return options_fail(o, "%s%s applies to traces (-m, -c, -f, --slow, --gc, --raise), "
+                            "not to %s: drop it", o->summary ? "" : "--format ", name,
+                            options_mode_names[o->mode]);
+    if (o->format == OPTIONS_FORMAT_SUMMARY) return CLI_OK;   /* a table of lines: merges, appends */
+    if (o->n_pids > 1 && !o->output_path)
+        return options_fail(o, "--format %s with several processes needs -o FILE (one FILE.PID "
+                            "each): their traces cannot be merged into one", name);
+    if (o->append)
+        return options_fail(o, "--format %s writes a whole document: -a would append a second "
+                            "one to FILE; give a new -o FILE instead", name);
+    return CLI_OK;
+}
+
 static int options_check(struct options *o)
 {
     /* rbtrace -p PID -h: the original's heap dump, or help? Neither. */
@@ -547,7 +624,7 @@ static int options_check(struct options *o)
     if (o->n_slow_selectors && o->slow_ms < 0)
         return options_fail(o, "--slow-methods needs a threshold: add --slow MS or --slowcpu MS");
     if (o->append && !o->output_path) return options_fail(o, "-a needs -o FILE");
-    return CLI_OK;
+    return options_check_format(o);
 }
 
 int options_parse(struct options *o, int argc, char **argv)

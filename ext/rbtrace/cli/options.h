@@ -27,6 +27,26 @@ enum options_mode {
     OPTIONS_MODE_INTERACTIVE   /* -i: a REPL against the target (repl.c) */
 };
 
+/* --format: how a trace is written (format.h). */
+enum options_format {
+    OPTIONS_FORMAT_TEXT = 0,   /* the original rbtrace's lines (the default) */
+    OPTIONS_FORMAT_JSON,       /* JSON Lines */
+    OPTIONS_FORMAT_CHROME,     /* the Chrome trace event format */
+    OPTIONS_FORMAT_FOLDED,     /* collapsed stacks, at the end */
+    OPTIONS_FORMAT_SUMMARY     /* --summary: a table per method, at the end */
+};
+
+/* --sort: the order of --summary's rows. */
+enum options_sort {
+    OPTIONS_SORT_TOTAL = 0,
+    OPTIONS_SORT_CALLS,
+    OPTIONS_SORT_SELF,
+    OPTIONS_SORT_MAX
+};
+
+/* The names --format takes, by enum options_format. */
+extern const char *const options_format_names[];
+
 struct options {
     pid_t pid;                 /* the target (the first -p); 0 when none yet */
     pid_t *pids;               /* -p PID...: every target given (options_add_pid) */
@@ -53,6 +73,11 @@ struct options {
                                   traced call's; < 0 when not given */
     int devmode;               /* --devmode: -m follows reloaded classes */
     const char *output_path;   /* -o: output file, NULL for stdout */
+    enum options_format format; /* --format, or --summary */
+    int format_given;          /* --format was given */
+    enum options_sort sort;    /* --sort */
+    int sort_given;            /* --sort was given */
+    int summary;               /* --summary */
     int append;                /* -a: append to the -o file */
     int start_time;            /* -t: show each call's start time */
     int no_duration;           /* -n: do not show durations */

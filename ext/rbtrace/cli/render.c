@@ -399,7 +399,7 @@ static void render_gvl_total(struct render *r, uint64_t gvl_ns)
     char text[RENDER_SECONDS_MAX + 7];
     size_t n = sizeof(" gvl <") - 1;
 
-    if (!r->opts.gvl || r->opts.no_duration) return;
+    if (!r->opts.gvl || !r->gvl_live || r->opts.no_duration) return;
     memcpy(text, " gvl <", n);
     n += render_format_seconds(text + n, gvl_ns);
     text[n++] = '>';
@@ -643,13 +643,15 @@ static long render_thread_known(struct render *r, uint64_t id)
  * (and from there to its callers as they return); one longer than the
  * threshold prints a line at the thread's depth:
  *   GVL wait <0.012345>
- * A short wait of a thread never seen makes no thread of it (no [tN]).
+ * A short wait of a thread never seen makes no thread of it (no [tN]);
+ * the target's first, of wait 0, says that waits are measured from then.
  */
 static int render_gvl(struct render *r, const struct rbtrace_event *ev)
 {
     long ti = render_thread_known(r, ev->thread_id);
     struct render_thread *t;
 
+    r->gvl_live = 1;
     if (ti < 0 && ev->duration_ns <= r->opts.gvl_threshold_ns) return CLI_OK;
     if (ti < 0 && (ti = render_thread_index(r, ev->thread_id)) < 0) return CLI_ERR;
     t = &r->threads[ti];

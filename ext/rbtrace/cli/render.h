@@ -36,8 +36,9 @@
  *
  *   re-raise ArgumentError: bad value at mw.rb:9
  *
- * With --gvl (opts.gvl), each traced call's duration is followed by the
- * time its thread waited for the GVL inside it (GVL events, which the
+ * With --gvl (opts.gvl), once the target has said that it measures GVL
+ * waits (its first GVL event), each traced call's duration is followed by
+ * the time its thread waited for the GVL inside it (GVL events, which the
  * target sends before the thread's next call event), and a wait longer
  * than opts.gvl_threshold_ns prints a line at its thread's depth:
  *
@@ -106,6 +107,8 @@ struct render {
     size_t open_thread;        /* which thread's call it shows (index) ... */
     size_t open_depth;         /* ... and that call's depth (1-based) */
     size_t max_nesting;        /* deepest stack seen on any thread; never reset */
+    int gvl_live;              /* a GVL event came: the target measures waits (the
+                                  " gvl <...>" of calls is shown from then on) */
     int raise_open;            /* the open line is a raise line (line_open) ... */
     size_t raise_thread;       /* ... of this thread (index) ... */
     uint64_t reraises;         /* ... with this many re-raises folded into it, */

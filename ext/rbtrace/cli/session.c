@@ -2,13 +2,11 @@
  * session.c - the client's event loop.
  *
  * Reads the target's socket into a buffer of its own, decodes each event
- * and hands it to the renderer, or acts on it (ATTACHED, REFUSED, DETACHED,
- * EVAL_RESULT, ERROR, NOTICE). CALL and RETURN, nearly every event of a
- * trace, are decoded straight from their bytes
- * (rbtrace_event_decode_call_bytes); anything else goes through msgpack
- * objects (rbtrace_event_decode). SIGINT, SIGTERM and SIGHUP only count and
- * write a byte to a self-pipe; the loop polls that pipe with the socket, and
- * every 200 ms checks that the target still exists.
+ * and hands it to the trace's format (format.h), or acts on it (ATTACHED, REFUSED, DETACHED,
+ * EVAL_RESULT, ERROR, NOTICE); the decoding is stream.c's. SIGINT, SIGTERM
+ * and SIGHUP only count and write a byte to a self-pipe; the loop polls
+ * that pipe with the socket, and every 200 ms checks that the target still
+ * exists.
  *
  * Every byte of the target's that is printed (trace events, results,
  * reports, notices, errors) is escaped (escape.h): the app must not write
@@ -30,9 +28,10 @@
 #include <unistd.h>
 #include "attach.h"
 #include "escape.h"
-#include "render.h"
+#include "format.h"
 #include "reports.h"
 #include "session.h"
+#include "stream.h"
 
 #define SESSION_TICK_MS 200
 /* How long an open raise line waits for re-raises once the target is quiet
@@ -41,9 +40,6 @@
 /* The read buffer's size (it grows for bigger events), and the output's. */
 #define SESSION_READ_SIZE (256 * 1024)
 #define SESSION_OUT_BUFFER (256 * 1024)
-/* An event larger than this is malformed (the biggest real ones carry
- * RBTRACE_EXPRS_MAX values of RBTRACE_VALUE_MAX bytes, or an eval result). */
-#define SESSION_EVENT_MAX (64 * 1024 * 1024)
 /* Eval: how long past its own timeout we wait for the target's answer. */
 #define SESSION_EVAL_GRACE_MS 2000
 /* The -e eval's id; the REPL's evals count up from it. */
@@ -84,13 +80,10 @@ struct session_input {
 struct session {
     const struct options *opts;
     struct attach at;
-    struct render render;
+    struct format *format;     /* how the trace is written (--format) */
     FILE *out;                 /* stdout or the -o file */
     struct session_input in;
-    msgpack_zone zone;         /* objects of the last event not decoded by */
-    int zone_ready;            /* the fast path; zone is initialised */
-    struct rbtrace_event *ev;  /* the event in hand (~2 KiB: off the stack) */
-    struct rbtrace_call_chain chain; /* the last call event read (for the _NEXT ones) */
+    struct stream stream;      /* the decoder of the target's bytes */
     int timeout_ms;            /* --timeout */
     int eval_timeout_ms;       /* the eval's: --timeout, or longer for the dumps */
     sig_atomic_t signals_seen; /* signals already acted on */
@@ -167,7 +160,7 @@ static void session_drain_wake(void)
 
 static void session_vstatus(struct session *s, int end_line, const char *fmt, va_list ap)
 {
-    if (end_line) render_end_line(&s->render);
+    if (end_line && s->format) format_end_line(s->format);
     fflush(s->out);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
@@ -204,7 +197,7 @@ static void session_status_text(struct session *s, int lines, struct rbtrace_str
 {
     va_list ap;
 
-    if (s->out == stdout) render_end_line(&s->render);
+    if (s->out == stdout && s->format) format_end_line(s->format);
     fflush(s->out);
     if (lines && escape_body_needed(text.ptr, text.len)) fprintf(stderr, "%s\n", ESCAPE_BODY_NOTE);
     va_start(ap, fmt);
@@ -240,10 +233,10 @@ static void session_final_status(struct session *s, const char *fmt, ...)
     va_list ap;
 
     if (s->opts->stats && s->attached) {
-        render_end_line(&s->render);
+        format_end_line(s->format);
         fflush(s->out);
         fprintf(stderr, "*** %llu events received, %llu lost\n",
-                (unsigned long long)s->render.received, (unsigned long long)s->render.lost);
+                (unsigned long long)s->format->received, (unsigned long long)s->format->lost);
     }
     va_start(ap, fmt);
     session_vstatus(s, 1, fmt, ap);
@@ -275,7 +268,7 @@ static int session_on_attached(struct session *s, const struct rbtrace_event *ev
     }
     s->attached = 1;
     s->features = ev->features;
-    render_set_wall_origin(&s->render, ev->wall_origin_ns);
+    format_set_wall_origin(s->format, ev->wall_origin_ns);
     /* Here, not once the wait for it ends: a one-shot run's result may come
      * in the same read (session_attach), and is printed as it is handled. */
     fprintf(stderr, "*** attached to process %d\n", (int)s->at.pid);
@@ -347,8 +340,8 @@ static int session_on_eval_result(struct session *s, const struct rbtrace_event 
 static int session_render(struct session *s, const struct rbtrace_event *ev)
 {
     if (!s->attached) return CLI_OK;
-    if (render_event(&s->render, ev) == CLI_OK) return CLI_OK;
-    snprintf(s->errstr, sizeof(s->errstr), "%s", s->render.errstr);
+    if (format_event(s->format, ev) == CLI_OK) return CLI_OK;
+    snprintf(s->errstr, sizeof(s->errstr), "%s", s->format->errstr);
     return CLI_ERR;
 }
 
@@ -386,72 +379,30 @@ static enum session_wait session_handled(int cli_rc)
     return cli_rc == CLI_OK ? SESSION_DONE : SESSION_FAILED;
 }
 
-/*
- * The message at p (avail bytes) through msgpack objects. SESSION_DONE
- * with *used its length, or 0 if it is not all there yet; or why to stop.
- * Its end is found first (rbtrace_msgpack_scan), so msgpack-c unpacks only
- * a whole event, whose announced items all fit in its bytes: a few bytes
- * announcing 2^32 elements cannot make it allocate gigabytes. Scanning an
- * incomplete event again after each read is cheap: the only big events
- * are strings, whose bodies the scan skips.
- */
-static enum session_wait session_decode_slow(struct session *s, const char *p, size_t avail,
-                                             size_t *used)
-{
-    char err[RBTRACE_ERRLEN];
-    msgpack_object obj;
-    size_t off = 0, size = 0;
-
-    *used = 0;
-    switch (rbtrace_msgpack_scan(p, avail, SESSION_EVENT_MAX, &size)) {
-    case RBTRACE_SCAN_WHOLE:
-        break;
-    case RBTRACE_SCAN_PARTIAL:
-        return SESSION_DONE;
-    case RBTRACE_SCAN_TOO_BIG:
-        s->stream_broken = 1;
-        return session_malformed(s, "an event larger than 64 MiB");
-    case RBTRACE_SCAN_INVALID:
-        s->stream_broken = 1;
-        return session_malformed(s, "invalid msgpack");
-    }
-    msgpack_zone_clear(&s->zone);   /* the previous event's objects; keeps its memory */
-    if (msgpack_unpack(p, size, &off, &s->zone, &obj) != MSGPACK_UNPACK_SUCCESS) {
-        s->stream_broken = 1;
-        return session_malformed(s, "invalid msgpack (nested too deep, or out of memory)");
-    }
-    *used = off;
-    if (rbtrace_event_decode(&obj, s->ev, err) != RBTRACE_OK ||
-        rbtrace_call_chain_resolve(&s->chain, s->ev, err) != RBTRACE_OK)
-        return session_malformed(s, err);
-    return session_handled(session_on_event(s, s->ev));
-}
-
-/* A CALL or RETURN (or a _NEXT) that the fast path decoded. */
-static enum session_wait session_fast(struct session *s)
-{
-    char err[RBTRACE_ERRLEN];
-
-    if (rbtrace_call_chain_resolve(&s->chain, s->ev, err) != RBTRACE_OK)
-        return session_malformed(s, err);
-    return session_handled(session_render(s, s->ev));
-}
-
-/* Decodes and handles every complete event in the input. */
+/* Decodes and handles every complete event in the input (stream.h). */
 static enum session_wait session_decode(struct session *s)
 {
     struct session_input *in = &s->in;
     enum session_wait rc = SESSION_DONE;
 
     while (rc == SESSION_DONE && in->head < in->tail) {
-        const char *p = in->data + in->head;
-        size_t avail = in->tail - in->head, used = 0;
-        int fast = rbtrace_event_decode_call_bytes(p, avail, s->ev, &used);
+        size_t used = 0;
 
-        if (fast < 0) break;   /* the rest of a CALL or RETURN is still to come */
-        if (fast > 0) rc = session_fast(s);
-        else rc = session_decode_slow(s, p, avail, &used);
-        if (used == 0) break;
+        switch (stream_next(&s->stream, in->data + in->head, in->tail - in->head, &used)) {
+        case STREAM_EVENT:
+            /* CALL and RETURN, nearly every event, straight to the format */
+            rc = session_handled(s->stream.fast ? session_render(s, s->stream.ev)
+                                                : session_on_event(s, s->stream.ev));
+            break;
+        case STREAM_PARTIAL:
+            return rc;
+        case STREAM_BAD_EVENT:
+            rc = session_malformed(s, s->stream.errstr);
+            break;
+        case STREAM_BROKEN:
+            s->stream_broken = 1;
+            return session_malformed(s, s->stream.errstr);
+        }
         in->head += used;
     }
     return rc;
@@ -545,7 +496,7 @@ static enum session_wait session_poll(struct session *s, struct pollfd *fds, int
     if (n == 0) {
         /* A raise line waits a moment for re-raises to fold into it, then
          * ends, so that a pipe or -p PID PID gets it whole. */
-        int raise_open = render_raise_open(&s->render);
+        int raise_open = format_raise_open(s->format);
         int wait_ms = raise_open && timeout_ms > SESSION_RERAISE_MS ? SESSION_RERAISE_MS
                                                                       : timeout_ms;
         struct timespec ts = { wait_ms / 1000, (long)(wait_ms % 1000) * 1000000L };
@@ -553,8 +504,8 @@ static enum session_wait session_poll(struct session *s, struct pollfd *fds, int
         if (session_flush(s) != CLI_OK) return SESSION_FAILED;
         n = ppoll(fds, 2, &ts, outside);
         if (n == 0 && raise_open) {
-            if (render_end_line(&s->render) != CLI_OK) {
-                snprintf(s->errstr, sizeof(s->errstr), "%s", s->render.errstr);
+            if (format_end_line(s->format) != CLI_OK) {
+                snprintf(s->errstr, sizeof(s->errstr), "%s", s->format->errstr);
                 return SESSION_FAILED;
             }
             if (session_flush(s) != CLI_OK) return SESSION_FAILED;
@@ -659,18 +610,17 @@ static int session_alloc(struct session *s)
 {
     s->in.data = malloc(SESSION_READ_SIZE);
     s->in.cap = SESSION_READ_SIZE;
-    s->ev = malloc(sizeof(*s->ev));
-    s->zone_ready = msgpack_zone_init(&s->zone, MSGPACK_ZONE_CHUNK_SIZE);
-    if (s->in.data && s->ev && s->zone_ready) return CLI_OK;
+    if (s->in.data && stream_init(&s->stream) == CLI_OK) return CLI_OK;
     snprintf(s->errstr, sizeof(s->errstr), "out of memory");
     return CLI_ERR;
 }
 
 static int session_init(struct session *s, const struct options *opts)
 {
-    struct render_opts ropts = { opts->start_time, opts->no_duration, opts->prefix,
-                                 opts->raise_all, opts->gvl_ms >= 0,
-                                 (uint64_t)(opts->gvl_ms * 1e6 + 0.5) };
+    struct format_opts fopts = { { opts->start_time, opts->no_duration, opts->prefix,
+                                   opts->raise_all, opts->gvl_ms >= 0,
+                                   (uint64_t)(opts->gvl_ms * 1e6 + 0.5) },
+                                 (int)opts->pid, opts->sort };
 
     memset(s, 0, sizeof(*s));
     s->opts = opts;
@@ -680,7 +630,10 @@ static int session_init(struct session *s, const struct options *opts)
     s->eval_timeout_ms = reports_timeout_ms(opts, s->timeout_ms);
     attach_init(&s->at, opts->pid, s->timeout_ms, &session_signals, -1);
     if (session_open_output(s) != CLI_OK) return CLI_ERR;
-    render_init(&s->render, s->out, &ropts);
+    if (format_open(opts->format, s->out, &fopts, &s->format) != CLI_OK) {
+        snprintf(s->errstr, sizeof(s->errstr), "out of memory");
+        return CLI_ERR;
+    }
     if (session_alloc(s) != CLI_OK) return CLI_ERR;
     if (session_install_signals(s) != CLI_OK) return CLI_ERR;
     s->at.wake_fd = session_wake[0];
@@ -694,9 +647,15 @@ static enum cli_exit session_close(struct session *s, enum cli_exit rc)
 
     attach_close(&s->at);
     free(s->in.data);
-    free(s->ev);
-    if (s->zone_ready) msgpack_zone_destroy(&s->zone);
-    render_free(&s->render);
+    stream_free(&s->stream);
+    /* The output whole, however the trace ended (chrome closes its
+     * document, folded writes its stacks). */
+    if (s->format && format_finish(s->format) != CLI_OK) {
+        fprintf(stderr, "rbtrace: %s\n", s->format->errstr);
+        if (rc == CLI_EXIT_OK) rc = CLI_EXIT_FAIL;
+    }
+    format_close(s->format);
+    s->format = NULL;
     for (i = 0; i < 2; i++) {
         if (session_wake[i] >= 0) close(session_wake[i]);
         session_wake[i] = -1;
@@ -892,7 +851,6 @@ static enum cli_exit session_send_gvl(struct session *s)
 
     if (o->gvl_ms < 0) return CLI_EXIT_OK;
     if (s->features & RBTRACE_FEATURE_GVL) return session_send_bare(s, RBTRACE_CMD_GVL);
-    s->render.opts.gvl = 0;   /* no " gvl <0.000000>" that was never measured */
     if (o->mode == OPTIONS_MODE_NONE && o->slow_ms < 0 && !o->gc && !o->raises) {
         session_status(s, "rbtrace: --gvl needs Ruby 3.2 or newer (its thread event hooks), and "
                        "process %d runs an older Ruby: nothing to trace", (int)s->at.pid);

@@ -1,0 +1,362 @@
+/*
+ * format_json.c - --format json: JSON Lines, one object a line.
+ *
+ * A call is written when it returns (so a caller's line comes after its
+ * callees'), with its start, end, duration and self time; the other
+ * events as they come. Every string of the app's is escaped by json.c
+ * (valid JSON whatever its bytes). docs/usage.md ("--format json") lists
+ * the fields of each kind.
+ *
+ * Per method the name is kept as its lines show it, escaped once:
+ * "name":"Foo#bar","class":"Foo","method":"bar".
+ */
+#define _GNU_SOURCE   /* fwrite_unlocked */
+#include <stdlib.h>
+#include <string.h>
+#include "calls.h"
+#include "cli.h"
+#include "format.h"
+#include "json.h"
+
+struct format_json {
+    struct format base;
+    struct calls calls;
+    struct json_buf esc;       /* scratch for escaped text */
+    struct json_buf name;      /* scratch for a name's fields */
+    struct json_buf line;      /* scratch for a call's line */
+};
+
+#define JSON_UNKNOWN "\"name\":\"(unknown)\",\"class\":null,\"method\":\"(unknown)\""
+
+#define PUT_LITERAL(f, s) fwrite_unlocked((s), 1, sizeof(s) - 1, (f)->base.out)
+
+static void put(struct format_json *f, const char *s, size_t len)
+{
+    fwrite_unlocked(s, 1, len, f->base.out);
+}
+
+/* ,"key":N */
+static void put_num(struct format_json *f, const char *key, size_t key_len, uint64_t v)
+{
+    char num[24];
+
+    put(f, key, key_len);
+    put(f, num, json_utoa(num, v));
+}
+
+#define PUT_NUM(f, key, v) put_num((f), (key), sizeof(key) - 1, (v))
+
+/* "..." escaped, or null for no bytes when empty_null. CLI_ERR when out of memory. */
+static int put_string(struct format_json *f, struct rbtrace_str s, int empty_null)
+{
+    size_t n;
+
+    if (empty_null && s.len == 0) {
+        PUT_LITERAL(f, "null");
+        return CLI_OK;
+    }
+    if ((n = json_escape_buf(&f->esc, s.ptr, s.len)) == (size_t)-1)
+        return format_fail(&f->base, "out of memory");
+    fputc_unlocked('"', f->base.out);
+    put(f, f->esc.p, n);
+    fputc_unlocked('"', f->base.out);
+    return CLI_OK;
+}
+
+/* ---- names ---- */
+
+static int json_method(struct format_json *f, const struct rbtrace_event *ev)
+{
+    const char *name = ev->text.ptr;
+    size_t class_len, method_off, n = 0;
+    int ok;
+
+    calls_split_name(name, ev->text.len, &class_len, &method_off);
+    ok = json_buf_add(&f->name, &n, "\"name\":\"") == CLI_OK &&
+         json_buf_add_escaped(&f->name, &n, name, ev->text.len) == CLI_OK &&
+         json_buf_add(&f->name, &n, class_len ? "\",\"class\":\"" : "\",\"class\":null") == CLI_OK &&
+         (!class_len || (json_buf_add_escaped(&f->name, &n, name, class_len) == CLI_OK &&
+                         json_buf_add(&f->name, &n, "\"") == CLI_OK)) &&
+         json_buf_add(&f->name, &n, ",\"method\":\"") == CLI_OK &&
+         json_buf_add_escaped(&f->name, &n, name + method_off, ev->text.len - method_off) == CLI_OK &&
+         json_buf_add(&f->name, &n, "\"") == CLI_OK &&
+         calls_set_name(&f->calls, ev->method_id, f->name.p, n) == CLI_OK;
+    return ok ? CLI_OK : format_fail(&f->base, "out of memory");
+}
+
+static void put_name(struct format_json *f, uint64_t method_id)
+{
+    const struct calls_name *n = calls_name(&f->calls, method_id);
+
+    if (n) put(f, n->text, n->len);
+    else PUT_LITERAL(f, JSON_UNKNOWN);
+}
+
+/* ---- threads ---- */
+
+/* The thread's index; a new one gets a line of its own first:
+ * {"kind":"thread","thread":2,"thread_id":139872}. -1 when out of memory. */
+static long json_thread(struct format_json *f, uint64_t id)
+{
+    int added;
+    long ti = calls_thread(&f->calls, id, &added);
+
+    if (ti < 0) return format_fail(&f->base, "out of memory");
+    if (added) {
+        PUT_NUM(f, "{\"kind\":\"thread\",\"thread\":", f->calls.threads[ti].ordinal);
+        PUT_NUM(f, ",\"thread_id\":", id);
+        PUT_LITERAL(f, "}\n");
+    }
+    return ti;
+}
+
+/* ---- events ---- */
+
+/* ,"args":[{"expr":"x","value":"1"},...] kept with the call until it returns. */
+static int json_args(struct format_json *f, struct calls_frame *frame,
+                     const struct rbtrace_event *ev)
+{
+    size_t n = 0;
+    uint32_t i;
+
+    if (json_buf_add(&f->name, &n, ",\"args\":[") != CLI_OK) goto oom;
+    for (i = 0; i < ev->n_exprs; i++) {
+        if (json_buf_add(&f->name, &n, i ? ",{\"expr\":\"" : "{\"expr\":\"") != CLI_OK ||
+            json_buf_add_escaped(&f->name, &n, ev->exprs[i].ptr, ev->exprs[i].len) != CLI_OK ||
+            json_buf_add(&f->name, &n, "\",\"value\":\"") != CLI_OK ||
+            json_buf_add_escaped(&f->name, &n, ev->values[i].ptr, ev->values[i].len) != CLI_OK ||
+            json_buf_add(&f->name, &n, "\"}") != CLI_OK)
+            goto oom;
+    }
+    if (json_buf_add(&f->name, &n, "]") != CLI_OK) goto oom;
+    frame->extra = malloc(n);
+    if (!frame->extra) goto oom;
+    memcpy(frame->extra, f->name.p, n);
+    frame->extra_len = n;
+    return CLI_OK;
+oom:
+    return format_fail(&f->base, "out of memory");
+}
+
+static int json_call(struct format_json *f, const struct rbtrace_event *ev)
+{
+    long ti = json_thread(f, ev->thread_id);
+    struct calls_frame *frame;
+
+    if (ti < 0) return CLI_ERR;
+    frame = calls_push(&f->calls, (size_t)ti, ev->method_id, ev->time_ns);
+    if (!frame) return format_fail(&f->base, "out of memory");
+    if (ev->type == RBTRACE_EV_CALL_ARGS && ev->n_exprs) return json_args(f, frame, ev);
+    return CLI_OK;
+}
+
+/* {"kind":K,"thread":T,"name":...,"start":S */
+static void json_call_head(struct format_json *f, const char *kind, size_t kind_len,
+                           unsigned ordinal, uint64_t method_id, uint64_t start_ns)
+{
+    PUT_LITERAL(f, "{\"kind\":\"");
+    put(f, kind, kind_len);
+    PUT_NUM(f, "\",\"thread\":", ordinal);
+    fputc_unlocked(',', f->base.out);
+    put_name(f, method_id);
+    PUT_NUM(f, ",\"start\":", start_ns);
+}
+
+/* Room for a call line but its name and args. */
+#define JSON_CALL_FIXED 256
+
+/* A call's line, built whole and written at once: the hot path (one line
+ * per call of a firehose). */
+static int json_return(struct format_json *f, const struct rbtrace_event *ev)
+{
+    long ti = json_thread(f, ev->thread_id);
+    const struct calls_name *name;
+    struct calls_frame *frame;
+    uint64_t dur;
+    char *p;
+
+    if (ti < 0) return CLI_ERR;
+    frame = calls_match(&f->calls, (size_t)ti, ev->method_id);
+    if (!frame) return CLI_OK;
+    name = calls_name(&f->calls, ev->method_id);
+    if (json_buf_reserve(&f->line, (name ? name->len : sizeof(JSON_UNKNOWN)) + frame->extra_len +
+                                       JSON_CALL_FIXED) != CLI_OK)
+        return format_fail(&f->base, "out of memory");
+    dur = ev->time_ns > frame->start_ns ? ev->time_ns - frame->start_ns : 0;
+    p = JSON_PUT_LITERAL(f->line.p, "{\"kind\":\"call\",\"thread\":");
+    p = json_put_u64(p, f->calls.threads[ti].ordinal);
+    *p++ = ',';
+    p = name ? json_put(p, name->text, name->len) : JSON_PUT_LITERAL(p, JSON_UNKNOWN);
+    p = JSON_PUT_LITERAL(p, ",\"start\":");
+    p = json_put_u64(p, frame->start_ns);
+    p = JSON_PUT_LITERAL(p, ",\"end\":");
+    p = json_put_u64(p, frame->start_ns + dur);
+    p = JSON_PUT_LITERAL(p, ",\"duration\":");
+    p = json_put_u64(p, dur);
+    p = JSON_PUT_LITERAL(p, ",\"self\":");
+    p = json_put_u64(p, dur > frame->child_ns ? dur - frame->child_ns : 0);
+    p = JSON_PUT_LITERAL(p, ",\"depth\":");
+    p = json_put_u64(p, f->calls.threads[ti].depth - 1);
+    if (frame->extra) p = json_put(p, frame->extra, frame->extra_len);
+    p = JSON_PUT_LITERAL(p, "}\n");
+    put(f, f->line.p, (size_t)(p - f->line.p));
+    calls_pop(&f->calls, (size_t)ti, dur);
+    return format_check_io(&f->base);
+}
+
+static int json_slow(struct format_json *f, const struct rbtrace_event *ev)
+{
+    long ti = json_thread(f, ev->thread_id);
+
+    if (ti < 0) return CLI_ERR;
+    json_call_head(f, "slow", 4, f->calls.threads[ti].ordinal, ev->method_id, ev->time_ns);
+    PUT_NUM(f, ",\"end\":", ev->time_ns + ev->duration_ns);
+    PUT_NUM(f, ",\"duration\":", ev->duration_ns);
+    PUT_NUM(f, ",\"depth\":", ev->depth);
+    PUT_LITERAL(f, "}\n");
+    return format_check_io(&f->base);
+}
+
+static int json_gc(struct format_json *f, const struct rbtrace_event *ev)
+{
+    long ti = json_thread(f, ev->thread_id);
+
+    if (ti < 0) return CLI_ERR;
+    PUT_NUM(f, "{\"kind\":\"gc\",\"thread\":", f->calls.threads[ti].ordinal);
+    PUT_NUM(f, ",\"start\":", ev->time_ns);
+    PUT_NUM(f, ",\"end\":", ev->time_ns + ev->duration_ns);
+    PUT_NUM(f, ",\"duration\":", ev->duration_ns);
+    if (ev->text.len) PUT_LITERAL(f, ",\"major\":true,\"major_by\":");
+    else PUT_LITERAL(f, ",\"major\":false,\"major_by\":");
+    if (put_string(f, ev->text, 1) != CLI_OK) return CLI_ERR;
+    PUT_LITERAL(f, ",\"gc_by\":");
+    if (put_string(f, ev->text2, 0) != CLI_OK) return CLI_ERR;
+    PUT_NUM(f, ",\"mark\":", ev->mark_ns);
+    PUT_NUM(f, ",\"sweep\":", ev->sweep_ns);
+    PUT_LITERAL(f, "}\n");
+    return format_check_io(&f->base);
+}
+
+static int json_raise(struct format_json *f, const struct rbtrace_event *ev)
+{
+    long ti = json_thread(f, ev->thread_id);
+
+    if (ti < 0) return CLI_ERR;
+    PUT_NUM(f, "{\"kind\":\"raise\",\"thread\":", f->calls.threads[ti].ordinal);
+    PUT_NUM(f, ",\"time\":", ev->time_ns);
+    PUT_LITERAL(f, ",\"exception\":");
+    if (put_string(f, ev->text, 0) != CLI_OK) return CLI_ERR;
+    PUT_LITERAL(f, ",\"message\":");
+    if (put_string(f, ev->text2, 1) != CLI_OK) return CLI_ERR;
+    PUT_LITERAL(f, ",\"at\":");
+    if (put_string(f, ev->text3, 0) != CLI_OK) return CLI_ERR;
+    PUT_NUM(f, ",\"reraise\":", ev->number);
+    PUT_LITERAL(f, "}\n");
+    return format_check_io(&f->base);
+}
+
+/* LOST carries no time: the loss is placed after the latest event seen.
+ * Calls open then may have lost their returns: they are dropped. */
+static int json_lost(struct format_json *f, const struct rbtrace_event *ev)
+{
+    calls_drop_all(&f->calls);
+    PUT_NUM(f, "{\"kind\":\"lost\",\"time\":", f->calls.last_time_ns);
+    PUT_NUM(f, ",\"count\":", ev->number);
+    PUT_LITERAL(f, "}\n");
+    return format_check_io(&f->base);
+}
+
+static int json_event(struct format *base, const struct rbtrace_event *ev)
+{
+    struct format_json *f = (struct format_json *)base;
+
+    switch (ev->type) {
+    case RBTRACE_EV_CALL:
+    case RBTRACE_EV_CALL_ARGS:
+        calls_note_time(&f->calls, ev->time_ns);
+        return json_call(f, ev);
+    case RBTRACE_EV_RETURN:
+        calls_note_time(&f->calls, ev->time_ns);
+        return json_return(f, ev);
+    case RBTRACE_EV_METHOD:
+        return json_method(f, ev);
+    case RBTRACE_EV_FORGET:
+        return calls_forget(&f->calls, ev->number) == CLI_OK ? CLI_OK
+                                                             : format_fail(base, "out of memory");
+    case RBTRACE_EV_LOST:
+        return json_lost(f, ev);
+    case RBTRACE_EV_SLOW:
+        calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
+        return json_slow(f, ev);
+    case RBTRACE_EV_GC:
+        calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
+        return json_gc(f, ev);
+    case RBTRACE_EV_RAISE:
+        calls_note_time(&f->calls, ev->time_ns);
+        return json_raise(f, ev);
+    default:
+        return CLI_OK;
+    }
+}
+
+/* The calls still open when the trace ends, innermost first:
+ * {"kind":"unfinished",...,"start":S,"depth":D}. */
+static int json_finish(struct format *base)
+{
+    struct format_json *f = (struct format_json *)base;
+    size_t i, d;
+
+    for (i = 0; i < f->calls.n_threads; i++) {
+        struct calls_thread *t = &f->calls.threads[i];
+
+        for (d = t->depth; d > 0; d--) {
+            struct calls_frame *frame = &t->frames[d - 1];
+
+            json_call_head(f, "unfinished", 10, t->ordinal, frame->method_id, frame->start_ns);
+            PUT_NUM(f, ",\"depth\":", d - 1);
+            if (frame->extra) put(f, frame->extra, frame->extra_len);
+            PUT_LITERAL(f, "}\n");
+        }
+    }
+    calls_drop_all(&f->calls);
+    return format_check_io(base);
+}
+
+/* The first line: {"kind":"attach","pid":P,"wall_time":NS}, the wall
+ * clock (ns since the epoch) at the trace's time 0. */
+static void json_set_wall_origin(struct format *base, uint64_t wall_origin_ns)
+{
+    struct format_json *f = (struct format_json *)base;
+
+    PUT_NUM(f, "{\"kind\":\"attach\",\"pid\":", (uint64_t)(base->opts.pid > 0 ? base->opts.pid : 0));
+    PUT_NUM(f, ",\"wall_time\":", wall_origin_ns);
+    PUT_LITERAL(f, "}\n");
+}
+
+static void json_destroy(struct format *base)
+{
+    struct format_json *f = (struct format_json *)base;
+
+    calls_free(&f->calls);
+    json_buf_free(&f->esc);
+    json_buf_free(&f->name);
+    json_buf_free(&f->line);
+    free(f);
+}
+
+static const struct format_ops format_json_ops = {
+    .event = json_event,
+    .finish = json_finish,
+    .destroy = json_destroy,
+    .set_wall_origin = json_set_wall_origin,
+};
+
+struct format *format_json_new(FILE *out, const struct format_opts *opts)
+{
+    struct format_json *f = calloc(1, sizeof(*f));
+
+    if (!f) return NULL;
+    format_base_init(&f->base, &format_json_ops, out, opts);
+    calls_init(&f->calls);
+    return &f->base;
+}

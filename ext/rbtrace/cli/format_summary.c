@@ -1,0 +1,305 @@
+/*
+ * format_summary.c - --summary: a table per method when the trace ends,
+ * as strace -c gives per system call, instead of the trace's lines:
+ *
+ *   *** 2 threads, 3.201544 s traced, 0 events lost
+ *   method             calls     total      self      mean       p50       p99       max  raises
+ *   Worker#run             5  0.001234  0.000100  0.000247  0.000240  0.000300  0.000301       0
+ *
+ * Times in seconds. total sums each call's duration (a recursive method's
+ * inner calls count again), self its duration less its traced callees';
+ * p50 and p99 come from a histogram with 8 buckets per power of two: they
+ * are the upper bound of their bucket, within 1/8 above the true value;
+ * max is exact. raises counts the exceptions raised (--raise) while the
+ * method was the innermost traced call on the raising thread. --slow
+ * calls count as calls (their self time is their whole duration). Rows
+ * are sorted by --sort (total, the default; calls, self, max), most first.
+ */
+#define _GNU_SOURCE   /* fwrite_unlocked */
+#include <stdlib.h>
+#include <string.h>
+#include "calls.h"
+#include "cli.h"
+#include "escape.h"
+#include "format.h"
+#include "render.h"
+
+/* Durations under 16 ns have a bucket each; above, 8 per power of two. */
+#define SUMMARY_BUCKETS (16 + 60 * 8)
+
+struct summary_row {
+    uint64_t method_id;
+    uint64_t calls, total_ns, self_ns, max_ns, raises;
+    uint32_t *histogram;       /* SUMMARY_BUCKETS counts, made at the first call */
+};
+
+struct format_summary {
+    struct format base;
+    struct calls calls;
+    struct summary_row *rows;  /* by method, open addressing on method_id */
+    size_t rows_cap, n_rows;   /* rows_cap: a power of two */
+    uint64_t first_ns;         /* the earliest time seen, or UINT64_MAX */
+};
+
+static size_t summary_bucket(uint64_t ns)
+{
+    int e;
+
+    if (ns < 16) return (size_t)ns;
+    e = 63 - __builtin_clzll(ns);   /* >= 4 */
+    return 16 + (size_t)(e - 4) * 8 + (size_t)((ns >> (e - 3)) & 7);
+}
+
+/* The largest duration of bucket b. */
+static uint64_t summary_bucket_top(size_t b)
+{
+    size_t e, sub;
+
+    if (b < 16) return b;
+    e = (b - 16) / 8 + 4;
+    sub = (b - 16) % 8;
+    return ((8 + sub + 1) << (e - 3)) - 1;
+}
+
+static size_t summary_slot(const struct format_summary *f, uint64_t id)
+{
+    uint64_t h = id * 0x9e3779b97f4a7c15ULL;
+    size_t i = (size_t)(h ^ (h >> 32)) & (f->rows_cap - 1);
+
+    while (f->rows[i].histogram && f->rows[i].method_id != id) i = (i + 1) & (f->rows_cap - 1);
+    return i;
+}
+
+/* The row of method_id, made if new; NULL when out of memory. */
+static struct summary_row *summary_row(struct format_summary *f, uint64_t id)
+{
+    struct summary_row *r;
+
+    if ((f->n_rows + 1) * 2 > f->rows_cap) {
+        size_t cap = f->rows_cap ? f->rows_cap * 2 : 64, i, old_cap = f->rows_cap;
+        struct summary_row *old = f->rows;
+
+        if (!(f->rows = calloc(cap, sizeof(*f->rows)))) {
+            f->rows = old;
+            return NULL;
+        }
+        f->rows_cap = cap;
+        for (i = 0; i < old_cap; i++)
+            if (old[i].histogram) f->rows[summary_slot(f, old[i].method_id)] = old[i];
+        free(old);
+    }
+    r = &f->rows[summary_slot(f, id)];
+    if (r->histogram) return r;
+    if (!(r->histogram = calloc(SUMMARY_BUCKETS, sizeof(*r->histogram)))) return NULL;
+    r->method_id = id;
+    f->n_rows++;
+    return r;
+}
+
+static int summary_add(struct format_summary *f, uint64_t method_id, uint64_t dur, uint64_t self)
+{
+    struct summary_row *r = summary_row(f, method_id);
+    uint32_t *count;
+
+    if (!r) return format_fail(&f->base, "out of memory");
+    r->calls++;
+    r->total_ns += dur;
+    r->self_ns += self;
+    if (dur > r->max_ns) r->max_ns = dur;
+    count = &r->histogram[summary_bucket(dur)];
+    if (*count < UINT32_MAX) (*count)++;
+    return CLI_OK;
+}
+
+static void summary_note(struct format_summary *f, uint64_t t)
+{
+    if (t < f->first_ns) f->first_ns = t;
+    calls_note_time(&f->calls, t);
+}
+
+static int summary_event(struct format *base, const struct rbtrace_event *ev)
+{
+    struct format_summary *f = (struct format_summary *)base;
+    struct calls_frame *frame;
+    int added;
+    long ti = 0;
+    uint64_t dur;
+
+    switch (ev->type) {
+    case RBTRACE_EV_METHOD:
+        return calls_set_name(&f->calls, ev->method_id, ev->text.ptr, ev->text.len) == CLI_OK
+                   ? CLI_OK : format_fail(base, "out of memory");
+    case RBTRACE_EV_GC:       /* no row, but part of the span */
+        summary_note(f, ev->time_ns);
+        calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
+        return CLI_OK;
+    case RBTRACE_EV_LOST:
+    case RBTRACE_EV_FORGET:   /* names kept: the table names every method at the end */
+        calls_drop_all(&f->calls);
+        return CLI_OK;
+    case RBTRACE_EV_CALL:
+    case RBTRACE_EV_CALL_ARGS:
+    case RBTRACE_EV_RETURN:
+    case RBTRACE_EV_RAISE:
+    case RBTRACE_EV_SLOW:
+        if ((ti = calls_thread(&f->calls, ev->thread_id, &added)) < 0)
+            return format_fail(base, "out of memory");
+        break;
+    default:
+        return CLI_OK;
+    }
+    summary_note(f, ev->time_ns);
+    switch (ev->type) {
+    case RBTRACE_EV_RETURN:
+        if (!(frame = calls_match(&f->calls, (size_t)ti, ev->method_id))) return CLI_OK;
+        dur = ev->time_ns > frame->start_ns ? ev->time_ns - frame->start_ns : 0;
+        if (summary_add(f, ev->method_id, dur, dur > frame->child_ns ? dur - frame->child_ns : 0)
+            != CLI_OK)
+            return CLI_ERR;
+        calls_pop(&f->calls, (size_t)ti, dur);
+        return CLI_OK;
+    case RBTRACE_EV_RAISE: {
+        struct calls_thread *t = &f->calls.threads[ti];
+        struct summary_row *r;
+
+        if (!t->depth) return CLI_OK;
+        if (!(r = summary_row(f, t->frames[t->depth - 1].method_id)))
+            return format_fail(base, "out of memory");
+        r->raises++;
+        return CLI_OK;
+    }
+    case RBTRACE_EV_SLOW:
+        calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
+        return summary_add(f, ev->method_id, ev->duration_ns, ev->duration_ns);
+    default:   /* CALL, CALL_ARGS */
+        return calls_push(&f->calls, (size_t)ti, ev->method_id, ev->time_ns)
+                   ? CLI_OK : format_fail(base, "out of memory");
+    }
+}
+
+/* The duration below which a share q (0..1) of the row's calls fall. */
+static uint64_t summary_percentile(const struct summary_row *r, double q)
+{
+    uint64_t want = (uint64_t)(q * (double)r->calls + 0.999999), seen = 0;
+    size_t b;
+
+    if (want == 0) want = 1;
+    for (b = 0; b < SUMMARY_BUCKETS; b++) {
+        seen += r->histogram[b];
+        if (seen >= want) {
+            uint64_t top = summary_bucket_top(b);
+            return top < r->max_ns ? top : r->max_ns;
+        }
+    }
+    return r->max_ns;
+}
+
+static enum options_sort summary_sort_key;
+
+static uint64_t summary_key(const struct summary_row *r)
+{
+    switch (summary_sort_key) {
+    case OPTIONS_SORT_CALLS: return r->calls;
+    case OPTIONS_SORT_SELF: return r->self_ns;
+    case OPTIONS_SORT_MAX: return r->max_ns;
+    default: return r->total_ns;
+    }
+}
+
+static int summary_compare(const void *a, const void *b)
+{
+    uint64_t ka = summary_key(*(const struct summary_row *const *)a);
+    uint64_t kb = summary_key(*(const struct summary_row *const *)b);
+
+    return ka < kb ? 1 : ka > kb ? -1 : 0;
+}
+
+static void summary_seconds(FILE *out, uint64_t ns)
+{
+    char num[RENDER_SECONDS_MAX + 1];
+
+    num[render_format_seconds(num, ns)] = '\0';
+    fprintf(out, " %10s", num);
+}
+
+static int summary_finish(struct format *base)
+{
+    struct format_summary *f = (struct format_summary *)base;
+    struct summary_row **sorted;
+    uint64_t span = f->first_ns == UINT64_MAX ? 0 : f->calls.last_time_ns - f->first_ns;
+    char num[RENDER_SECONDS_MAX + 1];
+    size_t i, n = 0;
+
+    if (!(sorted = malloc((f->n_rows ? f->n_rows : 1) * sizeof(*sorted))))
+        return format_fail(base, "out of memory");
+    for (i = 0; i < f->rows_cap; i++)
+        if (f->rows[i].histogram && f->rows[i].calls) sorted[n++] = &f->rows[i];
+    summary_sort_key = base->opts.sort;
+    qsort(sorted, n, sizeof(*sorted), summary_compare);
+    num[render_format_seconds(num, span)] = '\0';
+    fprintf(base->out, "*** %zu thread%s, %s s traced, %llu events lost\n", f->calls.n_threads,
+            f->calls.n_threads == 1 ? "" : "s", num, (unsigned long long)base->lost);
+    fprintf(base->out, "%-40s %10s %10s %10s %10s %10s %10s %10s %7s\n", "method", "calls",
+            "total", "self", "mean", "p50", "p99", "max", "raises");
+    for (i = 0; i < n; i++) {
+        const struct summary_row *r = sorted[i];
+        const struct calls_name *name = calls_name(&f->calls, r->method_id);
+        int width = 40;
+
+        if (name) {
+            /* the app's bytes, escaped as in the text format */
+            char *esc = malloc(name->len * ESCAPE_MAX_PER_BYTE + 1);
+            size_t len;
+
+            if (!esc) {
+                free(sorted);
+                return format_fail(base, "out of memory");
+            }
+            len = escape_text(esc, name->text, name->len, 0);
+            fwrite_unlocked(esc, 1, len, base->out);
+            width = len < 40 ? 40 - (int)len : 0;
+            free(esc);
+            fprintf(base->out, "%*s", width, "");
+        } else {
+            fprintf(base->out, "%-40s", "(unknown)");
+        }
+        fprintf(base->out, " %10llu", (unsigned long long)r->calls);
+        summary_seconds(base->out, r->total_ns);
+        summary_seconds(base->out, r->self_ns);
+        summary_seconds(base->out, r->total_ns / r->calls);
+        summary_seconds(base->out, summary_percentile(r, 0.5));
+        summary_seconds(base->out, summary_percentile(r, 0.99));
+        summary_seconds(base->out, r->max_ns);
+        fprintf(base->out, " %7llu\n", (unsigned long long)r->raises);
+    }
+    free(sorted);
+    return format_check_io(base);
+}
+
+static void summary_destroy(struct format *base)
+{
+    struct format_summary *f = (struct format_summary *)base;
+    size_t i;
+
+    calls_free(&f->calls);
+    for (i = 0; i < f->rows_cap; i++) free(f->rows[i].histogram);
+    free(f->rows);
+    free(f);
+}
+
+static const struct format_ops format_summary_ops = {
+    .event = summary_event,
+    .finish = summary_finish,
+    .destroy = summary_destroy,
+};
+
+struct format *format_summary_new(FILE *out, const struct format_opts *opts)
+{
+    struct format_summary *f = calloc(1, sizeof(*f));
+
+    if (!f) return NULL;
+    format_base_init(&f->base, &format_summary_ops, out, opts);
+    calls_init(&f->calls);
+    f->first_ns = UINT64_MAX;
+    return &f->base;
+}

@@ -1,0 +1,298 @@
+/*
+ * test_formats.c - the client's stream decoder (cli/stream.c) and its
+ * formats (cli/format*.c, calls.c, json.c) against exact expected text:
+ * events encoded as the target encodes them, decoded by stream_next, fed
+ * to each format, the output compared whole. Also the JSON escaper on the
+ * app's worst bytes, and where a name splits into class and method.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "calls.h"
+#include "check.h"
+#include "cli.h"
+#include "format.h"
+#include "json.h"
+#include "stream.h"
+
+/* ---- json.c ---- */
+
+static const char *jesc(const char *in, size_t n)
+{
+    static char out[1024];
+    size_t len = json_escape(out, in, n);
+
+    out[len] = '\0';
+    return out;
+}
+
+#define JESC(lit) jesc((lit), sizeof(lit) - 1)
+
+static void test_json_escape(void)
+{
+    char num[32];
+
+    CHECK_STR(JESC("plain"), "plain");
+    CHECK_STR(JESC("q\"b\\s"), "q\\\"b\\\\s");
+    CHECK_STR(JESC("\n\t\r\b\x01\x1f\x7f"), "\\n\\t\\r\\u0008\\u0001\\u001f\\u007f");
+    CHECK_STR(JESC("x\x1b]0;T\x07"), "x\\u001b]0;T\\u0007");
+    CHECK_STR(JESC("h\xc3\xa9llo \xe6\x97\xa5"), "h\xc3\xa9llo \xe6\x97\xa5");
+    CHECK_STR(JESC("c1 \xc2\x9b!"), "c1 \\u009b!");            /* CSI as C1 */
+    CHECK_STR(JESC("bad \xff\xc3 \xc0\xaf"), "bad \\ufffd\\ufffd \\ufffd\\ufffd");
+    CHECK_STR(JESC("\xed\xa0\x80"), "\\ufffd\\ufffd\\ufffd");  /* a surrogate */
+    CHECK_STR(JESC("\xf4\x90\x80\x80"), "\\ufffd\\ufffd\\ufffd\\ufffd");  /* past U+10FFFF */
+    CHECK_STR(JESC("cut \xe6\x97"), "cut \\ufffd\\ufffd");
+    CHECK(json_escape(num, "", 0) == 0);
+    CHECK(jesc("a\0b", 3)[1] == '\\' && !strcmp(jesc("a\0b", 3), "a\\u0000b"));
+    num[json_us(num, 0)] = '\0';
+    CHECK_STR(num, "0.000");
+    num[json_us(num, 12345678)] = '\0';
+    CHECK_STR(num, "12345.678");
+    num[json_utoa(num, UINT64_MAX)] = '\0';
+    CHECK_STR(num, "18446744073709551615");
+}
+
+static void split(const char *name, const char *want_class, const char *want_method)
+{
+    size_t class_len, method_off;
+    char got[128];
+
+    calls_split_name(name, strlen(name), &class_len, &method_off);
+    snprintf(got, sizeof(got), "%.*s|%s", (int)class_len, name, name + method_off);
+    snprintf(got + 64, 64, "%s|%s", want_class, want_method);
+    CHECK_STR(got, got + 64);
+}
+
+static void test_split(void)
+{
+    split("Foo#bar", "Foo", "bar");
+    split("Foo::Bar.baz?", "Foo::Bar", "baz?");
+    split("Integer#+", "Integer", "+");
+    split("Foo.==", "Foo", "==");
+    split("#<Class:0x0001>#go", "#<Class:0x0001>", "go");
+    split("#<Class:#<Foo:0x1>>.x", "#<Class:#<Foo:0x1>>", "x");
+    split("go", "", "go");
+}
+
+/* ---- a trace through stream.c into a format ---- */
+
+#define T0 1000000000ULL   /* 1 s after the attach */
+#define THREAD_A 0x7f0000001000ULL
+#define THREAD_B 0x7f0000002000ULL
+
+static void pack_to(msgpack_sbuffer *sb, void (*fn)(msgpack_packer *))
+{
+    msgpack_packer pk;
+
+    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+    fn(&pk);
+}
+
+static void pack_names(msgpack_packer *pk)
+{
+    rbtrace_event_pack_method(pk, 1, "Foo#run", 7);
+    rbtrace_event_pack_method(pk, 2, "Foo#step", 8);
+    rbtrace_event_pack_method(pk, 3, "Odd#q\"\xff", 7);
+}
+
+static void pack_gc_raise(msgpack_packer *pk)
+{
+    rbtrace_event_pack_gc(pk, THREAD_A, T0 + 5000, 2000, 1500, 500, "", "newobj");
+    rbtrace_event_pack_raise(pk, THREAD_B, T0 + 6000, "ArgumentError", 13, "bad\n", 4, "a.rb:3",
+                             6, 0);
+}
+
+static void pack_lost(msgpack_packer *pk)
+{
+    rbtrace_event_pack_lost(pk, 7);
+}
+
+/*
+ * The trace: on thread A, Foo#run { Foo#step { } Foo#step { } } (the
+ * second step's events chained: CALL_NEXT, RETURN_NEXT); a GC; on thread B
+ * Odd#q"\xff open, a raise, then 7 events lost; thread A's Foo#run open at
+ * the end. Returns the bytes (malloc'd) and their length.
+ */
+static char *trace_bytes(size_t *len)
+{
+    struct rbtrace_call_chain chain;
+    msgpack_sbuffer sb;
+    char ev[RBTRACE_CALL_EVENT_MAX];
+    size_t n;
+    static const struct { enum rbtrace_event_type type; uint64_t thread, t, m; } calls[] = {
+        { RBTRACE_EV_CALL, THREAD_A, T0, 1 },
+        { RBTRACE_EV_CALL, THREAD_A, T0 + 1000, 2 },
+        { RBTRACE_EV_RETURN, THREAD_A, T0 + 3000, 2 },
+        { RBTRACE_EV_CALL, THREAD_A, T0 + 3500, 2 },
+        { RBTRACE_EV_RETURN, THREAD_A, T0 + 4000, 2 },
+        { RBTRACE_EV_CALL, THREAD_B, T0 + 4500, 3 },
+    };
+    size_t i;
+
+    memset(&chain, 0, sizeof(chain));
+    msgpack_sbuffer_init(&sb);
+    pack_to(&sb, pack_names);
+    for (i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
+        n = rbtrace_event_encode_call_chained(ev, &chain, calls[i].type, calls[i].thread,
+                                              calls[i].t, calls[i].m);
+        rbtrace_call_chain_note(&chain, calls[i].thread, calls[i].t);
+        msgpack_sbuffer_write(&sb, ev, n);
+    }
+    pack_to(&sb, pack_gc_raise);
+    pack_to(&sb, pack_lost);
+    *len = sb.size;
+    return sb.data;   /* the caller frees it */
+}
+
+/* The trace decoded (fed a byte at a time) and written in kind's format. */
+static char *render_trace(enum options_format kind)
+{
+    struct format_opts opts;
+    struct format *f;
+    struct stream s;
+    char *out = NULL, *bytes;
+    size_t out_len = 0, len, head = 0, tail = 0, used;
+    FILE *mem = open_memstream(&out, &out_len);
+
+    memset(&opts, 0, sizeof(opts));
+    opts.pid = 4242;
+    opts.text.prefix = 2;
+    bytes = trace_bytes(&len);
+    if (!mem || stream_init(&s) != CLI_OK || format_open(kind, mem, &opts, &f) != CLI_OK) exit(2);
+    format_set_wall_origin(f, 1700000000000000000ULL);
+    while (tail < len) {
+        tail++;
+        for (;;) {
+            enum stream_result rc = stream_next(&s, bytes + head, tail - head, &used);
+            if (rc == STREAM_PARTIAL) break;
+            CHECK(rc == STREAM_EVENT);
+            if (rc != STREAM_EVENT) break;
+            CHECK(format_event(f, s.ev) == CLI_OK);
+            head += used;
+        }
+    }
+    CHECK(head == len);
+    CHECK(format_finish(f) == CLI_OK);
+    CHECK(f->received == 8 && f->lost == 7);
+    format_close(f);
+    stream_free(&s);
+    free(bytes);
+    fclose(mem);
+    return out;
+}
+
+static void test_json(void)
+{
+    char *out = render_trace(OPTIONS_FORMAT_JSON);
+
+    CHECK_STR(out,
+        "{\"kind\":\"attach\",\"pid\":4242,\"wall_time\":1700000000000000000}\n"
+        "{\"kind\":\"thread\",\"thread\":1,\"thread_id\":139637976731648}\n"
+        "{\"kind\":\"call\",\"thread\":1,\"name\":\"Foo#step\",\"class\":\"Foo\",\"method\":\"step\","
+        "\"start\":1000001000,\"end\":1000003000,\"duration\":2000,\"self\":2000,\"depth\":1}\n"
+        "{\"kind\":\"call\",\"thread\":1,\"name\":\"Foo#step\",\"class\":\"Foo\",\"method\":\"step\","
+        "\"start\":1000003500,\"end\":1000004000,\"duration\":500,\"self\":500,\"depth\":1}\n"
+        "{\"kind\":\"thread\",\"thread\":2,\"thread_id\":139637976735744}\n"
+        "{\"kind\":\"gc\",\"thread\":1,\"start\":1000005000,\"end\":1000007000,\"duration\":2000,"
+        "\"major\":false,\"major_by\":null,\"gc_by\":\"newobj\",\"mark\":1500,\"sweep\":500}\n"
+        "{\"kind\":\"raise\",\"thread\":2,\"time\":1000006000,\"exception\":\"ArgumentError\","
+        "\"message\":\"bad\\n\",\"at\":\"a.rb:3\",\"reraise\":0}\n"
+        "{\"kind\":\"lost\",\"time\":1000007000,\"count\":7}\n");
+    free(out);
+}
+
+static void test_chrome(void)
+{
+    char *out = render_trace(OPTIONS_FORMAT_CHROME);
+
+    CHECK_STR(out,
+        "{\"traceEvents\":[\n"
+        "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":4242,\"tid\":0,\"args\":{\"name\":\"ruby 4242\"}},\n"
+        "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":4242,\"tid\":1,\"args\":{\"name\":\"thread 1\"}},\n"
+        "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":4242,\"tid\":1,\"args\":{\"sort_index\":1}},\n"
+        "{\"ph\":\"X\",\"cat\":\"call\",\"name\":\"Foo#step\",\"pid\":4242,\"tid\":1,\"ts\":1000001.000,\"dur\":2.000},\n"
+        "{\"ph\":\"X\",\"cat\":\"call\",\"name\":\"Foo#step\",\"pid\":4242,\"tid\":1,\"ts\":1000003.500,\"dur\":0.500},\n"
+        "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":4242,\"tid\":2,\"args\":{\"name\":\"thread 2\"}},\n"
+        "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":4242,\"tid\":2,\"args\":{\"sort_index\":2}},\n"
+        "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":4242,\"tid\":0,\"args\":{\"name\":\"GC\"}},\n"
+        "{\"ph\":\"X\",\"cat\":\"gc\",\"name\":\"GC minor\",\"pid\":4242,\"tid\":0,\"ts\":1000005.000,\"dur\":2.000,"
+        "\"args\":{\"major_by\":null,\"gc_by\":\"newobj\",\"mark_us\":1.500,\"sweep_us\":0.500}},\n"
+        "{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"raise\",\"name\":\"raise ArgumentError\",\"pid\":4242,\"tid\":2,"
+        "\"ts\":1000006.000,\"args\":{\"message\":\"bad\\n\",\"at\":\"a.rb:3\",\"reraise\":0}},\n"
+        "{\"ph\":\"i\",\"s\":\"p\",\"cat\":\"lost\",\"name\":\"7 events lost\",\"pid\":4242,\"tid\":0,"
+        "\"ts\":1000007.000,\"args\":{\"count\":7}}\n"
+        "],\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"rbtrace " RBTRACE_VERSION "\"}}\n");
+    free(out);
+}
+
+static void test_folded(void)
+{
+    char *out = render_trace(OPTIONS_FORMAT_FOLDED);
+
+    /* the lost events dropped the open calls: Foo#run has no self time */
+    CHECK_STR(out, "Foo#run 0\nFoo#run;Foo#step 3\nOdd#q\"\\xff 0\n");
+    free(out);
+}
+
+static void test_summary(void)
+{
+    char *out = render_trace(OPTIONS_FORMAT_SUMMARY);
+
+    /* Foo#step: 2 calls, 2000 and 500 ns; the raise came on thread 2
+     * inside Odd#q", whose call never returned (no row) */
+    CHECK_STR(out,
+        "*** 2 threads, 0.000007 s traced, 7 events lost\n"
+        "method                                        calls      total       self       mean"
+        "        p50        p99        max  raises\n"
+        "Foo#step                                          2   0.000003   0.000003   0.000001"
+        "   0.000001   0.000002   0.000002       0\n");
+    free(out);
+}
+
+static void test_text(void)
+{
+    char *out = render_trace(OPTIONS_FORMAT_TEXT);
+
+    CHECK_STR(out,
+        "Foo#run\n"
+        "  Foo#step <0.000002>\n"
+        "  Foo#step <0.000000>\n"   /* 500 ns: printf's %.6f rounds it down */
+        "[t2] Odd#q\"\\xff\n"
+        "[t1]   GC minor by newobj <0.000002> (mark 0.000002, sweep 0.000000)\n"
+        "[t2]   raise ArgumentError: bad\\n at a.rb:3\n"
+        "*** 7 events lost\n");
+    free(out);
+}
+
+/* Bytes that are no event stop the stream; an event it cannot resolve is
+ * skipped with a reason. */
+static void test_stream_errors(void)
+{
+    struct stream s;
+    char ev[RBTRACE_CALL_EVENT_MAX], bad = (char)0xc1;
+    size_t used = 99, n;
+
+    if (stream_init(&s) != CLI_OK) exit(2);
+    CHECK(stream_next(&s, &bad, 1, &used) == STREAM_BROKEN && used == 0);
+    CHECK_STR(s.errstr, "invalid msgpack");
+    n = rbtrace_event_encode_call_next(ev, RBTRACE_EV_RETURN_NEXT, 5, 1);
+    CHECK(stream_next(&s, ev, n, &used) == STREAM_BAD_EVENT && used == n);
+    CHECK(s.errstr[0] != '\0');
+    CHECK(stream_next(&s, ev, n - 1, &used) == STREAM_PARTIAL && used == 0);
+    CHECK(stream_next(&s, ev, 0, &used) == STREAM_PARTIAL);
+    stream_free(&s);
+}
+
+int main(void)
+{
+    test_json_escape();
+    test_split();
+    test_stream_errors();
+    test_text();
+    test_json();
+    test_chrome();
+    test_folded();
+    test_summary();
+    return check_report();
+}
