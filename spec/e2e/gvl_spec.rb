@@ -37,16 +37,21 @@ RSpec.describe 'GVL waits (--gvl)' do
         end
       end
     end
-    trap('USR1') do
+    # USR1: fork, from the loop (a fork in the trap could catch the main
+    # thread inside puts, whose lock the child would then hold for good).
+    trap('USR1') { $fork = true }
+    puts "ready"
+    n = 0
+    loop do
+      Worker.new.crunch(n += 1)
+      next unless $fork
+      $fork = false
       fork do
         before = RBTrace.gvl_stats
         2.times.map { Thread.new { 200_000.times { |i| i * i } } }.each(&:join)
         puts "child #{before.inspect} #{RBTrace.gvl_stats.inspect}"
       end
     end
-    puts "ready"
-    n = 0
-    loop { Worker.new.crunch(n += 1) }
   RUBY
 
   let(:secs) { '(\d+\.\d{6})' }
@@ -131,6 +136,28 @@ RSpec.describe 'GVL waits (--gvl)' do
       # Both busy threads wait their turn (the first line may come before
       # the second thread is seen, without [tN]).
       expect(waits.map(&:first).compact.uniq.sort).to eq(%w[1 2])
+    end
+
+    it 'reaches --format json (a "gvl" per call, "gvl" lines) and chrome ("GVL wait" slices)' do
+      require 'json'
+      app = start_app(spin: true)
+      out = trace(app, '-m', 'Worker#crunch(n)', '--gvl', '20', '--format', 'json',
+                  until_output: ->(o) { o.scan('"kind":"call"').size >= 2 }).stdout
+      lines = out.lines.map { |l| JSON.parse(l) }
+      calls = lines.select { |l| l['kind'] == 'call' }
+      expect(calls.size).to be >= 2
+      calls.each { |c| expect(c['gvl']).to be_between(0, c['duration']) }
+      expect(calls.sum { |c| c['gvl'] }).to be > 0.3 * calls.sum { |c| c['duration'] }
+      waits = lines.select { |l| l['kind'] == 'gvl' }
+      expect(waits).not_to be_empty
+      waits.each { |w| expect(w['duration']).to be > 20_000_000 }
+      expect(waits).to all(include('thread', 'start', 'end'))
+
+      out = trace(app, '--gvl', '20', '--format', 'chrome', until_output: /GVL wait(.*\n)*.*GVL wait/).stdout
+      slices = JSON.parse(out).fetch('traceEvents').select { |e| e['cat'] == 'gvl' }
+      expect(slices.size).to be >= 2
+      slices.each { |e| expect(e).to include('ph' => 'X', 'name' => 'GVL wait', 'pid' => app.pid) }
+      expect(slices.map { |e| e['dur'] }).to all(be > 20_000)
     end
 
     it 'leaves nothing behind: the hook is removed at the detach, costs no call after' do
