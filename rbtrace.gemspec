@@ -16,9 +16,10 @@ Gem::Specification.new do |s|
   # files (gem contents rbtrace) and puts it on no MANPATH: `man` opens it by
   # path (see the README, "Install").
   s.files = Dir['ext/rbtrace/**/*.{c,h,rb}', 'lib/**/*.rb', 'bin/rbtrace', 'tracers/*.tracer',
-                 'docs/rbtrace.1', 'docs/*.md', 'README.md', 'CHANGELOG.md', 'LICENSE']
+                'docs/rbtrace.1', 'docs/*.md', 'README.md', 'CHANGELOG.md', 'LICENSE']
   s.extensions = ['ext/rbtrace/extconf.rb']
   s.bindir = 'bin'
   s.executables = ['rbtrace']
   s.require_paths = ['lib']
+  s.metadata['rubygems_mfa_required'] = 'true'
 end

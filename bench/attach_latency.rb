@@ -124,7 +124,6 @@ end
 HEADER = "| target state | answered | to the result: median | slowest | to the exit: median | slowest |\n" \
          '| --- | ---: | ---: | ---: | ---: | ---: |'
 
-
 # Median milliseconds of running command (an Array) RUNS times.
 def startup(command)
   median(Array.new(RUNS) do

@@ -138,7 +138,7 @@ def item5
   [['a wrapped method (-m Worker#step)', ['-m', 'Worker#step']],
    ['the global hook (-m step)', ['-m', 'step']]].each do |label, args|
     killed, clean = after_over_before(args)
-    printf("5. after a SIGKILLed tracer vs after a clean detach, %s: %s " \
+    printf('5. after a SIGKILLed tracer vs after a clean detach, %s: %s ' \
            "(time after/before: killed %.2f wall, %.2f CPU; clean %.2f wall, %.2f CPU)\n",
            label, ratios(clean, killed, 1), *killed, *clean)
   end

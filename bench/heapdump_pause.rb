@@ -128,7 +128,7 @@ def main
   puts "- the pause --heapdump reported (the fork call's CPU time): #{ms[median(reported)]} (median)"
   puts "- the dump's child took #{format('%.1f', median(child_times))} s (median)"
   puts "- heap dump pause / fork pause: #{format('%.2f', median(dump_pauses) / median(fork_pauses))}x; " \
-       "/ the pause of a fork whose child lives as long: " \
+       '/ the pause of a fork whose child lives as long: ' \
        "#{format('%.2f', median(dump_pauses) / median(kept_pauses))}x"
 ensure
   if app

@@ -20,11 +20,13 @@ module OriginalGem
   class << self
     attr_reader :why_not
 
+    # rubocop:disable Naming/MemoizedInstanceVariableName -- what find memoizes is the installation
     def find
       return @install if defined?(@install)
 
       @install = locate || install
     end
+    # rubocop:enable Naming/MemoizedInstanceVariableName
 
     # An environment for Process.spawn in which Ruby finds the original gem
     # (and the gems this Ruby already has, for benchmark-ips), never ours.

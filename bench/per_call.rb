@@ -63,7 +63,7 @@ LOOPS = {
 }.freeze
 # With bursts, each also makes Integer#<, Integer#+ and Kernel#sleep once
 # more, and Integer#< ends the inner loop once more: 3 calls a burst.
-CALLS_AN_ITERATION = BURST.positive? ? 3 + 3.0 / BURST : 3
+CALLS_AN_ITERATION = BURST.positive? ? 3 + (3.0 / BURST) : 3
 abort "bench/per_call.rb: BENCH_ITERS (#{ITERS}) must be a multiple of BENCH_BURST (#{BURST})" if
   BURST.positive? && (ITERS % BURST).nonzero?
 

@@ -122,8 +122,8 @@ def count(loop, iters, traced)
 ensure
   client_err&.close
   [client, app].compact.each do |pid|
-    Process.kill(:KILL, pid) rescue nil # rubocop:disable Style/RescueModifier
-    Process.wait(pid) rescue nil # rubocop:disable Style/RescueModifier
+    Process.kill(:KILL, pid) rescue nil
+    Process.wait(pid) rescue nil
   end
   out&.close!
   log&.close!

@@ -149,7 +149,7 @@ ensure
 end
 
 ns = ->(t) { t * 1e9 / ITERS }
-puts "Per-call cost of a traced Ruby method (Worker#step): targeted TracePoint against the old wrapper, " \
+puts 'Per-call cost of a traced Ruby method (Worker#step): targeted TracePoint against the old wrapper, ' \
      "#{ITERS} calls a run, median of #{RUNS}"
 puts
 puts "- date: #{Time.now.utc.iso8601}"

@@ -48,7 +48,7 @@ def run_once
   secs = Float(out_r.gets)
   sleep 0.5 # the client catches up with what is still in the ring
   Process.kill(:INT, client)
-  stats = err_r.read[/(\d+) events received, (\d+) lost/] && [$1, $2].map(&:to_i)
+  stats = err_r.read.match(/(\d+) events received, (\d+) lost/)&.captures&.map(&:to_i)
   Process.wait(client)
   client = nil
   [secs, *stats]

@@ -12,7 +12,7 @@ require 'rbtrace/exec_wait'
 require 'rbtrace/reports'
 
 module RBTrace
-  HELPER_NAME = 'rbtrace'
+  HELPER_NAME = 'rbtrace'.freeze
 
   class << self
     # Starts the parked thread that serves commands (see ext/rbtrace/channel.c).

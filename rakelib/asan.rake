@@ -15,14 +15,14 @@
 #
 #   rake test:asan                       spec/e2e, all of it
 #   rake test:asan SPEC=spec/e2e/x_spec.rb   some of it
+require_relative 'build'
 
 module ASanRun
   extend FileUtils
-  ROOT = File.expand_path('..', __dir__)
-  DIR = File.join(ROOT, 'tmp', 'asan')
+  DIR = Build.tmp('asan')
 
   def self.runtime
-    path = `#{ENV['CC'] || 'gcc'} -print-file-name=libasan.so`.strip
+    path = `#{Build.cc} -print-file-name=libasan.so`.strip
     return path if File.exist?(path)
 
     abort 'rake test:asan: the ASan runtime (libasan.so) was not found: install gcc (build-essential)'
@@ -33,8 +33,7 @@ module ASanRun
     rm_rf build
     mkdir_p build
     Dir.chdir(build) do
-      sh({ 'RBTRACE_ASAN' => '1', 'RBTRACE_WERROR' => '1' }, RbConfig.ruby,
-         File.join(ROOT, 'ext', 'rbtrace', 'extconf.rb'), out: 'extconf.log')
+      sh({ 'RBTRACE_ASAN' => '1', 'RBTRACE_WERROR' => '1' }, RbConfig.ruby, Build::EXTCONF, out: 'extconf.log')
       sh 'make', '-j1', out: 'make.log'
     end
     # lib/ as symbolic links (a file the app loads from both places, as
@@ -42,13 +41,13 @@ module ASanRun
     # ASan builds
     lib = File.join(DIR, 'lib')
     rm_rf lib
-    sh 'cp', '-rs', File.join(ROOT, 'lib'), lib
+    sh 'cp', '-rs', File.join(Build::ROOT, 'lib'), lib
     %w[rbtrace.so rbtrace-client].each do |f|
       rm_f File.join(lib, 'rbtrace', f)
       cp File.join(build, f), File.join(lib, 'rbtrace', f)
     end
     # the client finds the shipped tracer files at ../../tracers from itself
-    ln_sf File.join(ROOT, 'tracers'), File.join(DIR, 'tracers') unless File.exist?(File.join(DIR, 'tracers'))
+    ln_sf File.join(Build::ROOT, 'tracers'), File.join(DIR, 'tracers') unless File.exist?(File.join(DIR, 'tracers'))
     lib
   end
 end

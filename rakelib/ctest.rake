@@ -1,15 +1,15 @@
 # rakelib/ctest.rake - `rake test:c`: the C unit tests (test/c) and the
 # client, built with AddressSanitizer and UBSan, then run. Any compiler
 # warning, test failure or sanitizer report fails the task.
+require_relative 'build'
 
 module CTest
-  ROOT = File.expand_path('..', __dir__)
-  EXT = File.join(ROOT, 'ext', 'rbtrace')
-  OUT = File.join(ROOT, 'tmp', 'ctest')
+  extend FileUtils
+  OUT = Build.tmp('ctest')
   CFLAGS = %w[-std=gnu99 -g -O1 -Wall -Wextra -Werror
               -fsanitize=address,undefined -fno-omit-frame-pointer
               -fno-sanitize-recover=undefined].freeze
-  INCLUDES = ["-I#{EXT}", "-I#{EXT}/cli", "-I#{ROOT}/test/c"].freeze
+  INCLUDES = ["-I#{Build::EXT}", "-I#{Build::EXT}/cli", "-I#{Build::ROOT}/test/c"].freeze
   ENV_VARS = { 'UBSAN_OPTIONS' => 'print_stacktrace=1:halt_on_error=1' }.freeze
   # Each test and the client sources it links besides ext/rbtrace/codec.c.
   TESTS = {
@@ -28,41 +28,34 @@ module CTest
                          cli/escape.c]
   }.freeze
 
-  def self.msgpack_libs
-    %w[msgpack-c msgpack].each do |mod|
-      libs = `pkg-config --libs #{mod} 2>/dev/null`.split
-      return libs if $?.success? && !libs.empty?
-    end
-    ['-lmsgpackc']
-  end
-
-  def self.cc
-    ENV['CC'] || 'gcc'
+  # Compiles sources (with the sanitizers) into bin, linked with msgpack-c.
+  def self.build(bin, sources, flags: [], libs: [])
+    sh Build.cc, *CFLAGS, *INCLUDES, *Build.msgpack_cflags, Build.version_define, *flags, '-o', bin, *sources,
+       *Build.msgpack_libs, *libs
   end
 end
 
 namespace :test do
-  desc 'Build and run the C unit tests (codec, renderer, escaper, options, tracer files, ring, clock, procfs, unfinished entries) under ASan and UBSan'
+  desc 'Build and run the C unit tests (codec, renderer, escaper, options, tracer files, ring, clock, ' \
+       'procfs, unfinished entries) under ASan and UBSan'
   task :c do
     mkdir_p CTest::OUT
-    libs = CTest.msgpack_libs
     failed = []
     CTest::TESTS.each do |name, srcs|
       bin = File.join(CTest::OUT, name)
-      sources = ["#{CTest::ROOT}/test/c/#{name}.c", "#{CTest::EXT}/codec.c"] +
-                srcs.map { |s| File.join(CTest::EXT, s) }
-      sh CTest.cc, *CTest::CFLAGS, *CTest::INCLUDES, '-o', bin, *sources, *libs, '-lpthread'
+      sources = ["#{Build::ROOT}/test/c/#{name}.c", "#{Build::EXT}/codec.c"] +
+                srcs.map { |s| File.join(Build::EXT, s) }
+      CTest.build(bin, sources, libs: ['-lpthread'])
       puts "== #{name}"
       failed << name unless system(CTest::ENV_VARS, bin)
     end
 
     # The client itself, once, under the sanitizers: it must build and answer.
     client = File.join(CTest::OUT, 'rbtrace-client-asan')
-    sh CTest.cc, *CTest::CFLAGS, *CTest::INCLUDES, '-o', client,
-       *Dir["#{CTest::EXT}/cli/*.c"].sort, "#{CTest::EXT}/codec.c", *libs
+    CTest.build(client, [*Dir["#{Build::EXT}/cli/*.c"].sort, "#{Build::EXT}/codec.c"])
     puts '== rbtrace-client (ASan)'
     version = `#{client} --version`
-    failed << 'client --version' unless $?.success? && version.start_with?('rbtrace ')
+    failed << 'client --version' unless $?.success? && version == "rbtrace #{RBTrace::VERSION}\n"
     system(client, '--bogus', err: File::NULL)
     failed << 'client usage exit code' unless $?.exitstatus == 2
 

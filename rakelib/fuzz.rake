@@ -12,16 +12,15 @@
 #   rake fuzz:repro[FILE]   runs one input through every harness
 #
 # One process per harness, one at a time (no -jobs/-workers): one core.
+require_relative 'build'
 
 module Fuzz
   extend FileUtils
-  ROOT = File.expand_path('..', __dir__)
-  EXT = File.join(ROOT, 'ext', 'rbtrace')
-  DIR = File.join(ROOT, 'fuzz')
-  OUT = File.join(ROOT, 'tmp', 'fuzz')
+  DIR = File.join(Build::ROOT, 'fuzz')
+  OUT = Build.tmp('fuzz')
   CFLAGS = %w[-std=gnu99 -g -O1 -Wall -Wextra -Werror -fno-omit-frame-pointer
               -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined].freeze
-  INCLUDES = ["-I#{EXT}", "-I#{EXT}/cli"].freeze
+  INCLUDES = ["-I#{Build::EXT}", "-I#{Build::EXT}/cli"].freeze
   ENV_VARS = { 'UBSAN_OPTIONS' => 'print_stacktrace=1:halt_on_error=1',
                'ASAN_OPTIONS' => 'detect_leaks=1' }.freeze
   # Each harness and the sources it links besides ext/rbtrace/codec.c.
@@ -49,9 +48,10 @@ module Fuzz
     Fuzz.require_clang!
     mkdir_p OUT
     bin = File.join(OUT, "fuzz_#{name}")
-    sources = [File.join(DIR, "fuzz_#{name}.c"), File.join(EXT, 'codec.c')] +
-              HARNESSES.fetch(name).map { |s| File.join(EXT, s) }
-    cmd = [clang, *CFLAGS, *INCLUDES, '-o', bin, *sources, *CTest.msgpack_libs]
+    sources = [File.join(DIR, "fuzz_#{name}.c"), File.join(Build::EXT, 'codec.c')] +
+              HARNESSES.fetch(name).map { |s| File.join(Build::EXT, s) }
+    cmd = [clang, *CFLAGS, *INCLUDES, *Build.msgpack_cflags, Build.version_define, '-o', bin, *sources,
+           *Build.msgpack_libs]
     puts cmd.join(' ')
     return bin if system(*cmd)
 
@@ -83,7 +83,7 @@ module Fuzz
             "#{bin} FILE, then add it to fuzz/corpus/#{name}/ once fixed)"
     end
     runs = stats['number_of_executed_units'].to_i
-    corpus = text.scan(/corp: (\d+)\/(\S+)/).last
+    corpus = text.scan(%r{corp: (\d+)/(\S+)}).last
     puts format('   %d runs in %d s (%d/s), corpus %s inputs / %s, peak RSS %s MB, no crash',
                 runs, seconds, stats['average_exec_per_sec'].to_i,
                 corpus&.first, corpus&.last, stats['peak_rss_mb'])
@@ -92,7 +92,8 @@ module Fuzz
 end
 
 namespace :test do
-  desc 'Fuzz the command decoder, the client\'s event decoder and its escaper (libFuzzer, ASan, UBSan) for FUZZ_SECONDS (30) each'
+  desc "Fuzz the command decoder, the client's event decoder and its escaper (libFuzzer, ASan, UBSan) " \
+       'for FUZZ_SECONDS (30) each'
   task :fuzz do
     seconds = Integer(ENV.fetch('FUZZ_SECONDS', '30'))
     Fuzz::HARNESSES.each_key { |name| Fuzz.run(name, seconds) }
@@ -116,8 +117,8 @@ namespace :fuzz do
   task :seeds do
     mkdir_p Fuzz::OUT
     bin = File.join(Fuzz::OUT, 'seeds')
-    sh CTest.cc, '-std=gnu99', '-Wall', '-Wextra', '-Werror', "-I#{Fuzz::EXT}", '-o', bin,
-       File.join(Fuzz::DIR, 'seeds.c'), File.join(Fuzz::EXT, 'codec.c'), *CTest.msgpack_libs
+    sh Build.cc, '-std=gnu99', '-Wall', '-Wextra', '-Werror', "-I#{Build::EXT}", *Build.msgpack_cflags, '-o', bin,
+       File.join(Fuzz::DIR, 'seeds.c'), File.join(Build::EXT, 'codec.c'), *Build.msgpack_libs
     Fuzz::HARNESSES.each_key { |name| mkdir_p File.join(Fuzz::DIR, 'corpus', name) }
     sh bin, File.join(Fuzz::DIR, 'corpus')
   end

@@ -14,7 +14,7 @@ RSpec.describe 'citations of docs/DESIGN.md' do
   sources = Dir.chdir(root) do
     Dir['{ext,lib,bench,spec,test,fuzz,rakelib,script}/**/*'].select { |f| File.file?(f) }.sort - ['spec/docs_spec.rb']
   end
-  citation = /docs\/DESIGN\.md, "([^"]+)"/
+  citation = %r{docs/DESIGN\.md, "([^"]+)"}
 
   let(:headings) do
     File.foreach(design).grep(/\A\#{1,6} /).map { |l| l.sub(/\A#+ /, '').strip }

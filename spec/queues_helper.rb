@@ -17,7 +17,7 @@ module RBTraceSpec
     def of(pid, born: nil)
       File.readlines('/proc/sysvipc/msg').drop(1).filter_map do |line|
         f = line.split.map(&:to_i)
-        key, msqid, lrpid, ctime = f[0], f[1], f[6], f[13]
+        key, msqid, lrpid, ctime = f.values_at(0, 1, 6, 13)
         next [key, msqid] if key == (KEY_BASE | pid)
         next unless key.zero? && lrpid == pid
 

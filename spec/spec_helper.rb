@@ -8,6 +8,7 @@ require 'tmpdir'
 require 'fileutils'
 require 'rbconfig'
 require_relative 'queues_helper'
+require_relative '../lib/rbtrace/version' # RBTrace::VERSION, what the client and the extension report
 
 module RBTraceSpec
   ROOT = File.expand_path('..', __dir__)
@@ -128,7 +129,7 @@ module RBTraceSpec
     def initialize(args, client: CLIENT, env: {})
       @out_path = File.join(Dir.tmpdir, "rbtrace-spec-client-#{Process.pid}-#{object_id}")
       @pid = Process.spawn(SPAWN_ENV.merge(env), client, *args.map(&:to_s), out: "#{@out_path}.out",
-                                                      err: "#{@out_path}.err", in: :close)
+                                                                            err: "#{@out_path}.err", in: :close)
     end
 
     def stdout; File.exist?(path(:stdout)) ? File.read(path(:stdout)) : ''; end

@@ -4,12 +4,14 @@
 # extension (every .c file here) and the client, a standalone program built
 # from cli/*.c and the shared codec.c, installed next to the extension.
 require 'mkmf'
+# The version, from its one place (lib/ is beside ext/ in the gem too): C
+# sees it as RBTRACE_VERSION, a string.
+require_relative '../../lib/rbtrace/version'
 
 def find_msgpack
   # msgpack-c 6 renamed its pkg-config module and library to msgpack-c.
-  if pkg_config('msgpack-c') || pkg_config('msgpack')
-    return true if have_header('msgpack.h')
-  end
+  return true if (pkg_config('msgpack-c') || pkg_config('msgpack')) && have_header('msgpack.h')
+
   have_header('msgpack.h') && (have_library('msgpack-c') || have_library('msgpackc'))
 end
 
@@ -46,7 +48,9 @@ if have_header('ruby/ractor.h') && have_func('rb_ractor_local_storage_ptr_newkey
 end
 
 # The thread an event is of, in one instruction (rbtrace.h, rbtrace_thread_id).
-if checking_for('__builtin_thread_pointer') { try_compile('int main(void) { return __builtin_thread_pointer() == 0; }') }
+if checking_for('__builtin_thread_pointer') do
+  try_compile('int main(void) { return __builtin_thread_pointer() == 0; }')
+end
   $defs << '-DRBTRACE_HAVE_THREAD_POINTER'
 end
 
@@ -83,6 +87,9 @@ if checking_for('__attribute__((no_stack_protector))') do
 end
   $defs << '-DRBTRACE_HAVE_NO_STACK_PROTECTOR'
 end
+
+version_define = %(-DRBTRACE_VERSION='"#{RBTrace::VERSION}"')
+$defs << version_define
 
 warnings = %w[-Wall -Wextra -Wno-unused-parameter]
 warnings << '-Werror' if ENV['RBTRACE_WERROR'] == '1' || ENV['CI']
@@ -168,7 +175,8 @@ create_makefile('rbtrace/rbtrace')
 # The client: not a Ruby extension, so mkmf knows nothing of it. Append its
 # rules to the Makefile; `make` builds it, `make install` puts it beside the
 # extension, where bin/rbtrace looks for it.
-client_cflags = "#{warnings.join(' ')} -std=gnu99 -O2 -g #{sanitize.join(' ')} #{ENV['RBTRACE_CLIENT_CFLAGS']}"
+client_cflags = "#{warnings.join(' ')} -std=gnu99 -O2 -g #{version_define} #{sanitize.join(' ')} " \
+                "#{ENV['RBTRACE_CLIENT_CFLAGS']}"
 client_libs = $libs.include?('msgpack-c') ? '-lmsgpack-c' : '-lmsgpackc'
 dl_libs = libedit_libs && client_dl_libs
 if dl_libs

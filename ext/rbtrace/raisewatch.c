@@ -21,8 +21,10 @@
  * event says whether it is the same exception object as the one last
  * raised on its thread, and how many times it was raised again so far:
  * the client folds those into the first raise's line (--raise-all shows
- * them). One slot a thread (by its id, in a small table: a collision only
- * shows a re-raise as a raise), holding the exception's object id, never
+ * them). One slot for each of the last RAISE_LAST_SLOTS threads that
+ * raised (a Puma worker's threads raise in turn: slots picked by a hash of
+ * the thread's id collided for one worker in three, and showed its
+ * re-raises as raises), holding the exception's object id, never
  * the exception: an exception the app dropped is not kept alive, and a
  * new one at a freed one's address is not taken for it.
  */
@@ -35,7 +37,7 @@
 /* Longer messages are cut, with "..." (a message may hold a whole file). */
 #define RAISE_MESSAGE_MAX 1024
 
-/* Slots of the last raise on each thread: a power of two. */
+/* Slots of the last raise on each thread, for this many threads. */
 #define RAISE_LAST_SLOTS 64
 
 static int raise_active;
@@ -49,9 +51,11 @@ struct raise_last {
     uint64_t thread;
     VALUE object_id;      /* a Fixnum (an object id), or 0 for none */
     uint64_t reraises;
+    uint64_t used;        /* raise_clock at its thread's last raise; 0: free */
 };
 
 static struct raise_last raise_last[RAISE_LAST_SLOTS];
+static uint64_t raise_clock;
 
 struct raise_arg {
     VALUE path;
@@ -230,16 +234,35 @@ static VALUE raise_message(VALUE exc)
 
 /* ---- re-raises ---- */
 
+/* The slot of thread: its own, or else a free one or the least recently
+ * used, emptied for it. A scan of 64: exceptions are rare next to calls,
+ * and each costs microseconds already. */
+static struct raise_last *raise_slot(uint64_t thread)
+{
+    struct raise_last *victim = &raise_last[0];
+    size_t i;
+
+    for (i = 0; i < RAISE_LAST_SLOTS; i++) {
+        if (raise_last[i].used != 0 && raise_last[i].thread == thread) return &raise_last[i];
+        if (raise_last[i].used < victim->used) victim = &raise_last[i];
+    }
+    victim->thread = thread;
+    victim->object_id = 0;
+    victim->reraises = 0;
+    return victim;
+}
+
 /* 0 if exc is not the exception last raised on this thread, else how many
  * times it has now been raised again; records it as the last. */
 static uint64_t raise_count_reraise(VALUE exc)
 {
-    uint64_t thread = rbtrace_thread_id(), h = thread * 0x9e3779b97f4a7c15ULL;
-    struct raise_last *slot = &raise_last[(h >> 32) & (RAISE_LAST_SLOTS - 1)];
+    uint64_t thread = rbtrace_thread_id();
+    struct raise_last *slot = raise_slot(thread);
     VALUE id = rb_obj_id(exc);
 
+    slot->used = ++raise_clock;
     if (!RB_FIXNUM_P(id)) id = 0;   /* never on 64 bits; then no folding */
-    if (id != 0 && slot->thread == thread && slot->object_id == id) return ++slot->reraises;
+    if (id != 0 && slot->object_id == id) return ++slot->reraises;
     slot->thread = thread;
     slot->object_id = id;
     slot->reraises = 0;

@@ -330,7 +330,6 @@ void Init_rbtrace_tracer(VALUE mod);
 
 /* slow.c: --slow, --slowcpu (fed by tracer.c's hook) */
 int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors);
-int rbtrace_slow_active(void);
 void rbtrace_slow_event(rb_event_flag_t ev, VALUE klass, ID mid);
 void rbtrace_slow_stop(void);
 void rbtrace_slow_mark(void);
@@ -385,8 +384,9 @@ void rbtrace_ractors_restore_hooks(void);
 void Init_rbtrace_ractors(VALUE mod);
 
 /* wrapper.c: tracing one method by wrapping it */
-void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility, VALUE arity);
+void rbtrace_wrapper_add(VALUE owner, VALUE name, VALUE mid, VALUE visibility, VALUE arity);
 int rbtrace_wrapper_module_p(VALUE klass);
+void rbtrace_wrapper_shadow(VALUE klass, ID mid);
 void rbtrace_wrapper_clear(void);
 void rbtrace_wrapper_mark(void);
 void Init_rbtrace_wrapper(VALUE mod);

@@ -11,6 +11,7 @@
 #include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,11 +94,25 @@ static void session_refuse(int fd, enum rbtrace_refusal reason, pid_t tracer, co
     close(fd);
 }
 
+/*
+ * Whether the attached client is gone: its pid no longer exists, or, for a
+ * client outside our PID namespace (an rbtrace on the host, tracing us in a
+ * container: it has no pid here and sends 0), its connection hung up
+ * (docs/DESIGN.md, "Containers").
+ */
+static int session_client_gone(void)
+{
+    struct pollfd p = { rbtrace.sock, POLLRDHUP, 0 };
+
+    if (rbtrace.client_pid != 0) return kill(rbtrace.client_pid, 0) != 0 && errno == ESRCH;
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL));
+}
+
 /* Is the attached client still there? A dead one is forgotten. */
 static int session_busy(void)
 {
     if (!rbtrace.attached) return 0;
-    if (kill(rbtrace.client_pid, 0) != 0 && errno == ESRCH) {
+    if (session_client_gone()) {
         rbtrace_session_detach(0);
         return 0;
     }
@@ -109,18 +124,24 @@ static void session_attach(const struct rbtrace_command *cmd)
     char why[256];
     int fd, flags, err;
 
-    if (rbtrace.attached && cmd->client_pid == (uint32_t)rbtrace.client_pid) return;
+    /* The attached client's ATTACH again: nothing to do. Clients outside
+     * our PID namespace all send 0: not one of them. */
+    if (rbtrace.attached && cmd->client_pid != 0 && cmd->client_pid == (uint32_t)rbtrace.client_pid)
+        return;
     fd = session_connect(&cmd->text);
     if (fd < 0) return;
     if (session_busy()) {
-        snprintf(why, sizeof(why), "already traced by rbtrace pid %d", (int)rbtrace.client_pid);
+        if (rbtrace.client_pid != 0)
+            snprintf(why, sizeof(why), "already traced by rbtrace pid %d", (int)rbtrace.client_pid);
+        else
+            snprintf(why, sizeof(why), "already traced by an rbtrace outside this PID namespace");
         session_refuse(fd, RBTRACE_REFUSED_BUSY, rbtrace.client_pid, why);
         return;
     }
     if (cmd->protocol_version != RBTRACE_PROTOCOL_VERSION) {
         snprintf(why, sizeof(why), "protocol version %u, but this process speaks %d: use the "
-                 "rbtrace client of the gem version the app loaded", cmd->protocol_version,
-                 RBTRACE_PROTOCOL_VERSION);
+                 "rbtrace client of the gem version the app loaded (rbtrace " RBTRACE_VERSION ")",
+                 cmd->protocol_version, RBTRACE_PROTOCOL_VERSION);
         session_refuse(fd, RBTRACE_REFUSED_VERSION, 0, why);
         return;
     }

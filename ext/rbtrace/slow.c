@@ -57,7 +57,6 @@ struct slow_filter {
 };
 
 static struct {
-    int active;
     int cpu;
     uint64_t threshold_ns;
     struct slow_filter filters[RBTRACE_SELECTORS_MAX];
@@ -301,13 +300,7 @@ int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors)
                              "slow calls are not watched");
         return 0;
     }
-    slow.active = 1;
     return 1;
-}
-
-int rbtrace_slow_active(void)
-{
-    return slow.active;
 }
 
 /* Forgets every frame and selector. The stacks stay with their threads,
@@ -320,7 +313,6 @@ void rbtrace_slow_stop(void)
     slow.last = NULL;
     slow.n_filters = 0;
     memset(slow.said, 0, sizeof(slow.said));
-    slow.active = 0;
 }
 
 /* The filters compare classes by address: keep them alive and pinned

@@ -21,8 +21,13 @@
  *
  * A bad selector is reported (an ERROR event) and skipped. Selectors whose
  * class is not loaded are reported once per class (tracer files name the
- * classes of libraries a process may not use).
+ * classes of libraries a process may not use). A trace expression that
+ * cannot work on its method (a parameter the library renamed) is reported
+ * and left out as the selector is parsed (lib/rbtrace/expression_check.rb):
+ * nothing of it reaches the hook. Two selectors of one method make one
+ * tracer, with the expressions of both.
  */
+#include <string.h>
 #include <unistd.h>
 #include "rbtrace.h"
 #include "emit_call.h"
@@ -33,7 +38,7 @@
 
 #define TRACER_EVENTS (RUBY_EVENT_CALL | RUBY_EVENT_RETURN | RUBY_EVENT_C_CALL | RUBY_EVENT_C_RETURN)
 
-static ID id_parse_selector, id_trace_exprs, id_enable_targeted, id_Selector, id_NotLoaded, id_at_path;
+static ID id_parse_traced_selector, id_trace_exprs, id_enable_targeted, id_Selector, id_NotLoaded, id_at_path, id_at_note;
 
 /* The tracer of (klass, mid) among those the global hook watches. */
 static const struct rbtrace_tracer *tracer_match(VALUE klass, ID mid)
@@ -341,17 +346,50 @@ static void tracer_untarget(const struct rbtrace_tracer *t)
     if (t->tp_return) rb_tracepoint_disable(t->tp_return);
 }
 
-/* Whether a tracer with TracePoints already watches (klass, mid): another
- * selector naming the same Ruby method (an alias of it) would make each
- * call shown twice. */
-static int tracer_targeted_p(VALUE klass, ID mid)
+/* The tracer that already watches (klass, mid), from another selector
+ * (an alias of the method, or another line naming it); NULL if none. A
+ * second tracer would show each call twice. */
+static struct rbtrace_tracer *tracer_of_method(VALUE klass, ID mid)
 {
     uint32_t i;
 
     for (i = 0; i < rbtrace.n_tracers; i++)
-        if (rbtrace.tracers[i].tp && rbtrace.tracers[i].klass == klass && rbtrace.tracers[i].mid == mid)
-            return 1;
-    return 0;
+        if (rbtrace.tracers[i].klass == klass && rbtrace.tracers[i].mid == mid) return &rbtrace.tracers[i];
+    return NULL;
+}
+
+/* Adds exprs (a frozen Array, or nil) to t's: the call is shown once,
+ * with the first selector's expressions, then the others' not already
+ * among them. t's Array is frozen (the hook reads it at each call):
+ * replaced, never changed. */
+static void tracer_merge_exprs(struct rbtrace_tracer *t, VALUE exprs)
+{
+    VALUE merged;
+    long i;
+
+    if (NIL_P(exprs)) return;
+    if (NIL_P(t->exprs)) {
+        t->exprs = exprs;
+        return;
+    }
+    merged = rb_ary_dup(t->exprs);
+    for (i = 0; i < RARRAY_LEN(exprs); i++)
+        if (!RTEST(rb_ary_includes(merged, RARRAY_AREF(exprs, i)))) rb_ary_push(merged, RARRAY_AREF(exprs, i));
+    t->exprs = rb_ary_freeze(merged);
+}
+
+/* Reports the expressions the check left out (notes: Array of String, or
+ * nil), each once, as the selector is added. */
+static void tracer_report_notes(VALUE notes)
+{
+    long i;
+
+    if (!RB_TYPE_P(notes, T_ARRAY)) return;
+    for (i = 0; i < RARRAY_LEN(notes); i++) {
+        VALUE note = RARRAY_AREF(notes, i);
+        if (!RB_TYPE_P(note, T_STRING)) continue;
+        rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s", (int)RSTRING_LEN(note), RSTRING_PTR(note));
+    }
 }
 
 /* Whether a selector the global hook watches has trace expressions,
@@ -396,13 +434,13 @@ static void tracer_install(void)
 
 static VALUE tracer_parse_i(VALUE selector)
 {
-    return rb_funcall(rbtrace_mRBTrace, id_parse_selector, 1, selector);
+    return rb_funcall(rbtrace_mRBTrace, id_parse_traced_selector, 1, selector);
 }
 
 static VALUE tracer_wrap_i(VALUE parsed)
 {
-    rbtrace_wrapper_add(RARRAY_AREF(parsed, 0), RARRAY_AREF(parsed, 1), RARRAY_AREF(parsed, 3),
-                        RARRAY_AREF(parsed, 5));
+    rbtrace_wrapper_add(RARRAY_AREF(parsed, 0), RARRAY_AREF(parsed, 8), RARRAY_AREF(parsed, 1),
+                        RARRAY_AREF(parsed, 3), RARRAY_AREF(parsed, 5));
     return Qnil;
 }
 
@@ -427,39 +465,45 @@ VALUE rbtrace_selector_error(ID name)
 /*
  * A tracer file names classes of libraries the process may not use
  * (-c pg in an app without pg): one line per missing class, not one per
- * selector. missing maps a class path to the selectors that name it.
+ * selector. missing maps a class path to [note, selectors that name it...]:
+ * the note ("Sidekiq is sidekiq 6.4.1", or nil) names the library of the
+ * namespace that is defined (NotLoaded#note, lib/rbtrace/selector.rb).
  */
-static int tracer_report_missing_i(VALUE path, VALUE sels, VALUE arg)
+static int tracer_report_missing_i(VALUE path, VALUE entry, VALUE arg)
 {
-    VALUE first = RARRAY_AREF(sels, 0);
+    VALUE note = RARRAY_AREF(entry, 0), first = RARRAY_AREF(entry, 1);
+    long n = RARRAY_LEN(entry) - 1;
+    const char *open = RB_TYPE_P(note, T_STRING) ? " (" : "", *close = *open ? ")" : "";
+    int note_len = RB_TYPE_P(note, T_STRING) ? (int)RSTRING_LEN(note) : 0;
+    const char *note_ptr = note_len ? RSTRING_PTR(note) : "";
 
     (void)arg;
-    if (RARRAY_LEN(sels) == 1)
-        rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s: no such class or module %.*s (not traced)",
+    if (n == 1)
+        rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s: no such class or module %.*s%s%.*s%s (not traced)",
                              (int)RSTRING_LEN(first), RSTRING_PTR(first),
-                             (int)RSTRING_LEN(path), RSTRING_PTR(path));
+                             (int)RSTRING_LEN(path), RSTRING_PTR(path), open, note_len, note_ptr, close);
     else
         rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s is not loaded in process %d (no such class "
-                             "or module): its %ld selectors are not traced",
+                             "or module%s%.*s): its %ld selectors are not traced",
                              (int)RSTRING_LEN(path), RSTRING_PTR(path), (int)getpid(),
-                             RARRAY_LEN(sels));
+                             note_len ? "; " : "", note_len, note_ptr, n);
     return ST_CONTINUE;
 }
 
 static void tracer_note_missing(VALUE missing, VALUE sel, VALUE err)
 {
-    VALUE path = rb_ivar_get(err, id_at_path), sels;
+    VALUE path = rb_ivar_get(err, id_at_path), entry;
 
     if (!RB_TYPE_P(path, T_STRING)) {
         rbtrace_report_selector_error(sel, err);
         return;
     }
-    sels = rb_hash_lookup(missing, path);
-    if (NIL_P(sels)) {
-        sels = rb_ary_new();
-        rb_hash_aset(missing, path, sels);
+    entry = rb_hash_lookup(missing, path);
+    if (NIL_P(entry)) {
+        entry = rb_ary_new_from_args(1, rb_ivar_get(err, id_at_note));
+        rb_hash_aset(missing, path, entry);
     }
-    rb_ary_push(sels, sel);
+    rb_ary_push(entry, sel);
 }
 
 /* Forgets the hooked tracers made from selector (--devmode re-adds it). */
@@ -491,11 +535,25 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
     int state = 0;
 
     parsed = rbtrace_protect(tracer_parse_i, sel, &state, &err);
+    if (!state && RARRAY_LEN(parsed) > 7) tracer_report_notes(RARRAY_AREF(parsed, 7));
+    /* A C method another selector's expressions already have the hook
+     * watch: a wrapper too would show each call twice, and the hook's
+     * event, nested in the wrapper's, without the expressions. */
+    if (!state && !NIL_P(RARRAY_AREF(parsed, 3)) && !NIL_P(RARRAY_AREF(parsed, 0)) &&
+        tracer_of_method(RARRAY_AREF(parsed, 0), rbtrace_method_id_of(RARRAY_AREF(parsed, 1))))
+        return 1;
     if (!state && !NIL_P(RARRAY_AREF(parsed, 3))) {
         /* parsed is [owner or nil, method Symbol or nil, expressions or nil,
          * visibility Symbol if the method (a C one) is wrapped instead of
          * hooked, the UnboundMethod if it is a Ruby one, the wrapper's
-         * arity]. Wrapping can fail (a frozen class): that selector alone. */
+         * arity, whether it is a block's method, the messages of the
+         * expressions left out or nil, the name the wrapper takes (an
+         * alias's, for the calls through it)]. Wrapping can fail (a frozen
+         * class): that selector alone. */
+        /* The global hook shows its calls already (another selector named
+         * it through an alias): a wrapper would show each a second time. */
+        if (tracer_match(RARRAY_AREF(parsed, 0), rbtrace_method_id_of(RARRAY_AREF(parsed, 1))))
+            return 1;
         rbtrace_protect(tracer_wrap_i, parsed, &state, &err);
         if (!state) return 1;
     }
@@ -516,7 +574,12 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
     /* A name the user typed stays in the symbol table (rbtrace_method_id_of):
      * no method of that name may exist yet. */
     mid = rbtrace_method_id_of(RARRAY_AREF(parsed, 1));
-    if (!NIL_P(ruby) && tracer_targeted_p(klass, mid)) return 1;
+    if ((t = tracer_of_method(klass, mid)) != NULL) {
+        tracer_merge_exprs(t, RARRAY_AREF(parsed, 2));
+        /* The hook swaps to the kind that evaluates expressions. */
+        if (!t->tp) *hook = 1;
+        return 1;
+    }
     t = &rbtrace.tracers[rbtrace.n_tracers++];
     t->klass = klass;
     t->mid = mid;
@@ -525,8 +588,11 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
     t->tp = t->tp_return = 0;
     /* A Ruby method gets TracePoints of its own; anything else (or a Ruby
      * method whose TracePoint the VM refused), the global hook. */
-    if (NIL_P(ruby) || !tracer_targeted(t, ruby, RARRAY_LEN(parsed) > 6 && RTEST(RARRAY_AREF(parsed, 6))))
+    if (NIL_P(ruby) || !tracer_targeted(t, ruby, RARRAY_LEN(parsed) > 6 && RTEST(RARRAY_AREF(parsed, 6)))) {
         *hook = 1;
+        /* The hook sees the calls of a wrapped method too. */
+        rbtrace_wrapper_shadow(klass, mid);
+    }
     return 1;
 }
 
@@ -538,17 +604,33 @@ int rbtrace_tracer_add_one(VALUE sel, VALUE *error)
     return traced;
 }
 
+/* Whether a selector's text ends in a list of trace expressions. */
+static int tracer_has_exprs(VALUE sel)
+{
+    const char *p = RSTRING_PTR(sel);
+    long n = RSTRING_LEN(sel);
+
+    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
+    return n > 0 && p[n - 1] == ')' && memchr(p, '(', (size_t)n) != NULL;
+}
+
 /* Adds one tracer per selector; a bad selector is reported and skipped
- * (with --devmode, one whose class or method is not defined yet waits). */
+ * (with --devmode, one whose class or method is not defined yet waits).
+ * The selectors with expressions go first: a C method that one of them
+ * names is then watched by the hook, with them, and not also wrapped for
+ * a selector without any (tracer_add_one). */
 void rbtrace_tracer_add(VALUE selectors)
 {
     VALUE not_loaded = rbtrace_selector_error(id_NotLoaded), missing = rb_hash_new();
-    long i;
+    long i, k, n = RARRAY_LEN(selectors);
     int hook = 0;
 
-    for (i = 0; i < RARRAY_LEN(selectors); i++) {
-        VALUE sel = rb_str_new_frozen(RARRAY_AREF(selectors, i)), err = Qnil;
+    for (k = 0; k < 2 * n; k++) {
+        VALUE sel, err = Qnil;
 
+        i = k % n;
+        if (tracer_has_exprs(RARRAY_AREF(selectors, i)) != (k < n)) continue;
+        sel = rb_str_new_frozen(RARRAY_AREF(selectors, i));
         if (rbtrace_devmode_watch(sel)) {
             if (tracer_add_one(sel, &err, &hook)) rbtrace_devmode_traced(sel);
             else rbtrace_devmode_failed(sel, err);
@@ -629,10 +711,11 @@ void rbtrace_tracer_mark(void)
 
 void Init_rbtrace_tracer(VALUE mod)
 {
-    id_parse_selector = rb_intern("parse_selector");
+    id_parse_traced_selector = rb_intern("parse_traced_selector");
     id_trace_exprs = rb_intern("trace_exprs");
     id_enable_targeted = rb_intern("enable_targeted");
     id_Selector = rb_intern("Selector");
     id_NotLoaded = rb_intern("NotLoaded");
     id_at_path = rb_intern("@path");
+    id_at_note = rb_intern("@note");
 }

@@ -16,6 +16,11 @@
  * -1), all calling one body: `arity` and `parameters` are the original's
  * (a C method's parameters are unnamed: only its arity shows).
  *
+ * A wrapper sees only the calls made through the name it takes: a selector
+ * naming an alias (pg 1.4's PG::Connection#async_exec, of #exec) wraps the
+ * alias, and shows its calls under the original name, as the VM names the
+ * method.
+ *
  * Detach removes the wrapper methods; the empty module stays prepended
  * (a module cannot be un-prepended) and costs nothing. One module per
  * owner is kept for the life of the process and reused.
@@ -29,8 +34,10 @@
 
 struct wrapper_entry {
     VALUE module;       /* the prepended module holding the wrapper */
-    ID mid;             /* method name */
+    ID name;            /* the wrapper's name: the method's, or an alias's */
+    ID mid;             /* the method's original name, which events show */
     VALUE owner;        /* the wrapped method's owner, for event names */
+    int shadowed;       /* the global hook shows its calls: the wrapper passes them on unseen */
 };
 
 static struct wrapper_entry wrappers[RBTRACE_SELECTORS_MAX];
@@ -39,12 +46,13 @@ static uint32_t n_wrappers;
 /* owner => its prepended module (identity Hash; lives forever) */
 static VALUE wrapper_modules;
 
-static const struct wrapper_entry *wrapper_find(VALUE module, ID mid)
+/* The wrapper of that name in module. */
+static const struct wrapper_entry *wrapper_find(VALUE module, ID name)
 {
     uint32_t i;
 
     for (i = 0; i < n_wrappers; i++)
-        if (wrappers[i].module == module && wrappers[i].mid == mid) return &wrappers[i];
+        if (wrappers[i].module == module && wrappers[i].name == name) return &wrappers[i];
     return NULL;
 }
 
@@ -96,6 +104,7 @@ static VALUE wrapper_call_m(int argc, const VALUE *argv, VALUE self)
         else if (!rbtrace.firehose && !RBTRACE_OWN_CALL() && !rbtrace_expr_call_p() &&
                  rb_frame_method_id_and_class(&mid, &module))
             c.w = wrapper_find(module, mid);
+        if (c.w && c.w->shadowed) c.w = NULL;
     }
     if (c.w == NULL) return rb_call_super_kw(argc, argv, c.kw_splat);
     rbtrace_emit_call(RUBY_EVENT_C_CALL, c.w->owner, c.w->mid, rbtrace_clock_ns());
@@ -171,16 +180,19 @@ static VALUE wrapper_module_for(VALUE owner)
 }
 
 /*
- * Wraps owner's method mid (a Symbol) with the given visibility
- * (:public, :private or :protected) and arity (an Integer, -1 to
- * WRAPPER_ARITY_MAX: the original's). GVL held, from a command.
+ * Wraps owner's method named name (a Symbol: the method's own, or an
+ * alias's, whose calls alone a wrapper of that name sees), whose calls are
+ * shown as mid's (the original name, as the VM names the method), with
+ * the given visibility (:public, :private or :protected) and arity (an
+ * Integer, -1 to WRAPPER_ARITY_MAX: the original's). GVL held, from a
+ * command.
  */
-void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility, VALUE arity_v)
+void rbtrace_wrapper_add(VALUE owner, VALUE name_sym, VALUE mid, VALUE visibility, VALUE arity_v)
 {
     VALUE module;
     const char *name;
     struct wrapper_entry *w;
-    ID id = rbtrace_method_id_of(mid);
+    ID id = rbtrace_method_id_of(name_sym);
     int arity = NUM2INT(arity_v);
     VALUE (*fn)(ANYARGS);
 
@@ -210,8 +222,26 @@ void rbtrace_wrapper_add(VALUE owner, VALUE mid, VALUE visibility, VALUE arity_v
     }
     w = &wrappers[n_wrappers++];
     w->module = module;
-    w->mid = id;
+    w->name = id;
+    w->mid = rbtrace_method_id_of(mid);
     w->owner = owner;
+    w->shadowed = 0;
+}
+
+/*
+ * Another selector named a wrapped method through an alias (pg 1.4's
+ * PG::Connection#exec and #async_exec): the global hook watches that one,
+ * and sees the method's calls through any of its names, the wrapped one's
+ * too; the wrappers of the methods (klass, mid) selects then pass their
+ * calls on unseen, or each would be shown twice, nested. (Not removed:
+ * a call in progress holds its entry.)
+ */
+void rbtrace_wrapper_shadow(VALUE klass, ID mid)
+{
+    uint32_t i;
+
+    for (i = 0; i < n_wrappers; i++)
+        if (rbtrace_selects(klass, mid, wrappers[i].owner, wrappers[i].mid)) wrappers[i].shadowed = 1;
 }
 
 /* Removes every wrapper method; the modules stay, empty. */
@@ -219,7 +249,7 @@ void rbtrace_wrapper_clear(void)
 {
     while (n_wrappers > 0) {
         struct wrapper_entry *w = &wrappers[--n_wrappers];
-        rb_remove_method_id(w->module, w->mid);
+        rb_remove_method_id(w->module, w->name);
     }
 }
 

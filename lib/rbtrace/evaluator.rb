@@ -12,7 +12,7 @@ module RBTrace
     INSPECT = 0
     TEXT = 1
     BACKTRACE_LINES = 20
-    EVAL_PATH = '(rbtrace eval)'
+    EVAL_PATH = '(rbtrace eval)'.freeze
 
     module_function
 

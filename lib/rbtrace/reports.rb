@@ -112,7 +112,7 @@ module RBTrace
       return thread.name.inspect if thread.name
       return 'main' if thread == Thread.main
 
-      thread.inspect[/\A#<Thread:0x\h+/].to_s + '>'
+      "#{thread.inspect[/\A#<Thread:0x\h+/]}>"
     end
 
     # A thread passing the GVL to the report's thread (Ruby 3.3+: in
@@ -147,7 +147,7 @@ module RBTrace
     PROC_FIELDS = %w[VmRSS VmHWM RssAnon RssFile VmSize VmSwap].freeze
 
     def process_memory
-      fields = File.foreach('/proc/self/status').map { |l| l.chomp.split(/:\s*/, 2) }.to_h
+      fields = File.foreach('/proc/self/status').to_h { |l| l.chomp.split(/:\s*/, 2) }
       PROC_FIELDS.filter_map { |k| [k, fields[k]] if fields[k] }
     rescue SystemCallError => e
       [['RSS', "unavailable: #{e.message}"]]
@@ -205,12 +205,12 @@ module RBTrace
     # an app that reaps every child (a Unicorn or Puma master does) may
     # reap ours before we do. If this thread is killed (the eval's
     # timeout), the child is killed too and its partial file removed.
-    def dump_in_child(what, path, kind)
+    def dump_in_child(what, path, kind, &dump)
       io, path = path ? [create_exclusive(path), path] : create_default(kind)
       reader, writer = IO.pipe
       started = clock
       cpu = thread_cpu
-      child = Process.fork { dump_child(io, path, reader, writer) { |f| yield f } }
+      child = Process.fork { dump_child(io, path, reader, writer, &dump) }
       pause = thread_cpu - cpu
       [io, writer].each(&:close)
       outcome = reader.read   # "ok LINES" or the child's error; EOF once it exited

@@ -1,3 +1,5 @@
+require 'rbtrace/expression_check'
+
 module RBTrace
   # Parses method selectors, as `rbtrace -m` takes them:
   #
@@ -9,7 +11,8 @@ module RBTrace
   #   String#gsub(self, @x) with trace expressions, shown at each call
   #
   # Class names are resolved by constant lookup only; no selector text is
-  # ever evaluated. Expressions are only syntax-checked here.
+  # ever evaluated. Expressions are syntax-checked here, and for -m and -c
+  # checked against their method (lib/rbtrace/expression_check.rb).
   module Selector
     # Methods a wrapper must not stand in for: the VM's optimised operators
     # (redefining one on a core class turns off its fast path for good), and
@@ -40,12 +43,16 @@ module RBTrace
 
     # A selector's class or module is not defined in the process (its
     # library is not loaded, or the name is wrong).
+    # note names the library of the namespace that is defined, if any
+    # ("Sidekiq is sidekiq 6.4.1": a class of another version, or of a
+    # file the process did not require).
     class NotLoaded < NotDefined
-      attr_reader :path
+      attr_reader :path, :note
 
-      def initialize(path)
+      def initialize(path, note = nil)
         @path = path
-        super("no such class or module #{path}")
+        @note = note
+        super("no such class or module #{path}#{note && " (#{note})"}")
       end
     end
 
@@ -57,18 +64,39 @@ module RBTrace
     # Returns [owner or nil, method Symbol or nil, expressions or nil,
     # visibility Symbol when the method is traced by a wrapper, else nil,
     # the UnboundMethod when it is defined in Ruby (a TracePoint targets its
-    # bytecode alone), else nil, the wrapper's arity (the method's own)].
+    # bytecode alone), else nil, the wrapper's arity (the method's own),
+    # whether it is a block's method, the messages of the expressions left
+    # out by the check or nil, the name the wrapper takes].
     # A Ruby method is never wrapped: its TracePoint leaves it as it is
     # (frames, arity, parameters, owner, source_location, stack depth); a
     # wrapper is a C method of the original's arity, for C methods only.
+    # The method Symbol is the original name, which calls are shown under;
+    # a selector naming an alias of a C method wraps the alias (a wrapper
+    # sees only the calls through the name it takes): naming the original
+    # and its aliases (tracers/pg.tracer) sees every call, with no hook.
     # Raises ArgumentError with a message meant for the user (NotLoaded when
     # the class is not defined).
-    def parse(text)
+    # With check, the expressions are checked against the method (see
+    # lib/rbtrace/expression_check.rb): those that cannot work are left out,
+    # and a message for each is added at the end (nil when there is none).
+    def parse(text, check: false)
       name, exprs = split_expressions(text.strip)
-      owner, meth, via_alias = resolve(name)
+      owner, meth, via_alias, called, home = resolve(name)
       ruby = ruby_method(owner, meth)
-      arity = !ruby && !exprs && !via_alias ? wrapper_arity(owner, meth) : nil
-      [owner, meth, exprs, arity ? wrapper_visibility(owner, meth) : nil, ruby, arity, block_method?(ruby)]
+      block = block_method?(ruby)
+      exprs, notes = ExpressionCheck.check(name, owner, meth, ruby, block, exprs, home) if check
+      wrapped = via_alias && own_alias?(owner, called) ? called : meth
+      arity = !ruby && !exprs && (wrapped == called || !via_alias) ? wrapper_arity(owner, wrapped) : nil
+      visibility = arity ? wrapper_visibility(owner, wrapped, meth) : nil
+      [owner, meth, exprs, visibility, ruby, arity, block, notes.nil? || notes.empty? ? nil : notes, wrapped]
+    end
+
+    # Whether owner itself holds the alias (a wrapper prepended to owner
+    # comes first for the calls through it).
+    def own_alias?(owner, name)
+      owner.method_defined?(name, false) || owner.private_method_defined?(name, false)
+    rescue ArgumentError, TypeError
+      false
     end
 
     # Whether a Ruby method is a block's (define_method with a block): Ruby
@@ -109,9 +137,10 @@ module RBTrace
     end
 
     # The wrapper's visibility (the method's), or nil where a wrapper may not
-    # stand in for it (UNWRAPPABLE, refinements, Kernel before 3.0).
-    def wrapper_visibility(owner, meth)
-      return nil if owner.nil? || meth.nil? || UNWRAPPABLE.include?(meth)
+    # stand in for it (UNWRAPPABLE, by its name or its original's;
+    # refinements, Kernel before 3.0).
+    def wrapper_visibility(owner, meth, original = meth)
+      return nil if owner.nil? || meth.nil? || UNWRAPPABLE.include?(meth) || UNWRAPPABLE.include?(original)
       return nil if owner.instance_of?(Module) && !PREPEND_REACHES_INCLUDERS
       return nil if refinement?(owner)
 
@@ -142,7 +171,7 @@ module RBTrace
       text.each_char do |c|
         if quote
           quote = nil if c == quote
-        elsif c == '"' || c == "'"
+        elsif ['"', "'"].include?(c)
           quote = c
         elsif '([{'.include?(c)
           depth += 1
@@ -166,11 +195,11 @@ module RBTrace
 
     def resolve(name)
       if (m = CLASS_PATH.match(name))
-        mod = constant(m[:path])
-        mod = mod.singleton_class if m[:sep] == '.'
-        return [mod, nil] if m[:meth].empty?
+        home = constant(m[:path])
+        mod = m[:sep] == '.' ? home.singleton_class : home
+        return [mod, nil, false, nil, home] if m[:meth].empty?
 
-        owned_method(mod, m[:meth], m[:path] + m[:sep])
+        owned_method(mod, m[:meth], m[:path] + m[:sep], home)
       elsif BARE_METHOD.match?(name)
         [nil, name.to_sym]
       else
@@ -179,31 +208,50 @@ module RBTrace
     end
 
     def constant(path)
-      mod = path.split('::').inject(Object) { |scope, part| scope.const_get(part) }
+      found = []
+      mod = path.split('::').inject(Object) { |scope, part| scope.const_get(part).tap { |c| found << [part, c] } }
       raise ArgumentError, "#{path} is not a class or module" unless mod.is_a?(Module)
 
       mod
     rescue NameError
-      raise NotLoaded, path
+      raise NotLoaded.new(path, namespace_note(found))
+    end
+
+    # "Sidekiq is sidekiq 6.4.1" for the deepest namespace of a missing
+    # class that is defined, when its library is known; else nil.
+    def namespace_note(found)
+      return nil if found.empty?
+
+      name = found.map(&:first).join('::')
+      library = Library.of_module(found.last.last)
+      library && "#{name} is #{library}"
     end
 
     # The method's owner and original name: what the VM reports at each call;
-    # and whether meth is an alias: a wrapper of a C method's original name
-    # would not see the calls made through the alias (PG::Connection#exec), a
-    # hook does. A Ruby method's alias shares its bytecode, and so its
-    # TracePoint: calls through any of its names are seen, under the original.
-    def owned_method(mod, meth, prefix)
+    # whether meth is an alias, and the name as called: a wrapper of a C
+    # method's original name would not see the calls made through the alias
+    # (pg 1.4's PG::Connection#async_exec), a wrapper of the alias does. A
+    # Ruby method's alias shares its bytecode, and so its TracePoint: calls
+    # through any of its names are seen, under the original.
+    # home is the class the selector names (its library's version is in
+    # the message of a method it does not have: renamed in this version?).
+    def owned_method(mod, meth, prefix, home)
       unless mod.method_defined?(meth) || mod.private_method_defined?(meth)
-        raise NotDefined, "no such method #{prefix}#{meth}"
+        raise NotDefined, "no such method #{prefix}#{meth}#{Library.suffix(nil, home)}"
       end
 
       um = mod.instance_method(meth)
-      [um.owner, um.original_name, um.original_name != meth.to_sym]
+      [um.owner, um.original_name, um.original_name != meth.to_sym, meth.to_sym, home]
     end
   end
 
   def self.parse_selector(text)
     Selector.parse(text)
+  end
+
+  # -m and -c (ext/rbtrace/tracer.c): parsed, and its expressions checked.
+  def self.parse_traced_selector(text)
+    Selector.parse(text, check: true)
   end
 
   # ext/rbtrace/tracer.c: a TracePoint on one Ruby method's bytecode only.

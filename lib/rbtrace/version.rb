@@ -1,3 +1,3 @@
 module RBTrace
-  VERSION = '0.6.0'
+  VERSION = '0.6.0'.freeze
 end

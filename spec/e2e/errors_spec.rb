@@ -61,7 +61,7 @@ RSpec.describe 'errors' do
     # -e's code goes into the queue right behind its ATTACH (cli/session.c,
     # session_attach): refused, the target must drop it.
     marker = File.join(Dir.tmpdir, "rbtrace-spec-refused-#{Process.pid}")
-    File.delete(marker) if File.exist?(marker)
+    FileUtils.rm_f(marker)
     r = rbtrace('-p', app.pid, '-e', "File.write(#{marker.inspect}, 'ran')")
     expect(r.stderr).to include("already traced by rbtrace (pid #{first.pid})")
     expect(r).not_to be_success
@@ -129,7 +129,7 @@ RSpec.describe 'errors' do
     expect(qid).to be >= 0
     # flags byte (0x02 first chunk, 0x01 more follow), then msgpack bytes
     ["\x02\x93\x05", "\x02\xff\xff\xff", "\x02\x92\x01\xa1x", "\x02\x94\x05\x01\x01\x01",
-     "\x00orphan", "\x03" + 'a' * 100].each do |junk|
+     "\x00orphan", "\x03#{'a' * 100}"].each do |junk|
       msg = [1].pack('q') + junk.b
       expect(msgsnd.call(qid, msg, junk.bytesize, 0)).to eq(0)
     end
@@ -164,6 +164,7 @@ RSpec.describe 'errors' do
       expect(answer.bytes.first(4)).to eq([0x94, 0x02, 0x02, 0x00])
       protocol = File.read(File.join(RBTraceSpec::ROOT, 'ext/rbtrace/protocol.h'))[/RBTRACE_PROTOCOL_VERSION (\d+)/, 1]
       expect(answer).to include("protocol version 99, but this process speaks #{protocol}")
+      expect(answer).to include("the gem version the app loaded (rbtrace #{RBTrace::VERSION})")
     end
     expect(app).to be_alive
     expect(rbtrace('-p', app.pid, '-e', 'RBTrace.attached?').stdout).to eq(">> RBTrace.attached?\n=> true\n")

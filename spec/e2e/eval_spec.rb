@@ -33,7 +33,7 @@ RSpec.describe 'eval (-e)' do
   end
 
   it 'runs code longer than one queue message (70 KiB)' do
-    code = "x = 0\n" + ("x += 1\n" * 10_000) + 'x'
+    code = "x = 0\n#{"x += 1\n" * 10_000}x"
     expect(code.bytesize).to be > 64 * 1024
     r = rbtrace('-p', app.pid, '-e', code)
     expect(r.stdout).to end_with("=> 10000\n")

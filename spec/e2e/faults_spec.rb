@@ -262,7 +262,7 @@ RSpec.describe 'faults' do
       took = monotonic - started
       rss << rss_kb(app.pid)
       jit << yjit_code_kb(app.pid)
-      say "1000 sessions (900 -e 1, 100 -m traces) in #{took.round(1)} s (#{format("%.1f", took)} ms each, " \
+      say "1000 sessions (900 -e 1, 100 -m traces) in #{took.round(1)} s (#{format('%.1f', took)} ms each, " \
           "the client's start included); VmRSS #{rss.join(' / ')} kB at the start / after 50 (warm-up) " \
           "/ after 1000 more: #{rss[2] - rss[1]} kB, of which YJIT's code #{jit[1] - jit[0]} kB"
       expect(footprint_back_to(app.pid, before)).to eq(before)
@@ -300,7 +300,7 @@ RSpec.describe 'faults' do
           h.key?(1)
           i += 1
         end
-        puts "done in #{'%.3f'}" % (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t)
+        puts "done in %.3f" % (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t)
         sleep
       RUBY
       client = FaultsSpec::PipedClient.new(['-p', app.pid, '-m', 'Hash#key?', '--stats'])
@@ -437,7 +437,7 @@ RSpec.describe 'faults' do
       cpu_ratio = cpu_rate(storm_start, storm_end) / cpu_rate(quiet[2], quiet.last)
       say "storm: #{sent}; the app's loop ran at #{during.round}/s during it, #{before.round}/s before " \
           "(#{(during / before).round(2)}x of wall time, #{cpu_ratio.round(2)}x per CPU second; " \
-          "an eval and a trace ran in it; bench/faults.rb measures it alone)"
+          'an eval and a trace ran in it; bench/faults.rb measures it alone)'
       expect(app).to be_alive
       lines = app.drain
       expect(lines.grep(/^exception/)).to eq([])

@@ -30,7 +30,7 @@ RSpec.describe 'firehose (-f)' do
       loop { calc([1]); sleep 0.02 }
     RUBY
     out = trace(app, '-f', until_output: /^Object#calc <.*^Object#calc </m).stdout
-    expect(out).to match(/^Object#calc\n  Array#\[\] <[\d.]+>\n  Integer#\+ <[\d.]+>\n  Integer#- <[\d.]+>\n  Integer#\* <[\d.]+>\n  Integer#\/ <[\d.]+>\n  Integer#% <[\d.]+>\nObject#calc </)
+    expect(out).to match(%r{^Object#calc\n  Array#\[\] <[\d.]+>\n  Integer#\+ <[\d.]+>\n  Integer#- <[\d.]+>\n  Integer#\* <[\d.]+>\n  Integer#/ <[\d.]+>\n  Integer#% <[\d.]+>\nObject#calc <})
   end
 end
 

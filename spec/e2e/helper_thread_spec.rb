@@ -17,7 +17,7 @@ RSpec.describe 'the helper thread and the app' do
       puts "ready"
       sleep 0.01 until File.exist?(#{flag.inspect})
       old = Signal.trap('URG', 'SYSTEM_DEFAULT')
-      puts "old #{'#'}{old.equal?(mine) ? 'mine' : old.inspect}"
+      puts "old \#{old.equal?(mine) ? 'mine' : old.inspect}"
       sleep
     RUBY
     app = start_target(code, rbtrace: false).ready

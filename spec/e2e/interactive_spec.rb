@@ -6,7 +6,7 @@ require 'pty'
 RSpec.describe 'interactive (-i)' do
   # The client with its stdin a pipe we type into.
   class ReplClient < RBTraceSpec::Client
-    def initialize(args, env: {})
+    def initialize(args, env: {}) # rubocop:disable Lint/MissingSuper -- started here, its stdin a pipe
       @out_path = File.join(Dir.tmpdir, "rbtrace-spec-repl-#{Process.pid}-#{object_id}")
       input, @input = IO.pipe
       @pid = Process.spawn(env, RBTraceSpec::CLIENT, *args.map(&:to_s),

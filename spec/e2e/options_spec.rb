@@ -25,7 +25,7 @@ RSpec.describe 'client options' do
 
   it '--version prints the version' do
     r = rbtrace('--version')
-    expect(r.stdout.strip).to eq("rbtrace #{File.read(File.join(RBTraceSpec::ROOT, 'lib/rbtrace/version.rb'))[/'(.+)'/, 1]}")
+    expect(r.stdout).to eq("rbtrace #{RBTrace::VERSION}\n")
   end
 
   it 'rejects an unknown option and a missing mode with exit code 2' do

@@ -83,18 +83,16 @@ RSpec.describe 'choosing processes (-p PID..., --ps, --exec, --wait)' do
       chosen = [a, b].max_by(&:pid)
       output = +''
       PTY.spawn(RBTraceSpec::CLIENT, '--ps', marker, '-e', 'Process.pid') do |r, w, pid|
-        begin
-          Timeout.timeout(10) do
-            output << r.readpartial(4096) until output.include?('trace which?')
-            w.puts pick
-            loop { output << r.readpartial(4096) }
-          end
-        rescue EOFError, Errno::EIO
-          nil
-        ensure
-          Process.kill(:KILL, pid) rescue nil
-          Process.wait(pid) rescue nil
+        Timeout.timeout(10) do
+          output << r.readpartial(4096) until output.include?('trace which?')
+          w.puts pick
+          loop { output << r.readpartial(4096) }
         end
+      rescue EOFError, Errno::EIO
+        nil
+      ensure
+        Process.kill(:KILL, pid) rescue nil
+        Process.wait(pid) rescue nil
       end
       expect(output).to include("=> #{chosen.pid}")
     end

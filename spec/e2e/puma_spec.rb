@@ -57,8 +57,8 @@ RSpec.describe 'puma cluster under load' do
     server&.close
   end
 
-  def spawn_group(*cmd, env: {}, log:)
-    pid = Process.spawn(env, *cmd, chdir: dir, out: log, err: [:child, :out], in: :close, pgroup: true)
+  def spawn_group(*cmd, log:, env: {})
+    pid = Process.spawn(env, *cmd, chdir: dir, out: log, err: %i[child out], in: :close, pgroup: true)
     @spec_processes << Group.new(pid)
     pid
   end
@@ -123,7 +123,7 @@ RSpec.describe 'puma cluster under load' do
     report = File.read(wrk_out)
     puts "\n    puma: calls traced per worker #{counts.inspect}, master #{master_calls}, " \
          "traces done #{traced_within.round(2)} s into the load; wrk: " \
-         "#{report[/\d+ requests in [\d.]+\w+/]}, #{report[/Requests\/sec:\s*[\d.]+/]}"
+         "#{report[/\d+ requests in [\d.]+\w+/]}, #{report[%r{Requests/sec:\s*[\d.]+}]}"
     expect(counts).to all(be > 0)
     expect(master_calls).to eq(0)
     expect(report).to match(/^\s*(\d+) requests in/)
@@ -150,5 +150,4 @@ RSpec.describe 'puma cluster under load' do
       expect(r.stdout).to eq(">> [Process.pid, RBTrace.helper.alive?]\n=> [#{pid}, true]\n"), "stderr: #{r.stderr}"
     end
   end
-
 end

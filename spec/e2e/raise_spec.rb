@@ -148,10 +148,45 @@ RSpec.describe 'exceptions (--raise)' do
       lines = out.lines.grep(/Boom/)
       start = lines.index { |l| l.start_with?('raise Boom: no such record at -e:3') }
       expect(start).not_to be_nil, out
-      expect(lines[start, 7].map { |l| l[/\A\S+/] + ' ' + l[/-e:\d+/] })
+      expect(lines[start, 7].map { |l| "#{l[/\A\S+/]} #{l[/-e:\d+/]}" })
         .to eq(['raise -e:3', 're-raise -e:7', 're-raise -e:7', 're-raise -e:7', 're-raise -e:7',
                 're-raise -e:15', 'raise -e:9'])
       expect(out).not_to include('re-raised')
+    end
+
+    # Issue 21: a Puma worker's threads raise in turn. Each thread's last
+    # exception is remembered apart, however many threads raise between
+    # its raise and its re-raise (one slot a thread, by a hash of its id,
+    # showed one worker in three some re-raises as raises).
+    it 'tells a re-raise on each of 24 threads raising in between' do
+      threads_app = start_target(<<~'RUBY').ready
+        class Boom < StandardError; end
+        puts "ready"
+        loop do
+          raised, go = Queue.new, Queue.new
+          threads = Array.new(24) do |i|
+            Thread.new do
+              raise Boom, "thread #{i}"
+            rescue Boom => e
+              raised << true
+              go.pop
+              raise e rescue nil
+            end
+          end
+          24.times { raised.pop }
+          24.times { go << true }
+          threads.each(&:join)
+          puts "round"
+          sleep 0.1
+        end
+      RUBY
+      out = trace(threads_app, '--raise-all', until_output: ->(o) { o.scan('re-raise Boom').size >= 48 }).stdout
+      lines = out.lines.grep(/Boom: thread/)
+      # The first raise is on line 8 (the target's code starts with lines of
+      # its own), the re-raise on line 12.
+      expect(lines.grep(/ at -e:12$/)).to all(match(/\A(\[t\d+\] )?re-raise Boom: thread \d+ at -e:12$/))
+      expect(lines.grep(/ at -e:8$/)).to all(match(/\A(\[t\d+\] )?raise Boom: thread \d+ at -e:8$/))
+      expect(lines.grep(/ at -e:12$/).size).to be >= 48
     end
   end
 end

@@ -250,7 +250,7 @@ RSpec.describe 'reports' do
       expect(File.exist?(File.join(tmpdir, 'nothing-yet'))).to be(false)
     end
 
-    it "works in an app that reaps every child (a Unicorn or Puma master)" do
+    it 'works in an app that reaps every child (a Unicorn or Puma master)' do
       reaper = start_target(<<~'RUBY', env: { 'TMPDIR' => tmpdir }).ready
         $reaped = []
         Thread.new { loop { $reaped << Process.wait2(-1)[0] rescue sleep(0.005) } }

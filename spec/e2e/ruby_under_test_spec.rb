@@ -16,7 +16,7 @@ RSpec.describe 'the Ruby under test' do
     app = start_target('puts "ready"; sleep').ready
     r = rbtrace('-p', app.pid, '-e', 'defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?')
     # Otherwise the targets are as this process is (they inherit RUBYOPT).
-    here = defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled? ? true : false
+    here = defined?(RubyVM::YJIT) ? RubyVM::YJIT.enabled? : false
     expected = ENV['RBTRACE_EXPECT_YJIT'] == '1' || here
     answer = r.stdout.lines.last.to_s.delete_prefix('=> ').chomp
     expect(%w[true].include?(answer)).to eq(expected), r.stdout + r.stderr

@@ -85,7 +85,7 @@ RSpec.describe 'security between users' do
       expect(File.exist?(marker)).to be false
     end
 
-    it "gives a hand-made client of another user nothing: it can neither signal the app nor open, write or read its queue" do
+    it 'gives a hand-made client of another user nothing: it can neither signal the app nor open, write or read its queue' do
       app = start_target(TICKING).ready
       expect(rbtrace('-p', app.pid, '-e', '1')).to be_success # the owner's attach made the queue
       expect(queue_of(app.pid)).not_to be_nil

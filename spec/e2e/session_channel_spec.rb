@@ -141,7 +141,7 @@ RSpec.describe 'commands of an attached session' do
       read_until(conn, buf, /\x94\x09\x03\x00.42/n)
       expect(buf.scan(/malformed command/).size).to eq(2), buf.inspect
       # A length past RBTRACE_COMMAND_MAX: said so, then DETACHED ([3]) and the end.
-      conn.write([4 * 1024 * 1024 + 1].pack('N'))
+      conn.write([(4 * 1024 * 1024) + 1].pack('N'))
       read_until(conn, buf, /\x91\x03\z/n)
       expect(buf).to include('a command of 4194305 bytes on the socket (at most 4194304)')
       expect(buf).to end_with("\x91\x03".b)

@@ -103,4 +103,38 @@ RSpec.describe 'method wrappers' do
     out = rbtrace('-p', app.pid, '-e', 'Integer.ancestors.first').stdout
     expect(out).to end_with("=> Integer\n")
   end
+
+  # A C method named by its own name and through an alias (as
+  # tracers/pg.tracer names pg 1.4's PG::Connection#exec and #async_exec;
+  # Array#append is an alias of #push): a wrapper of each name sees the calls
+  # through it, shown under the original name, with no global hook. With a
+  # bare name (`push`, the global hook's), the hook shows every call and the
+  # wrapper passes them on unseen. Each call is shown once, whatever the order.
+  it 'shows each call of a C method once, through its own name or an alias' do
+    aliased = start_target(<<~'RUBY').ready
+      class Probe
+        def self.step(name); end
+      end
+      list = []
+      puts "ready"
+      loop do
+        Probe.step("push"); list.push(1)
+        Probe.step("append"); list.append(2)
+        list.clear
+        Probe.step("done")
+        sleep 0.05
+      end
+    RUBY
+    [%w[Array#push Array#append], %w[Array#append Array#push], %w[push Array#push], %w[Array#push push]].each do |selectors|
+      result = trace(aliased, '-m', 'Probe.step(name)', *selectors, until_output: /name="done"(?m:.*)name="done"/)
+      out = result.stdout
+      t = '<\d+\.\d{6}>'
+      expect(out).to match(/^Probe\.step\(name="push"\) #{t}\n+Array#push #{t}\n+Probe\.step\(name="append"\)/),
+                     "#{selectors.join(' ')}:\n#{out}"
+      expect(out).to match(/^Probe\.step\(name="append"\) #{t}\n+Array#push #{t}\n+Probe\.step\(name="done"\)/),
+                     "#{selectors.join(' ')}:\n#{out}"
+      hooked = selectors.include?('push')
+      expect(result.stderr.include?('global VM hooks')).to eq(hooked), "#{selectors.join(' ')}:\n#{result.stderr}"
+    end
+  end
 end

@@ -96,7 +96,7 @@ RSpec.describe 'under YJIT' do
 
   it 'evaluates code that calls the compiled methods' do
     r = rbtrace('-p', app.pid, '-e', 'total(Pricer.new, 50)')
-    expect(r.stdout).to eq(">> total(Pricer.new, 50)\n=> #{3 * (50 * 49 / 2) + 100}\n")
+    expect(r.stdout).to eq(">> total(Pricer.new, 50)\n=> #{(3 * (50 * 49 / 2)) + 100}\n")
     expect_correct(app)
   end
 end

@@ -117,7 +117,7 @@ end
 module RealAppsExample
   # Starts cmd in a process group of its own, its output to log.
   def spawn_group(name, *cmd, log:, env: {}, chdir: Dir.pwd, **opts)
-    pid = Process.spawn(env, *cmd, chdir: chdir, out: log, err: [:child, :out], in: :close, pgroup: true, **opts)
+    pid = Process.spawn(env, *cmd, chdir: chdir, out: log, err: %i[child out], in: :close, pgroup: true, **opts)
     group = RealApps::Group.new(pid, name)
     @real_processes << group
     group

@@ -78,7 +78,7 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
   end
 
   def redis_cli(*args)
-    out = IO.popen(['/usr/bin/redis-cli', '-p', port.to_s, *args], err: [:child, :out], &:read)
+    out = IO.popen(['/usr/bin/redis-cli', '-p', port.to_s, *args], err: %i[child out], &:read)
     raise "redis-cli #{args.join(' ')} failed (#{$?.inspect}): #{out}" unless $?.success?
 
     out
@@ -160,16 +160,16 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
 
   # MONITOR's lines from the start marker to the stop marker.
   def monitor_window(lines)
-    start = lines.index { |l| l.include?('"get" "rbtrace:mark:start"') } or raise "no start marker in MONITOR"
-    stop = lines.index { |l| l.include?('"get" "rbtrace:mark:stop"') } or raise "no stop marker in MONITOR"
+    start = lines.index { |l| l.include?('"get" "rbtrace:mark:start"') } or raise 'no start marker in MONITOR'
+    stop = lines.index { |l| l.include?('"get" "rbtrace:mark:stop"') } or raise 'no stop marker in MONITOR'
     lines[start..stop]
   end
 
   # The commands that only the processor thread sends (by their name and
   # first arguments; the enqueuing process sends SADD queues default).
   SIDEKIQ_PROCESSOR_COMMANDS = ['brpop queue:default', 'get rbtrace:mark:start', 'get rbtrace:mark:stop',
-                        'incr rbtrace:steps', 'expire rbtrace:steps', 'sadd queues chained',
-                        'lpush queue:chained'].freeze
+                                'incr rbtrace:steps', 'expire rbtrace:steps', 'sadd queues chained',
+                                'lpush queue:chained'].freeze
 
   def count_commands(commands)
     SIDEKIQ_PROCESSOR_COMMANDS.to_h { |c| [c, commands.count { |command| command.start_with?("#{c} ") }] }
@@ -194,7 +194,7 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
   end
 
   describe '-c sidekiq' do
-    it "shows each job run with its class, queue and jid, and no expression raises" do
+    it 'shows each job run with its class, queue and jid, and no expression raises' do
       result, _, jids = trace_jobs('-c', 'sidekiq', trace_done: SIDEKIQ_DONE, idle: 0.5)
       expect(result.status).to be_success, result.stderr
       expect(result.stderr).not_to include('*** error')
@@ -210,8 +210,9 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
     it 'shows each job pushed with its class, and the queue it went to' do
       result, monitor, = trace_jobs('-c', 'sidekiq', trace_done: SIDEKIQ_DONE, idle: 0.5)
       expect(result.status).to be_success, result.stderr
-      pushes = result.stdout.scan(/Sidekiq::Client#push\(item\["class"\]=Chained\)\n.*Sidekiq::Client#raw_push\(payloads\.first\["queue"\]="chained", payloads\.size=1\) <\d+\.\d{6}>$/)
-      bulk = result.stdout.scan(/Sidekiq::Client#push_bulk\(items\["class"\]=Chained, items\["args"\]\.size=2\)\n.*Sidekiq::Client#raw_push\(payloads\.first\["queue"\]="chained", payloads\.size=2\) <\d+\.\d{6}>$/)
+      raw_push = ->(size) { %(.*Sidekiq::Client#raw_push\\(payloads\\.first\\["queue"\\]="chained", payloads\\.size=#{size}\\) <\\d+\\.\\d{6}>$) }
+      pushes = result.stdout.scan(/Sidekiq::Client#push\(item\["class"\]=Chained\)\n#{raw_push.call(1)}/)
+      bulk = result.stdout.scan(/Sidekiq::Client#push_bulk\(items\["class"\]=Chained, items\["args"\]\.size=2\)\n#{raw_push.call(2)}/)
       # Each Step pushed one Chained job, the start one two more at once;
       # MONITOR saw as many LPUSHes to their queue.
       expect([pushes.size, bulk.size]).to eq([SIDEKIQ_STEPS + 2, 1])
@@ -265,8 +266,8 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
   it '-c redis: connecting, and a blocking command inside a pipeline (redis-rb alone)' do
     start_redis
     log = File.join(dir, 'app.log')
-    app = spawn_group('redis app', RealApps::DEBIAN_RUBY, '-e', SIDEKIQ_REDIS_APP, log: log, chdir: dir,
-                      env: RealApps.app_env(extra: { 'RBTRACE_REDIS_PORT' => port.to_s }))
+    env = RealApps.app_env(extra: { 'RBTRACE_REDIS_PORT' => port.to_s })
+    app = spawn_group('redis app', RealApps::DEBIAN_RUBY, '-e', SIDEKIQ_REDIS_APP, log: log, chdir: dir, env: env)
     Timeout.timeout(30) { sleep 0.05 until File.read(log).include?('ready') }
     client = start_client('-p', app.pid, '-c', 'redis', env: tracer_env)
     client.attached

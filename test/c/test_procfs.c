@@ -48,8 +48,8 @@ static void test_euid_and_rbtrace(void)
     CHECK(procfs_euid(getpid(), &uid) == 0);
     CHECK(uid == geteuid());
     CHECK(procfs_euid(procfs_test_dead_pid(), &uid) == -1);
-    CHECK(procfs_has_rbtrace(getpid()) == 0);   /* this program maps no rbtrace.so */
-    CHECK(procfs_has_rbtrace(procfs_test_dead_pid()) == -1);
+    CHECK(procfs_rbtrace_library(getpid(), NULL, 0) == PROCFS_LIB_NONE);   /* no rbtrace.so here */
+    CHECK(procfs_rbtrace_library(procfs_test_dead_pid(), NULL, 0) == -1);
 }
 
 /* This process began a moment ago; a child begins after a pause. */

@@ -627,20 +627,26 @@ static void fx_gc(struct fixture *fx, uint64_t thread, uint64_t mark_ns, uint64_
     fx_send(fx, &ev);
 }
 
-static void fx_reraise(struct fixture *fx, uint64_t thread, const char *klass, const char *msg,
-                       const char *where, uint64_t reraise)
+static void fx_raise_at(struct fixture *fx, uint64_t thread, uint64_t time_ns, const char *klass,
+                        const char *msg, const char *where, uint64_t reraise)
 {
     struct rbtrace_event ev;
 
     memset(&ev, 0, sizeof(ev));
     ev.type = RBTRACE_EV_RAISE;
     ev.thread_id = thread;
-    ev.time_ns = 6 * MS;
+    ev.time_ns = time_ns;
     ev.text = fx_str(klass);
     ev.text2 = fx_str(msg);
     ev.text3 = fx_str(where);
     ev.number = reraise;
     fx_send(fx, &ev);
+}
+
+static void fx_reraise(struct fixture *fx, uint64_t thread, const char *klass, const char *msg,
+                       const char *where, uint64_t reraise)
+{
+    fx_raise_at(fx, thread, 6 * MS, klass, msg, where, reraise);
 }
 
 static void fx_raise(struct fixture *fx, uint64_t thread, const char *klass, const char *msg,
@@ -872,9 +878,10 @@ static void test_reraise_folded(void)
                   "Worker#run <0.005000>\n");
 }
 
-/* A re-raise whose first line has ended (other output between them), or
- * of another thread's open line, has a line of its own, marked; further
- * re-raises fold into it. */
+/* A re-raise whose first line was printed (its thread's other output came
+ * between them) has a line of its own, marked; further re-raises fold into
+ * it. Lines held are printed once the output ends, oldest first, and marked
+ * with their thread as every line is once two threads were seen. */
 static void test_reraise_unfolded(void)
 {
     struct fixture fx;
@@ -887,8 +894,37 @@ static void test_reraise_unfolded(void)
     fx_reraise(&fx, 7, "Foo", "boom", "mw2.rb:7", 2);
     fx_reraise(&fx, 8, "Bar", "x", "mw2.rb:7", 1);
     FX_CHECK(&fx, "raise Foo: boom at app.rb:3\nA#a <0.300000>\n"
-                  "re-raise Foo: boom at mw1.rb:5 (re-raised at mw2.rb:7)\n"
+                  "[t1] re-raise Foo: boom at mw1.rb:5 (re-raised at mw2.rb:7)\n"
                   "[t2] re-raise Bar: x at mw2.rb:7\n");
+}
+
+/* Other threads' output does not end a held raise line (a Puma worker's
+ * threads serve on while Rails' middleware re-raises a request's
+ * exception): each thread's re-raises fold into its own line, printed
+ * before its thread's next event, or once events come RENDER_HOLD_NS
+ * after it. */
+static void test_reraise_interleaved(void)
+{
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx_method(&fx, 1, "A#a");
+    fx_raise_at(&fx, 7, 1 * MS, "Foo", "boom", "app.rb:3", 0);
+    fx_raise_at(&fx, 8, 2 * MS, "EOFError", "", "socket.rb:452", 0);
+    fx_call(&fx, 9, 3 * MS, 1);
+    fx_raise_at(&fx, 7, 4 * MS, "Foo", "boom", "mw1.rb:5", 1);
+    fx_raise_at(&fx, 7, 5 * MS, "Foo", "boom", "mw2.rb:7", 2);
+    fx_return(&fx, 9, 6 * MS, 1);
+    fx_call(&fx, 7, 7 * MS, 1);
+    fx_return(&fx, 7, 8 * MS, 1);
+    CHECK(render_raise_open(&fx.r));
+    fx_call(&fx, 9, 8 * MS + RENDER_HOLD_NS, 1);
+    CHECK(!render_raise_open(&fx.r));
+    FX_CHECK(&fx, "[t3] A#a <0.003000>\n"
+                  "[t1] raise Foo: boom at app.rb:3 (re-raised 2 times, last at mw2.rb:7)\n"
+                  "[t1] A#a <0.001000>\n"
+                  "[t2] raise EOFError at socket.rb:452\n"
+                  "[t3] A#a\n");
 }
 
 /* --raise-all: every raise and re-raise on a line of its own, at once. */
@@ -970,6 +1006,7 @@ int main(void)
     test_gvl();
     test_reraise_folded();
     test_reraise_unfolded();
+    test_reraise_interleaved();
     test_reraise_all();
     test_escaped();
     test_raise_without_message();

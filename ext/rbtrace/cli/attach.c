@@ -6,6 +6,10 @@
  * user and grants nothing to others; we read events only from a
  * connection whose peer (SO_PEERCRED) is the target itself, and send every
  * later command on it, where no other process can interleave its own.
+ *
+ * A target in a container (namespaces of its own: container.h) is reached
+ * the same way, through its namespaces: its queue in its IPC namespace,
+ * keyed by its own pid, our socket in its $TMPDIR.
  */
 #define _GNU_SOURCE   /* accept4, pipe2, struct ucred */
 #include <errno.h>
@@ -62,7 +66,15 @@ void attach_init(struct attach *a, pid_t pid, int timeout_ms,
     a->listen_fd = -1;
     a->conn_fd = -1;
     a->dir_fd = -1;
+    a->cdir.parent_fd = -1;
+    a->cdir.dir_fd = -1;
     a->qid = -1;
+    a->ct.ns_pid = pid;
+}
+
+pid_t attach_client_pid(const struct attach *a)
+{
+    return a->ct.pid_ns ? 0 : getpid();
 }
 
 static double attach_timeout_s(const struct attach *a)
@@ -135,7 +147,12 @@ int attach_check_target(struct attach *a)
     int pid = (int)a->pid;
     char old[4096];
 
-    attach_sweep_stale_queues();
+    attach_sweep_stale_queues();   /* in our IPC namespace: before joining another */
+    container_probe(a->pid, &a->ct);
+    if (a->ct.other && !container_privileged()) {
+        container_refusal(a->pid, &a->ct, a->errstr, sizeof(a->errstr));
+        return CLI_ERR;
+    }
     if (kill(a->pid, 0) < 0) {
         if (errno == ESRCH)
             return attach_fail(a, "no process with pid %d (check the pid with ps)", pid);
@@ -188,12 +205,33 @@ static int attach_share_dir(struct attach *a)
     return CLI_OK;
 }
 
+/* Our directory in the target's container, in its $TMPDIR (opened by
+ * attach_listen: container.c); we bind through our fd of it, and send the
+ * path the target sees. */
+static int attach_make_container_dir(struct attach *a)
+{
+    struct container_dir *d = &a->cdir;
+    struct sockaddr_un sun;
+
+    if (container_make_dir(a->pid, d, a->errstr, sizeof(a->errstr)) != 0) return CLI_ERR;
+    snprintf(a->dir, sizeof(a->dir), "%s", d->host_path);
+    a->dir_fd = d->dir_fd;
+    d->dir_fd = -1;   /* a->dir_fd's now */
+    snprintf(a->bind_path, sizeof(a->bind_path), "/proc/self/fd/%d/" ATTACH_SOCK_NAME, a->dir_fd);
+    if (strlen(d->app_path) + sizeof("/" ATTACH_SOCK_NAME) > sizeof(sun.sun_path) ||
+        (size_t)snprintf(a->sock_path, sizeof(a->sock_path), "%s/" ATTACH_SOCK_NAME, d->app_path) >=
+            sizeof(a->sock_path))
+        return attach_fail(a, "the socket path in the container is too long");
+    return CLI_OK;
+}
+
 static int attach_make_dir(struct attach *a)
 {
     const char *tmp = getenv("TMPDIR");
     struct sockaddr_un sun;
     int n;
 
+    if (a->ct.mnt_ns) return attach_make_container_dir(a);
     if (!tmp || !*tmp) tmp = "/tmp";
     n = snprintf(a->dir, sizeof(a->dir), "%s/rbtrace-XXXXXX", tmp);
     if (n < 0 || (size_t)n >= sizeof(a->dir) ||
@@ -217,16 +255,19 @@ static int attach_make_dir(struct attach *a)
     return CLI_OK;
 }
 
-int attach_listen(struct attach *a)
+/* The directory, the socket, bind and listen. */
+static int attach_bind_listen(struct attach *a)
 {
     struct sockaddr_un sun;
+    const char *path;
 
     if (attach_make_dir(a) != CLI_OK) return CLI_ERR;
     a->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (a->listen_fd < 0) return attach_fail_errno(a, "could not create a socket");
     memset(&sun, 0, sizeof(sun));
     sun.sun_family = AF_UNIX;
-    memcpy(sun.sun_path, a->sock_path, strlen(a->sock_path) + 1);
+    path = a->bind_path[0] ? a->bind_path : a->sock_path;
+    memcpy(sun.sun_path, path, strlen(path) + 1);
     if (bind(a->listen_fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
         int e = errno;
         a->sock_path[0] = '\0';   /* nothing to unlink */
@@ -234,7 +275,25 @@ int attach_listen(struct attach *a)
         return attach_fail_errno(a, "could not bind the socket");
     }
     if (listen(a->listen_fd, 4) < 0) return attach_fail_errno(a, "could not listen on the socket");
-    return attach_share_dir(a);
+    return CLI_OK;
+}
+
+/*
+ * For a target in a container, its $TMPDIR is opened first, as root (the
+ * walk through /proc/PID/root); in another user namespace the rest is done
+ * as the app's user (container_become: listen(2) records who listens,
+ * which the app's SO_PEERCRED shows, translated into its namespace).
+ */
+int attach_listen(struct attach *a)
+{
+    int become = a->ct.user_ns && geteuid() == 0, rc;
+
+    if (a->ct.mnt_ns && container_open_tmpdir(a->pid, &a->cdir, a->errstr, sizeof(a->errstr)) != 0)
+        return CLI_ERR;
+    if (become && container_become(a->pid, a->errstr, sizeof(a->errstr)) != 0) return CLI_ERR;
+    rc = attach_bind_listen(a);
+    if (become) container_unbecome();
+    return rc == CLI_OK ? attach_share_dir(a) : CLI_ERR;
 }
 
 /* ---- why a target does not answer ---- */
@@ -381,7 +440,7 @@ static int attach_find_private_queue(const struct attach *a)
  * CLI_OK, or CLI_ERR when the queues cannot be looked at. */
 static int attach_keyed_queue(struct attach *a, int *qid, struct msqid_ds *ds, int *foreign)
 {
-    *qid = msgget(RBTRACE_QUEUE_KEY(a->pid), 0);
+    *qid = msgget(RBTRACE_QUEUE_KEY(a->ct.ns_pid), 0);
     if (*qid < 0) {
         if (errno == EACCES) *foreign = 1;
         else if (errno != ENOENT) return attach_fail_errno(a, "could not open the message queue");
@@ -413,6 +472,10 @@ int attach_find_queue(struct attach *a)
     if (procfs_euid(a->pid, &a->target_uid) != 0)
         return attach_fail_errno(a, "could not read the owner of the process");
     if (procfs_started(a->pid, &a->target_started) != 0) a->target_started = 0;   /* unknown */
+    /* The queue is in the target's IPC namespace, keyed by its own pid.
+     * IPC_STAT still shows uids and pids as we see them (our user and PID
+     * namespaces): the checks below compare them unchanged. */
+    if (container_join_ipc(a->pid, &a->ct, a->errstr, sizeof(a->errstr)) != 0) return CLI_ERR;
     memset(&ds, 0, sizeof(ds));
     for (;;) {
         if (*a->stop) return CLI_INTERRUPTED;
@@ -424,13 +487,17 @@ int attach_find_queue(struct attach *a)
         if (attach_keyed_queue(a, &a->qid, &ds, &foreign) != CLI_OK) return CLI_ERR;
         if (a->qid >= 0) return CLI_OK;
         if (foreign && (a->qid = attach_find_private_queue(a)) >= 0) return CLI_OK;
-        if (now >= deadline && foreign)
+        if (now >= deadline && foreign) {
+            char in_ns[48] = "";   /* in a container: removed in its IPC namespace */
+
+            if (a->ct.ipc_ns) snprintf(in_ns, sizeof(in_ns), "nsenter -t %d -i ", (int)a->pid);
             return attach_fail(a, "the message queue under the key of process %d (0x%x) is not "
                                "its own (owner uid %u, mode %03o), and the process made no other: "
-                               "refusing to send commands into it; remove it (ipcrm -Q 0x%x) and "
-                               "try again", (int)a->pid, (unsigned)RBTRACE_QUEUE_KEY(a->pid),
-                               (unsigned)ds.msg_perm.uid, ds.msg_perm.mode & 0777,
-                               (unsigned)RBTRACE_QUEUE_KEY(a->pid));
+                               "refusing to send commands into it; remove it (%sipcrm -Q 0x%x) and "
+                               "try again", (int)a->pid, (unsigned)RBTRACE_QUEUE_KEY(a->ct.ns_pid),
+                               (unsigned)ds.msg_perm.uid, ds.msg_perm.mode & 0777, in_ns,
+                               (unsigned)RBTRACE_QUEUE_KEY(a->ct.ns_pid));
+        }
         if (now >= deadline) {
             attach_fail(a, "process %d did not answer within %g s", (int)a->pid,
                         attach_timeout_s(a));
@@ -631,7 +698,7 @@ static void attach_remove_dead_queue(struct attach *a)
     if (a->qid < 0 || attach_target_alive(a)) return;
     if (msgctl(a->qid, IPC_STAT, &ds) < 0) return;   /* removed already */
     if (!attach_queue_trusted(a, &ds)) return;
-    if (ds.msg_perm.__key != RBTRACE_QUEUE_KEY(a->pid) &&
+    if (ds.msg_perm.__key != RBTRACE_QUEUE_KEY(a->ct.ns_pid) &&
         !(ds.msg_perm.__key == IPC_PRIVATE && ds.msg_lrpid == a->pid))
         return;
     if (msgctl(a->qid, IPC_RMID, NULL) < 0 && errno != EIDRM && errno != EINVAL)
@@ -664,8 +731,16 @@ void attach_remove_socket(struct attach *a)
         a->dir_fd = -1;
     }
     if (a->dir[0]) {
-        if (rmdir(a->dir) < 0) attach_warn("the directory", a->dir);
+        /* In a container, through its $TMPDIR's fd: no path of the
+         * container's is walked again (unlinkat follows no link). */
+        if ((a->cdir.parent_fd >= 0 ? unlinkat(a->cdir.parent_fd, a->cdir.name, AT_REMOVEDIR)
+                                    : rmdir(a->dir)) < 0)
+            attach_warn("the directory", a->dir);
         a->dir[0] = '\0';
+    }
+    if (a->cdir.parent_fd >= 0) {
+        close(a->cdir.parent_fd);
+        a->cdir.parent_fd = -1;
     }
 }
 

@@ -23,15 +23,20 @@
 #include <time.h>
 #include "cli.h"
 #include "codec.h"
+#include "container.h"
 
 struct attach {
     pid_t pid;                      /* the target */
     int timeout_ms;                 /* how long each step may wait */
     volatile sig_atomic_t *stop;    /* set by the session's signal handlers */
     int wake_fd;                    /* readable once *stop is set, or -1 */
+    struct container ct;            /* the target's namespaces, if not ours */
     char dir[PATH_MAX];             /* our private directory; "" when none */
     int dir_fd;                     /* that directory, opened; or -1 */
-    char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];  /* "" when none */
+    struct container_dir cdir;      /* in a container: its parent, opened, and name */
+    char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];  /* as the target sees it;
+                                                                     "" when none */
+    char bind_path[64];             /* in a container: where we bind it; else "" */
     int listen_fd;                  /* listening socket, or -1 */
     int conn_fd;                    /* the target's connection, or -1 */
     int qid;                        /* the target's message queue, or -1 */
@@ -51,6 +56,10 @@ int attach_send_attach(struct attach *a, const struct rbtrace_command *cmd);
 int attach_accept(struct attach *a);
 /* A command on the target's connection (once attach_accept made it). */
 int attach_send(struct attach *a, const struct rbtrace_command *cmd);
+
+/* Our pid as the target sees it, for ATTACH: 0 from outside its PID
+ * namespace, where we have none (docs/DESIGN.md, "Containers"). */
+pid_t attach_client_pid(const struct attach *a);
 
 /* Sends SIGURG to the target: it then reads its queue. */
 int attach_signal(struct attach *a);

@@ -1,12 +1,13 @@
 /*
  * cli.h - what every part of the rbtrace client shares: return codes,
- * exit codes, the version, and the clock helpers of util.c.
+ * exit codes and the clock helpers of util.c.
  *
  * The client's parts, one job per file:
  *   main.c     main(), usage
  *   options.c  command line -> struct options
  *   tracers.c  tracer files (-c) -> selectors
  *   attach.c   target checks, private socket, message queue, accept
+ *   container.c a target in a container: its namespaces, its $TMPDIR
  *   session.c  event loop: socket -> stream -> format; signals; detach
  *   stream.c   the target's bytes -> events (no I/O; fuzzed as it is)
  *   reports.c  -b, --memory, --heapdump, ...: the Ruby code each one runs
@@ -25,10 +26,6 @@
 #define RBTRACE_CLI_H
 
 #include <stdint.h>
-
-#ifndef RBTRACE_VERSION
-#define RBTRACE_VERSION "0.6.0"
-#endif
 
 /* Return codes of the client's functions (hiredis style). */
 #define CLI_OK 0

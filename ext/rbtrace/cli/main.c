@@ -14,6 +14,11 @@
 #include "repl.h"
 #include "session.h"
 
+/* The gem's version (lib/rbtrace/version.rb), from extconf.rb. */
+#ifndef RBTRACE_VERSION
+#error "RBTRACE_VERSION is not defined: build with extconf.rb (rake compile), which passes lib/rbtrace/version.rb's"
+#endif
+
 static void usage(FILE *f)
 {
     fputs("Usage: rbtrace (-p PID... | --ps PATTERN | --exec CMD ARG...)\n"

@@ -175,13 +175,6 @@ int procfs_rbtrace_library(pid_t pid, char *old_path, size_t old_size)
     return kind;
 }
 
-int procfs_has_rbtrace(pid_t pid)
-{
-    int kind = procfs_rbtrace_library(pid, NULL, 0);
-
-    return kind < 0 ? -1 : kind == PROCFS_LIB_OURS;
-}
-
 void procfs_gem_version(const char *path, char *out, size_t size)
 {
     const char *p = path, *v = NULL;

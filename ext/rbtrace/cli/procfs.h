@@ -30,9 +30,6 @@ enum procfs_library {
  * for none). The path is the app's: escape it to show it. */
 int procfs_rbtrace_library(pid_t pid, char *old_path, size_t old_size);
 
-/* Whether pid loaded this rbtrace: 1, 0, or -1 if unreadable. */
-int procfs_has_rbtrace(pid_t pid);
-
 /* The gem version in an old gem's library path (".../rbtrace-0.5.3/lib/
  * rbtrace.so": "0.5.3"), or "" if none, into out. */
 void procfs_gem_version(const char *path, char *out, size_t size);

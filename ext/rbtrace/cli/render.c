@@ -62,11 +62,13 @@ void render_free(struct render *r)
 
     for (i = 0; i < r->names_cap; i++) free(r->names[i].name);
     free(r->names);
-    for (i = 0; i < r->n_threads; i++) free(r->threads[i].frames);
+    for (i = 0; i < r->n_threads; i++) {
+        free(r->threads[i].frames);
+        free(r->threads[i].held.text);
+        free(r->threads[i].held.last_at);
+    }
     free(r->threads);
-    free(r->reraise_at);
-    r->reraise_at = NULL;
-    r->reraise_at_len = r->reraise_at_cap = 0;
+    r->n_held = 0;
     r->names = NULL;
     r->threads = NULL;
     r->names_cap = r->names_count = r->n_threads = r->threads_cap = r->last_thread = 0;
@@ -234,39 +236,19 @@ static int render_push(struct render *r, struct render_thread *t, uint64_t metho
 
 #define RENDER_PUT_LITERAL(r, s) render_put((r), (s), sizeof(s) - 1)
 
-/* What an open raise line says of its re-raises, before it ends:
- * " (re-raised at mw.rb:9)" or " (re-raised 4 times, last at mw.rb:9)". */
-static void render_reraises(struct render *r)
-{
-    char num[20];
-
-    if (r->reraises == 0) return;
-    if (r->reraises == 1) {
-        RENDER_PUT_LITERAL(r, " (re-raised at ");
-    } else {
-        RENDER_PUT_LITERAL(r, " (re-raised ");
-        render_put(r, num, render_utoa(num, r->reraises));
-        RENDER_PUT_LITERAL(r, " times, last at ");
-    }
-    render_put(r, r->reraise_at, r->reraise_at_len);
-    render_putc(r, ')');
-}
-
-int render_end_line(struct render *r)
+/* Ends the open call line, if any, before another line. */
+static int render_close_line(struct render *r)
 {
     if (r->line_open) {
-        if (r->raise_open) render_reraises(r);
         render_putc(r, '\n');
         r->line_open = 0;
     }
-    r->raise_open = 0;
-    r->reraises = 0;
     return render_check_io(r);
 }
 
 int render_raise_open(const struct render *r)
 {
-    return r->line_open && r->raise_open;
+    return r->n_held > 0;
 }
 
 /* "HH:MM:SS.uuuuuu ": localtime only when the second changes. */
@@ -414,7 +396,7 @@ static int render_call(struct render *r, const struct rbtrace_event *ev)
 
     if (ti < 0) return CLI_ERR;
     t = &r->threads[ti];
-    if (render_end_line(r) != CLI_OK) return CLI_ERR;
+    if (render_close_line(r) != CLI_OK) return CLI_ERR;
     render_line_start(r, t, &ev->time_ns, t->depth);
     render_name(r, ev->method_id);
     render_args(r, ev);
@@ -461,7 +443,7 @@ static int render_return(struct render *r, const struct rbtrace_event *ev)
     if (r->line_open && r->open_thread == (size_t)ti && r->open_depth == d && t->depth == d) {
         render_duration(r, start_ns, ev->time_ns);
     } else {
-        if (render_end_line(r) != CLI_OK) return CLI_ERR;
+        if (render_close_line(r) != CLI_OK) return CLI_ERR;
         render_line_start(r, t, NULL, d - 1);
         render_name(r, ev->method_id);
         render_duration(r, start_ns, ev->time_ns);
@@ -528,7 +510,7 @@ static int render_slow(struct render *r, const struct rbtrace_event *ev)
     size_t n;
 
     if (ti < 0) return CLI_ERR;
-    if (render_end_line(r) != CLI_OK) return CLI_ERR;
+    if (render_close_line(r) != CLI_OK) return CLI_ERR;
     render_line_start(r, &r->threads[ti], &ev->time_ns,
                       deep ? RENDER_SLOW_INDENT_MAX : (size_t)ev->depth);
     if (deep) {
@@ -556,7 +538,7 @@ static int render_gc(struct render *r, const struct rbtrace_event *ev)
     char num[RENDER_SECONDS_MAX];
 
     if (ti < 0) return CLI_ERR;
-    if (render_end_line(r) != CLI_OK) return CLI_ERR;
+    if (render_close_line(r) != CLI_OK) return CLI_ERR;
     render_line_start(r, &r->threads[ti], &ev->time_ns, r->threads[ti].depth);
     if (ev->text.len) {
         RENDER_PUT_LITERAL(r, "GC major (");
@@ -578,54 +560,176 @@ static int render_gc(struct render *r, const struct rbtrace_event *ev)
     return render_check_io(r);
 }
 
-/* A re-raise folded into the open raise line: counted, and its location
- * kept (escaped) for when the line ends. */
-static int render_fold_reraise(struct render *r, struct rbtrace_str where)
+/* A re-raise folded into its thread's held raise line: counted, and its
+ * location kept (escaped) for when the line is printed. */
+static int render_fold_reraise(struct render *r, struct render_held *h, struct rbtrace_str where)
 {
     size_t need = (size_t)where.len * ESCAPE_MAX_PER_BYTE;
 
-    if (need > r->reraise_at_cap) {
-        char *at = realloc(r->reraise_at, need);
+    if (need > h->last_at_cap) {
+        char *at = realloc(h->last_at, need);
         if (!at) return render_fail(r, "out of memory");
-        r->reraise_at = at;
-        r->reraise_at_cap = need;
+        h->last_at = at;
+        h->last_at_cap = need;
     }
-    r->reraise_at_len = escape_text(r->reraise_at, where.ptr, where.len, 0);
-    r->reraises++;
+    h->last_at_len = escape_text(h->last_at, where.ptr, where.len, 0);
+    h->reraises++;
+    return CLI_OK;
+}
+
+/* "raise Class: message at where", or "re-raise ...", without the newline. */
+static void render_raise_text(struct render *r, int reraise, struct rbtrace_str klass,
+                              struct rbtrace_str message, struct rbtrace_str where)
+{
+    if (reraise) RENDER_PUT_LITERAL(r, "re-");
+    RENDER_PUT_LITERAL(r, "raise ");
+    render_text(r, klass);
+    if (message.len > 0) {   /* none: the target could not read one without the app's code */
+        RENDER_PUT_LITERAL(r, ": ");
+        render_text(r, message);
+    }
+    RENDER_PUT_LITERAL(r, " at ");
+    render_text(r, where);
+}
+
+/* What a held raise line says of its re-raises:
+ * " (re-raised at mw.rb:9)" or " (re-raised 4 times, last at mw.rb:9)". */
+static void render_reraises(struct render *r, const struct render_held *h)
+{
+    char num[20];
+
+    if (h->reraises == 0) return;
+    if (h->reraises == 1) {
+        RENDER_PUT_LITERAL(r, " (re-raised at ");
+    } else {
+        RENDER_PUT_LITERAL(r, " (re-raised ");
+        render_put(r, num, render_utoa(num, h->reraises));
+        RENDER_PUT_LITERAL(r, " times, last at ");
+    }
+    render_put(r, h->last_at, h->last_at_len);
+    render_putc(r, ')');
+}
+
+/* Prints thread ti's held raise line, if any, with its re-raises. */
+static int render_print_held(struct render *r, size_t ti)
+{
+    struct render_thread *t = &r->threads[ti];
+    struct render_held *h = &t->held;
+    struct rbtrace_str klass = { h->text, h->class_len };
+    struct rbtrace_str message = { h->text + h->class_len, h->message_len };
+    struct rbtrace_str where = { h->text + h->class_len + h->message_len, h->where_len };
+
+    if (!t->holding) return CLI_OK;
+    if (render_close_line(r) != CLI_OK) return CLI_ERR;
+    render_line_start(r, t, &h->time_ns, h->depth);
+    render_raise_text(r, h->reraise, klass, message, where);
+    render_reraises(r, h);
+    render_putc(r, '\n');
+    t->holding = 0;
+    r->n_held--;
+    return render_check_io(r);
+}
+
+/* Prints the held raise lines raised before before_ns, oldest first (all
+ * of them for UINT64_MAX). */
+static int render_print_held_before(struct render *r, uint64_t before_ns)
+{
+    while (r->n_held) {
+        size_t i, oldest = r->n_threads;
+
+        for (i = 0; i < r->n_threads; i++) {
+            if (r->threads[i].holding && r->threads[i].held.time_ns < before_ns &&
+                (oldest == r->n_threads || r->threads[i].held.time_ns < r->threads[oldest].held.time_ns))
+                oldest = i;
+        }
+        if (oldest == r->n_threads) return CLI_OK;
+        if (render_print_held(r, oldest) != CLI_OK) return CLI_ERR;
+    }
+    return CLI_OK;
+}
+
+int render_end_line(struct render *r)
+{
+    if (render_print_held_before(r, UINT64_MAX) != CLI_OK) return CLI_ERR;
+    return render_close_line(r);
+}
+
+/* Holds ev, a raise, as thread ti's raise line, for its re-raises. */
+static int render_hold(struct render *r, size_t ti, const struct rbtrace_event *ev)
+{
+    struct render_held *h = &r->threads[ti].held;
+    size_t need = (size_t)ev->text.len + ev->text2.len + ev->text3.len;
+
+    if (need > h->text_cap) {
+        char *text = realloc(h->text, need);
+        if (!text) return render_fail(r, "out of memory");
+        h->text = text;
+        h->text_cap = need;
+    }
+    /* memcpy of 0 bytes from a NULL text: not allowed, so each only if any */
+    if (ev->text.len) memcpy(h->text, ev->text.ptr, ev->text.len);
+    if (ev->text2.len) memcpy(h->text + ev->text.len, ev->text2.ptr, ev->text2.len);
+    if (ev->text3.len) memcpy(h->text + ev->text.len + ev->text2.len, ev->text3.ptr, ev->text3.len);
+    h->class_len = ev->text.len;
+    h->message_len = ev->text2.len;
+    h->where_len = ev->text3.len;
+    h->time_ns = ev->time_ns;
+    h->depth = r->threads[ti].depth;
+    h->reraise = ev->number > 0;
+    h->reraises = 0;
+    r->threads[ti].holding = 1;
+    r->n_held++;
     return CLI_OK;
 }
 
 /* RAISE, inline at the raising thread's depth:
  *   raise ArgumentError: bad value at app.rb:12
- * left open for its re-raises to fold into (render.h), unless raise_all. */
+ * held for its re-raises to fold into (render.h), unless raise_all. */
 static int render_raise(struct render *r, const struct rbtrace_event *ev)
 {
     long ti = render_thread_index(r, ev->thread_id);
-    int reraise = ev->number > 0;
+    struct render_thread *t;
 
     if (ti < 0) return CLI_ERR;
-    if (reraise && !r->opts.raise_all && render_raise_open(r) && r->raise_thread == (size_t)ti)
-        return render_fold_reraise(r, ev->text3);
-    if (render_end_line(r) != CLI_OK) return CLI_ERR;
-    render_line_start(r, &r->threads[ti], &ev->time_ns, r->threads[ti].depth);
-    if (reraise) RENDER_PUT_LITERAL(r, "re-");
-    RENDER_PUT_LITERAL(r, "raise ");
-    render_text(r, ev->text);
-    if (ev->text2.len > 0) {   /* none: the target could not read one without the app's code */
-        RENDER_PUT_LITERAL(r, ": ");
-        render_text(r, ev->text2);
-    }
-    RENDER_PUT_LITERAL(r, " at ");
-    render_text(r, ev->text3);
+    t = &r->threads[ti];
     if (r->opts.raise_all) {
+        if (render_close_line(r) != CLI_OK) return CLI_ERR;
+        render_line_start(r, t, &ev->time_ns, t->depth);
+        render_raise_text(r, ev->number > 0, ev->text, ev->text2, ev->text3);
         render_putc(r, '\n');
-    } else {
-        /* open: a RETURN never takes it for its call's line (depth 0) */
-        r->line_open = r->raise_open = 1;
-        r->raise_thread = r->open_thread = (size_t)ti;
-        r->open_depth = 0;
+        return render_check_io(r);
     }
-    return render_check_io(r);
+    if (ev->number > 0 && t->holding) return render_fold_reraise(r, &t->held, ev->text3);
+    if (render_print_held(r, (size_t)ti) != CLI_OK) return CLI_ERR;
+    return render_hold(r, (size_t)ti, ev);
+}
+
+/*
+ * Before an event, the held raise lines it ends: its own thread's, for an
+ * event of another kind (a raise sees to its own), and those raised
+ * RENDER_HOLD_NS or more before it.
+ */
+static int render_release_held(struct render *r, const struct rbtrace_event *ev)
+{
+    long ti;
+
+    switch (ev->type) {
+    case RBTRACE_EV_CALL:
+    case RBTRACE_EV_CALL_ARGS:
+    case RBTRACE_EV_RETURN:
+    case RBTRACE_EV_SLOW:
+    case RBTRACE_EV_GC:
+        ti = render_thread_index(r, ev->thread_id);
+        if (ti < 0) return CLI_ERR;
+        if (render_print_held(r, (size_t)ti) != CLI_OK) return CLI_ERR;
+        break;
+    case RBTRACE_EV_RAISE:
+        break;
+    default:
+        return CLI_OK;
+    }
+    if (ev->time_ns <= RENDER_HOLD_NS) return CLI_OK;
+    return render_print_held_before(r, ev->time_ns - RENDER_HOLD_NS + 1);
 }
 
 /* The index of thread id in r->threads, or -1 if it was never seen. */
@@ -689,6 +793,7 @@ static void render_count(struct render *r, const struct rbtrace_event *ev)
 int render_event(struct render *r, const struct rbtrace_event *ev)
 {
     render_count(r, ev);
+    if (r->n_held && render_release_held(r, ev) != CLI_OK) return CLI_ERR;
     switch (ev->type) {
     case RBTRACE_EV_METHOD:
         return render_method(r, ev);

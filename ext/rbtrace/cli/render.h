@@ -25,14 +25,20 @@
  *   GC minor by newobj <0.000812> (mark 0.000600, sweep 0.000212)
  *   raise ArgumentError: bad value at app.rb:12
  *
- * A RAISE that re-raises the exception of the raise line still open on
- * its thread (the target says so) prints nothing at once: when that line
- * ends, it says how many times and where last, as
+ * A raise line is held, per thread, for the re-raises of its exception
+ * (the target says which RAISE re-raises the exception its thread raised
+ * last): they print nothing at once, and the line, when it is printed,
+ * says how many times and where last, as
  *
  *   raise ArgumentError: bad value at app.rb:12 (re-raised 4 times, last at mw.rb:9)
  *
- * A re-raise with no such line open (other output came in between), or
- * every re-raise under raise_all (--raise-all), prints a line of its own:
+ * Other threads' output does not end it (a Puma worker's other threads go
+ * on serving while Rails' middleware re-raises a request's exception): it
+ * is printed before its thread's next event of another kind, once events
+ * come RENDER_HOLD_NS (in the target's clock) after it, or when the
+ * session ends the output (render_end_line: the target is quiet, a status
+ * line, the end). A re-raise after that, or every re-raise under raise_all
+ * (--raise-all, which holds nothing), prints a line of its own:
  *
  *   re-raise ArgumentError: bad value at mw.rb:9
  *
@@ -67,6 +73,22 @@ struct render_opts {
 /* The deepest a SLOW line is indented, in levels; deeper ones say "[dN]". */
 #define RENDER_SLOW_INDENT_MAX 40
 
+/* Longest a raise line is held for its re-raises while the target runs. */
+#define RENDER_HOLD_NS 1000000000ULL
+
+/* A raise line held for its re-raises (above): the target's text, raw. */
+struct render_held {
+    char *text;                /* class, message, location, back to back */
+    size_t text_cap;
+    uint32_t class_len, message_len, where_len;
+    uint64_t time_ns;          /* when raised */
+    size_t depth;              /* its thread's depth then */
+    int reraise;               /* itself a re-raise ("re-raise ...") */
+    uint64_t reraises;         /* folded into it, */
+    char *last_at;             /* the last one's location, escaped (not NUL-ended) */
+    size_t last_at_len, last_at_cap;
+};
+
 /* One open call on a thread's stack. */
 struct render_frame {
     uint64_t method_id;
@@ -80,6 +102,8 @@ struct render_thread {
     struct render_frame *frames;
     size_t depth;              /* open calls */
     size_t cap;                /* room in frames */
+    int holding;               /* held is a raise line not yet printed */
+    struct render_held held;
 };
 
 /* Method names by id: open addressing, linear probing. */
@@ -109,11 +133,7 @@ struct render {
     size_t max_nesting;        /* deepest stack seen on any thread; never reset */
     int gvl_live;              /* a GVL event came: the target measures waits (the
                                   " gvl <...>" of calls is shown from then on) */
-    int raise_open;            /* the open line is a raise line (line_open) ... */
-    size_t raise_thread;       /* ... of this thread (index) ... */
-    uint64_t reraises;         /* ... with this many re-raises folded into it, */
-    char *reraise_at;          /* the last one's location, escaped (not NUL-ended) */
-    size_t reraise_at_len, reraise_at_cap;
+    size_t n_held;             /* threads holding a raise line */
     uint64_t received;         /* events of the trace received (--stats) ... */
     uint64_t lost;             /* ... and the target's count of those it dropped */
     char errstr[128];          /* why a call failed */
@@ -130,12 +150,13 @@ void render_set_wall_origin(struct render *r, uint64_t wall_origin_ns);
  * CLI_OK, or CLI_ERR (out of memory, write error) with r->errstr set. */
 int render_event(struct render *r, const struct rbtrace_event *ev);
 
-/* Ends the open line, if any: call before printing anything else on the
- * same terminal. CLI_OK or CLI_ERR as above. */
+/* Prints the raise lines held, oldest first, and ends the open line, if
+ * any: call before printing anything else on the same terminal, and once
+ * the target is quiet. CLI_OK or CLI_ERR as above. */
 int render_end_line(struct render *r);
 
-/* Whether the open line is a raise line, waiting for re-raises to fold:
- * the session ends it (render_end_line) once the target is quiet. */
+/* Whether a raise line is held, waiting for re-raises to fold: the session
+ * prints it (render_end_line) once the target is quiet. */
 int render_raise_open(const struct render *r);
 
 /* Room for render_format_seconds' text: 20 digits, '.', 6 digits. */

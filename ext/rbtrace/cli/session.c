@@ -34,9 +34,11 @@
 #include "stream.h"
 
 #define SESSION_TICK_MS 200
-/* How long an open raise line waits for re-raises once the target is quiet
- * (render.h): the re-raises of one exception come microseconds apart. */
-#define SESSION_RERAISE_MS 100
+/* How long a held raise line waits for re-raises once the target is quiet
+ * (render.h): the re-raises of one exception come microseconds apart, but
+ * for the thread losing the GVL between them (Rails' DebugExceptions logs
+ * before it re-raises): Ruby gives each busy thread 100 ms in turn. */
+#define SESSION_RERAISE_MS 500
 /* The read buffer's size (it grows for bigger events), and the output's. */
 #define SESSION_READ_SIZE (256 * 1024)
 #define SESSION_OUT_BUFFER (256 * 1024)
@@ -99,6 +101,8 @@ struct session {
     void *eval_sink_ctx;       /* printing it as -e does; NULL for -e */
     int ended;                 /* the REPL's session cannot go on: */
     enum session_wait end_wait; /* how its last wait ended */
+    int64_t quiet_since_ms;    /* when the socket was last found empty with a
+                                  raise line held, or 0: the quiet's start */
     char errstr[CLI_ERRLEN];   /* why the session failed (SESSION_FAILED) */
 };
 
@@ -278,12 +282,39 @@ static int session_on_attached(struct session *s, const struct rbtrace_event *ev
 static int session_on_refused(struct session *s, const struct rbtrace_event *ev)
 {
     s->answered = 1;
-    if (ev->number == RBTRACE_REFUSED_BUSY)
-        session_status(s, "rbtrace: process %d is already traced by rbtrace (pid %llu); stop "
-                       "that tracer first", (int)s->at.pid, (unsigned long long)ev->pid);
+    if (ev->number == RBTRACE_REFUSED_BUSY && ev->pid == 0)   /* a tracer outside its PID namespace */
+        session_status(s, "rbtrace: process %d is already traced by an rbtrace outside its "
+                       "container; stop that tracer first", (int)s->at.pid);
+    else if (ev->number == RBTRACE_REFUSED_BUSY)
+        session_status(s, "rbtrace: process %d is already traced by rbtrace (pid %llu%s); stop "
+                       "that tracer first", (int)s->at.pid, (unsigned long long)ev->pid,
+                       s->at.ct.pid_ns ? ", inside its container" : "");
     else
         session_status_text(s, 0, ev->text, "rbtrace: ");
     return CLI_OK;
+}
+
+/*
+ * A dump written by a target in a container is in the container's files:
+ * says where the host sees it, /proc/PID/root and the path the report's
+ * first line names ("heap dump: PATH"), escaped (the app's text).
+ */
+static void session_container_file(struct session *s, struct rbtrace_str text)
+{
+    const char *colon = memchr(text.ptr, ':', text.len < 64 ? text.len : 64), *end;
+    size_t len;
+
+    if ((s->opts->mode != OPTIONS_MODE_HEAPDUMP && s->opts->mode != OPTIONS_MODE_SHAPESDUMP) ||
+        !s->at.ct.mnt_ns || !colon || colon + 2 >= text.ptr + text.len || colon[1] != ' ' ||
+        colon[2] != '/')
+        return;
+    colon += 2;
+    end = memchr(colon, '\n', (size_t)(text.ptr + text.len - colon));
+    len = (size_t)((end ? end : text.ptr + text.len) - colon);
+    fprintf(stderr, "*** the file is in the container of process %d; from the host: /proc/%d/root",
+            (int)s->at.pid, (int)s->at.pid);
+    escape_fwrite(stderr, colon, len < PATH_MAX ? len : PATH_MAX, 0);
+    fputc('\n', stderr);
 }
 
 /* A report's result: its text as is on success; a failure on stderr. */
@@ -295,7 +326,9 @@ static int session_on_report_result(struct session *s, const struct rbtrace_even
     case RBTRACE_EVAL_OK:
         if (session_print_body(s, ev->text) != CLI_OK) return CLI_ERR;
         s->eval_exit = CLI_EXIT_OK;
-        return session_flush(s);
+        if (session_flush(s) != CLI_OK) return CLI_ERR;
+        session_container_file(s, ev->text);
+        return CLI_OK;
     case RBTRACE_EVAL_TIMEOUT:
         session_status(s, "rbtrace: %s did not finish within %g s; it was stopped in the "
                        "process (give a longer --timeout)", what, s->eval_timeout_ms / 1000.0);
@@ -494,16 +527,29 @@ static enum session_wait session_poll(struct session *s, struct pollfd *fds, int
     if (session_deliver_pending(outside)) return SESSION_SIGNAL;
     n = poll(fds, 2, 0);
     if (n == 0) {
-        /* A raise line waits a moment for re-raises to fold into it, then
-         * ends, so that a pipe or -p PID PID gets it whole. */
+        /* A held raise line waits for re-raises to fold into it until the
+         * target has been quiet SESSION_RERAISE_MS (however many waits
+         * that takes: a tick may end one sooner), then is printed, so
+         * that a pipe or -p PID PID gets it whole. */
         int raise_open = format_raise_open(s->format);
-        int wait_ms = raise_open && timeout_ms > SESSION_RERAISE_MS ? SESSION_RERAISE_MS
-                                                                      : timeout_ms;
-        struct timespec ts = { wait_ms / 1000, (long)(wait_ms % 1000) * 1000000L };
+        int64_t now = cli_now_ms();
+        int wait_ms = timeout_ms;
+        struct timespec ts;
 
+        if (raise_open) {
+            int64_t left;
+
+            if (s->quiet_since_ms == 0) s->quiet_since_ms = now;
+            left = s->quiet_since_ms + SESSION_RERAISE_MS - now;
+            if (left < 0) left = 0;
+            if (left < wait_ms) wait_ms = (int)left;
+        }
+        ts.tv_sec = wait_ms / 1000;
+        ts.tv_nsec = (long)(wait_ms % 1000) * 1000000L;
         if (session_flush(s) != CLI_OK) return SESSION_FAILED;
         n = ppoll(fds, 2, &ts, outside);
-        if (n == 0 && raise_open) {
+        if (n == 0 && raise_open && cli_now_ms() - s->quiet_since_ms >= SESSION_RERAISE_MS) {
+            s->quiet_since_ms = 0;
             if (format_end_line(s->format) != CLI_OK) {
                 snprintf(s->errstr, sizeof(s->errstr), "%s", s->format->errstr);
                 return SESSION_FAILED;
@@ -511,6 +557,7 @@ static enum session_wait session_poll(struct session *s, struct pollfd *fds, int
             if (session_flush(s) != CLI_OK) return SESSION_FAILED;
         }
     }
+    if (n > 0) s->quiet_since_ms = 0;   /* events (or a signal): not quiet */
     if (n >= 0) return SESSION_DONE;
     if (errno == EINTR) return SESSION_SIGNAL;
     snprintf(s->errstr, sizeof(s->errstr), "poll: %s", strerror(errno));
@@ -694,7 +741,7 @@ static enum cli_exit session_attach(struct session *s, struct rbtrace_command *f
     if ((rc = attach_listen(&s->at)) != CLI_OK) return session_attach_error(s, rc);
     if ((rc = attach_find_queue(&s->at)) != CLI_OK) return session_attach_error(s, rc);
     cmd.type = RBTRACE_CMD_ATTACH;
-    cmd.client_pid = (uint32_t)getpid();
+    cmd.client_pid = (uint32_t)attach_client_pid(&s->at);
     cmd.protocol_version = RBTRACE_PROTOCOL_VERSION;
     cmd.text.ptr = s->at.sock_path;
     cmd.text.len = (uint32_t)strlen(s->at.sock_path);

@@ -22,7 +22,7 @@ module TransparencySpec
     def initialize(rbtrace: true, requests: %w[observe recursion deepest ractor], name: 'app')
       @dir = Dir.mktmpdir('rbtrace-probe-')
       @target = RBTraceSpec::Target.new("load #{PROBE_APP.inspect}", rbtrace: rbtrace,
-                                                                      env: { 'PROBE_DIR' => @dir })
+                                                                     env: { 'PROBE_DIR' => @dir })
       @requests = requests
       @name = name
       @ids = 0
@@ -141,7 +141,7 @@ stderr: #{client.tail(:stderr, 1500)}"
   class ModeRun
     PARTS = { 'app' => %w[observe], 'recursion app' => %w[recursion deepest], 'Ractor app' => %w[ractor] }.freeze
 
-    attr_reader :subjects, :before, :during, :after
+    attr_reader :subjects, :before, :during, :after, :took
 
     def initialize(args, shows:, ending: :interrupt)
       @args = args
@@ -162,7 +162,7 @@ stderr: #{client.tail(:stderr, 1500)}"
       end
       @after = observe
       @took = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
-      warn format('transparency: %<args>s ran in %<took>.1f s', args: @args.inspect, took: @took) if ENV['RBTRACE_SPEC_TIMES']
+      warn format('transparency: %s ran in %.1f s', @args.inspect, @took) if ENV['RBTRACE_SPEC_TIMES']
       self
     end
 
@@ -178,8 +178,7 @@ stderr: #{client.tail(:stderr, 1500)}"
       subjects.reject { |s| @shows === (@ending == :gave_up ? s.client.stderr : s.client.stdout) }.map { |s| s.probe.name }
     end
 
-    def client_output; subjects.map(&:output).join("
-"); end
+    def client_output; subjects.map(&:output).join("\n"); end
 
     # The clients' lines that match pattern, each prefixed with its app's name.
     def client_lines(pattern)
@@ -187,8 +186,6 @@ stderr: #{client.tail(:stderr, 1500)}"
         (s.client.stdout + s.client.stderr).lines.grep(pattern).map { |l| "the #{s.probe.name}'s client: #{l}" }
       end
     end
-
-    attr_reader :took
 
     private
 

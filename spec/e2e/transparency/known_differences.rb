@@ -77,7 +77,7 @@ module TransparencySpec
       return value unless lines.is_a?(Array) && lines.size > 1
       return value unless lines[1] == lines[0] || lines[1] == lines[0].sub(/in '[\w:]+[#.]([^']+)'\z/, "in '\\1'")
 
-      [klass, [lines[0]] + lines.drop(2)] == expected ? expected : value
+      expected == [klass, [lines[0]] + lines.drop(2)] ? expected : value
     end
 
     # caller.size in the method's block, once per element: one more each.

@@ -168,8 +168,9 @@ module ProbeObserve
     o['calls.super chain'] = ProbeShout.new.greet('cy', greeting: 'hey')
     o['calls.caller inside'] = probe.where
     o['calls.caller in a block of a traced Ruby method'] = probe.yielder { |n| [n, caller.size] }
+    # (break leaves each_char at its first character, on purpose)
     o['calls.caller in a block of a traced C method'] = 'a'.each_char.map { caller.size } +
-                                                        ['b'].map { 'x'.each_char { |_| break caller.size } }
+                                                        ['b'].map { 'x'.each_char { |_| break caller.size } } # rubocop:disable Lint/UnreachableLoop
     o['calls.exception raised inside'] = begin
       probe.boom('oops')
     rescue ProbeError => e
@@ -280,7 +281,7 @@ module ProbeObserve
     o["signals.trap('INT') { } returns, then gives back the block as a Proc"] =
       [first, back.class.name, back.lambda?, back.call]
     mine = ->(_) { :usr1 }
-    o["signals.Signal.trap(:USR1, ...) returns, IGNORE, a lambda, by number"] =
+    o['signals.Signal.trap(:USR1, ...) returns, IGNORE, a lambda, by number'] =
       [Signal.trap(:USR1, 'IGNORE'), Kernel.trap('SIGUSR1', mine), Signal.trap(Signal.list['USR1'], 'DEFAULT').equal?(mine),
        trap(:USR1, 'SYSTEM_DEFAULT'), Signal.trap('USR1', 'DEFAULT')]
     o
@@ -328,7 +329,7 @@ module ProbeObserve
     r.close
     _, status = Process.wait2(child)
     foreign = seen.delete('foreign threads')
-    o = seen.to_h { |k, v| ["fork.the child sees: #{k}", v] }
+    o = seen.transform_keys { |k| "fork.the child sees: #{k}" }
     o['foreign threads.in a forked child'] = foreign
     o['fork.exit status'] = [status.exitstatus, status.signaled?]
     o

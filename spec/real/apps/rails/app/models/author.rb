@@ -1,0 +1,3 @@
+class Author < ActiveRecord::Base
+  has_many :posts
+end

@@ -1,0 +1,3 @@
+class Post < ActiveRecord::Base
+  belongs_to :author
+end

@@ -1,0 +1,2 @@
+require_relative 'application'
+Rails.application.initialize!
