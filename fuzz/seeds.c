@@ -86,6 +86,8 @@ static int seeds_commands(void)
     rc |= seeds_command("devmode", &c);
     c.type = RBTRACE_CMD_RESUME;
     rc |= seeds_command("resume", &c);
+    c.type = RBTRACE_CMD_GVL;
+    rc |= seeds_command("gvl", &c);
     c.type = RBTRACE_CMD_METHODS;
     c.n_selectors = 3;
     c.selectors[0] = str_of("String#gsub(self, @x)");
@@ -119,7 +121,8 @@ static void seeds_session(msgpack_packer *pk)
     struct rbtrace_call_chain chain;
     size_t n;
 
-    rbtrace_event_pack_attached(pk, 4241, "3.1.2", 123456789ULL, 1700000000123456789ULL);
+    rbtrace_event_pack_attached_features(pk, 4241, "3.4.5", 123456789ULL, 1700000000123456789ULL,
+                                         RBTRACE_FEATURE_GVL);
     rbtrace_event_pack_message(pk, RBTRACE_EV_NOTICE, "tracing with global VM hooks", 28);
     rbtrace_event_pack_method(pk, 1, "Greeter#greet", 13);
     rbtrace_event_pack_method(pk, 2, "String#gsub", 11);
@@ -142,6 +145,7 @@ static void seeds_session(msgpack_packer *pk)
     rbtrace_event_pack_slow(pk, 7, 5000, 1, 250000000ULL, 2);
     rbtrace_event_pack_gc(pk, 7, 6000, 812000, 600000, 212000, "oldgen", "newobj");
     rbtrace_event_pack_raise(pk, 7, 7000, "ArgumentError", 13, "bad value", 9, "app.rb:12", 9, 0);
+    rbtrace_event_pack_gvl(pk, 7, 8000, 12345000);
     rbtrace_event_pack_forget(pk, 32768);
     rbtrace_event_pack_eval_result(pk, 1, RBTRACE_EVAL_OK, "2", 1);
     rbtrace_event_pack_eval_result(pk, 2, RBTRACE_EVAL_RAISED, "NameError: x\n\tfrom -e:1", 23);

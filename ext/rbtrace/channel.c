@@ -386,6 +386,7 @@ static void channel_unblock(void *unused)
  */
 static VALUE channel_helper_loop_m(VALUE self)
 {
+    rbtrace.helper_thread = rbtrace_thread_id();   /* its GVL waits are not the app's (gvlwatch.c) */
     for (;;) {
         int state;
 

@@ -100,6 +100,7 @@ int rbtrace_command_encode(msgpack_packer *pk, const struct rbtrace_command *cmd
     case RBTRACE_CMD_RAISE:
     case RBTRACE_CMD_DEVMODE:
     case RBTRACE_CMD_RESUME:
+    case RBTRACE_CMD_GVL:
         msgpack_pack_array(pk, 2);
         msgpack_pack_uint32(pk, cmd->type);
         msgpack_pack_uint32(pk, cmd->client_pid);
@@ -189,6 +190,7 @@ static int command_decode_fields(const msgpack_object_array *a,
     case RBTRACE_CMD_RAISE:
     case RBTRACE_CMD_DEVMODE:
     case RBTRACE_CMD_RESUME:
+    case RBTRACE_CMD_GVL:
         return RBTRACE_OK;
     case RBTRACE_CMD_METHODS:
         return command_decode_selectors(a, 2, cmd, err);
@@ -355,6 +357,30 @@ void rbtrace_event_pack_attached(msgpack_packer *pk, uint32_t target_pid,
     pack_cstr(pk, ruby_version);
     msgpack_pack_uint64(pk, clock_origin_ns);
     msgpack_pack_uint64(pk, wall_origin_ns);
+}
+
+void rbtrace_event_pack_attached_features(msgpack_packer *pk, uint32_t target_pid,
+                                          const char *ruby_version, uint64_t clock_origin_ns,
+                                          uint64_t wall_origin_ns, uint64_t features)
+{
+    msgpack_pack_array(pk, 7);
+    msgpack_pack_uint32(pk, RBTRACE_EV_ATTACHED);
+    msgpack_pack_uint32(pk, RBTRACE_PROTOCOL_VERSION);
+    msgpack_pack_uint32(pk, target_pid);
+    pack_cstr(pk, ruby_version);
+    msgpack_pack_uint64(pk, clock_origin_ns);
+    msgpack_pack_uint64(pk, wall_origin_ns);
+    msgpack_pack_uint64(pk, features);
+}
+
+void rbtrace_event_pack_gvl(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
+                            uint64_t wait_ns)
+{
+    msgpack_pack_array(pk, 4);
+    msgpack_pack_uint32(pk, RBTRACE_EV_GVL);
+    msgpack_pack_uint64(pk, thread_id);
+    msgpack_pack_uint64(pk, time_ns);
+    msgpack_pack_uint64(pk, wait_ns);
 }
 
 void rbtrace_event_pack_refused(msgpack_packer *pk, enum rbtrace_refusal reason,
@@ -536,7 +562,10 @@ static int event_decode_fields(const msgpack_object_array *a, struct rbtrace_eve
         if (codec_uint(a, 2, &ev->pid, err) != RBTRACE_OK) return RBTRACE_ERR;
         if (codec_str(a, 3, &ev->text, err) != RBTRACE_OK) return RBTRACE_ERR;
         if (codec_uint(a, 4, &ev->clock_origin_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
-        return codec_uint(a, 5, &ev->wall_origin_ns, err);
+        if (codec_uint(a, 5, &ev->wall_origin_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
+        /* features: optional (absent or nil: none) */
+        if (a->size <= 6 || a->ptr[6].type == MSGPACK_OBJECT_NIL) return RBTRACE_OK;
+        return codec_uint(a, 6, &ev->features, err);
     case RBTRACE_EV_REFUSED:
         if (codec_uint(a, 1, &ev->number, err) != RBTRACE_OK) return RBTRACE_ERR;
         if (codec_uint(a, 2, &ev->pid, err) != RBTRACE_OK) return RBTRACE_ERR;
@@ -585,6 +614,10 @@ static int event_decode_fields(const msgpack_object_array *a, struct rbtrace_eve
         if (codec_str(a, 4, &ev->text2, err) != RBTRACE_OK) return RBTRACE_ERR;
         if (codec_str(a, 5, &ev->text3, err) != RBTRACE_OK) return RBTRACE_ERR;
         return codec_uint(a, 6, &ev->number, err);
+    case RBTRACE_EV_GVL:
+        if (codec_uint(a, 1, &ev->thread_id, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_uint(a, 2, &ev->time_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return codec_uint(a, 3, &ev->duration_ns, err);
     }
     snprintf(err, RBTRACE_ERRLEN, "unknown event %u", (unsigned)ev->type);
     return RBTRACE_ERR;

@@ -49,7 +49,8 @@ struct rbtrace_command {
 
 struct rbtrace_event {
     enum rbtrace_event_type type;
-    uint64_t thread_id;          /* CALL, RETURN, CALL_ARGS (0 in a _NEXT) */
+    uint64_t thread_id;          /* CALL, RETURN, CALL_ARGS (0 in a _NEXT), SLOW, GC,
+                                    RAISE, GVL */
     uint64_t time_ns;            /* CALL, RETURN, CALL_ARGS; _NEXT: delta_ns */
     uint64_t method_id;          /* METHOD, CALL, RETURN, CALL_ARGS, _NEXT */
     uint64_t number;             /* ATTACHED: protocol version; LOST: count;
@@ -58,7 +59,8 @@ struct rbtrace_event {
     uint64_t pid;                /* ATTACHED: target pid; REFUSED: tracer pid */
     uint64_t clock_origin_ns;    /* ATTACHED */
     uint64_t wall_origin_ns;     /* ATTACHED */
-    uint64_t duration_ns;        /* SLOW, GC */
+    uint64_t features;           /* ATTACHED: RBTRACE_FEATURE_* bits (0 if absent) */
+    uint64_t duration_ns;        /* SLOW, GC; GVL: the wait */
     uint64_t depth;              /* SLOW */
     uint64_t mark_ns;            /* GC */
     uint64_t sweep_ns;           /* GC */
@@ -109,6 +111,10 @@ int rbtrace_command_decode(const char *buf, size_t len, msgpack_zone *zone,
 void rbtrace_event_pack_attached(msgpack_packer *pk, uint32_t target_pid,
                                  const char *ruby_version,
                                  uint64_t clock_origin_ns, uint64_t wall_origin_ns);
+/* ATTACHED with the features field (the target's; the above leaves it out). */
+void rbtrace_event_pack_attached_features(msgpack_packer *pk, uint32_t target_pid,
+                                          const char *ruby_version, uint64_t clock_origin_ns,
+                                          uint64_t wall_origin_ns, uint64_t features);
 void rbtrace_event_pack_refused(msgpack_packer *pk, enum rbtrace_refusal reason,
                                 uint32_t tracer_pid, const char *message);
 void rbtrace_event_pack_detached(msgpack_packer *pk);
@@ -281,6 +287,24 @@ void rbtrace_event_pack_raise(msgpack_packer *pk, uint64_t thread_id, uint64_t t
                               const char *klass, size_t klass_len,
                               const char *message, size_t message_len,
                               const char *location, size_t location_len, uint64_t reraise);
+void rbtrace_event_pack_gvl(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
+                            uint64_t wait_ns);
+
+/* GVL, the same bytes as rbtrace_event_pack_gvl, written in place (no
+ * packer: the target's thread hook calls nothing that might allocate). */
+#define RBTRACE_GVL_EVENT_MAX 29
+static inline size_t rbtrace_event_encode_gvl(char *out, uint64_t thread_id, uint64_t time_ns,
+                                              uint64_t wait_ns)
+{
+    size_t n = 0;
+
+    out[n++] = (char)0x94;               /* fixarray of 4 */
+    out[n++] = (char)RBTRACE_EV_GVL;     /* a fixint */
+    n += rbtrace_put_uint(out + n, thread_id);
+    n += rbtrace_put_uint(out + n, time_ns);
+    n += rbtrace_put_uint(out + n, wait_ns);
+    return n;
+}
 /* ERROR or NOTICE */
 void rbtrace_event_pack_message(msgpack_packer *pk, enum rbtrace_event_type type,
                                 const char *message, size_t len);

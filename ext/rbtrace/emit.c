@@ -561,6 +561,20 @@ void rbtrace_emit_eval_result(uint32_t eval_id, enum rbtrace_eval_status status,
     if ((state = emit_sbuffer_push(&sb)) != 0) rb_jump_tag(state);
 }
 
+/*
+ * A GVL wait of thread, from start_ns (CLOCK_MONOTONIC) for wait_ns. Called
+ * by gvlwatch.c's thread hook as the thread takes the GVL: encoded in
+ * place, pushed with no Ruby call, no allocation and no system call.
+ */
+void rbtrace_emit_gvl(uint64_t thread, uint64_t start_ns, uint64_t wait_ns)
+{
+    char buf[RBTRACE_GVL_EVENT_MAX];
+    uint64_t at = start_ns > rbtrace.clock_origin_ns ? start_ns - rbtrace.clock_origin_ns : 0;
+
+    if (!rbtrace.attached) return;
+    emit_push(buf, rbtrace_event_encode_gvl(buf, thread, at, wait_ns));
+}
+
 void rbtrace_emit_attached(void)
 {
     struct timespec wall;
@@ -569,8 +583,9 @@ void rbtrace_emit_attached(void)
     if (clock_gettime(CLOCK_REALTIME, &wall) == 0)
         wall_ns = (uint64_t)wall.tv_sec * 1000000000ull + (uint64_t)wall.tv_nsec;
     emit_begin();
-    rbtrace_event_pack_attached(&scratch_pk, (uint32_t)getpid(), ruby_description,
-                                rbtrace.clock_origin_ns, wall_ns);
+    rbtrace_event_pack_attached_features(&scratch_pk, (uint32_t)getpid(), ruby_description,
+                                         rbtrace.clock_origin_ns, wall_ns,
+                                         rbtrace_gvl_supported() ? RBTRACE_FEATURE_GVL : 0);
     if (emit_commit() == 0) rbtrace_writer_nudge();
 }
 

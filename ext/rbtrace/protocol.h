@@ -26,10 +26,11 @@
 #include <sys/types.h>
 
 /* 4: commands after ATTACH come over the socket (3 sent them through the
- * queue, in chunks). 5: RAISE says whether it is a re-raise. A target
+ * queue, in chunks). 5: RAISE says whether it is a re-raise. 6: GVL
+ * (the command and the event), ATTACHED's features. A target
  * refuses an ATTACH of another version with RBTRACE_REFUSED_VERSION,
  * saying both versions. */
-#define RBTRACE_PROTOCOL_VERSION 5
+#define RBTRACE_PROTOCOL_VERSION 6
 
 /*
  * Text that the extension's library holds (rbtrace.c) and no other: the
@@ -119,7 +120,11 @@ enum rbtrace_command_type {
     RBTRACE_CMD_DEVMODE = 9,
     /* [10, client_pid]: a program started by `rbtrace --exec` waits in
      * require 'rbtrace' until this arrives (its tracing is set up). */
-    RBTRACE_CMD_RESUME = 10
+    RBTRACE_CMD_RESUME = 10,
+    /* [11, client_pid]: report each thread's every wait for the GVL (GVL
+     * events), where ATTACHED's features have RBTRACE_FEATURE_GVL; a
+     * target without it answers with an ERROR. */
+    RBTRACE_CMD_GVL = 11
 };
 
 /* ---- events: target -> client ------------------------------------------ */
@@ -127,8 +132,10 @@ enum rbtrace_command_type {
 /* Times are nanoseconds of CLOCK_MONOTONIC since the ATTACHED clock origin. */
 enum rbtrace_event_type {
     /* [1, protocol_version(uint), target_pid(uint), ruby_version(str),
-     *  clock_origin_ns(uint), wall_origin_ns(uint)]
-     * wall_origin_ns is CLOCK_REALTIME at the same instant as the origin. */
+     *  clock_origin_ns(uint), wall_origin_ns(uint), features(uint, optional)]
+     * wall_origin_ns is CLOCK_REALTIME at the same instant as the origin;
+     * features the RBTRACE_FEATURE_* bits of what this target can do
+     * (absent: none). */
     RBTRACE_EV_ATTACHED = 1,
     /* [2, reason(uint, enum rbtrace_refusal), tracer_pid(uint), message(str)] */
     RBTRACE_EV_REFUSED = 2,
@@ -184,7 +191,20 @@ enum rbtrace_event_type {
      * times grow past 2^32 ns after 4 s). */
     RBTRACE_EV_CALL_NEXT = 16,
     /* [17, delta_ns(uint), method_id(uint)]: a RETURN, the same way */
-    RBTRACE_EV_RETURN_NEXT = 17
+    RBTRACE_EV_RETURN_NEXT = 17,
+    /* [18, thread_id(uint), time_ns(uint), wait_ns(uint)]: the thread
+     * waited wait_ns for the GVL from time_ns (READY to RESUMED), and now
+     * runs. Sent by the thread as it takes the GVL, so before its next call
+     * event: the wait belongs to the calls of that thread then open. Not a
+     * call event (the _NEXT chain passes over it). The target answers the
+     * GVL command with one of wait 0 once its hook is in place: waits are
+     * measured from there on (a target that cannot, sends none). */
+    RBTRACE_EV_GVL = 18
+};
+
+/* ATTACHED's features: what the target can do beyond every version's. */
+enum rbtrace_feature {
+    RBTRACE_FEATURE_GVL = 1        /* GVL waits: Ruby 3.2+'s thread event hooks */
 };
 
 enum rbtrace_refusal {

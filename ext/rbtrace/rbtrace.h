@@ -111,6 +111,7 @@ struct rbtrace_state {
     int queue_refused;               /* a foreign queue was reported */
     int servicing;                   /* a command is being carried out */
     uint64_t servicing_thread;       /* ... by this thread (rbtrace_thread_id), or 0 */
+    uint64_t helper_thread;          /* the helper thread (rbtrace_thread_id), once it runs */
     int in_job;                      /* ... from a postponed job, on an app thread */
     struct rbtrace_deferred *deferred;       /* commands left for the helper, oldest first */
     struct rbtrace_deferred **deferred_tail; /* where the next one is linked */
@@ -306,6 +307,8 @@ void rbtrace_emit_slow(VALUE klass, ID mid, uint64_t start_ns, uint64_t duration
 void rbtrace_emit_gc(uint64_t thread, uint64_t start_ns, uint64_t mark_ns, uint64_t sweep_ns,
                      const char *major_by, const char *gc_by);
 void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location, uint64_t reraise);
+/* No Ruby call, no allocation: gvlwatch.c's thread hook, GVL just taken. */
+void rbtrace_emit_gvl(uint64_t thread, uint64_t start_ns, uint64_t wait_ns);
 void rbtrace_emit_attached(void);
 int rbtrace_emit_detached(void);
 void rbtrace_emit_end_calls(void);
@@ -342,6 +345,12 @@ void Init_rbtrace_gcwatch(VALUE mod);
 void rbtrace_raise_start(void);
 void rbtrace_raise_stop(void);
 void Init_rbtrace_raisewatch(VALUE mod);
+
+/* gvlwatch.c: --gvl, each thread's waits for the GVL */
+int rbtrace_gvl_supported(void);   /* this build has the thread event hooks */
+void rbtrace_gvl_start(void);
+void rbtrace_gvl_stop(void);
+void Init_rbtrace_gvlwatch(VALUE mod);
 
 /* devmode.c: --devmode, selectors that follow reloaded classes */
 void rbtrace_devmode_start(void);

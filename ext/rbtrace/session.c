@@ -297,6 +297,9 @@ static void session_dispatch(const struct rbtrace_command *cmd, int from_socket)
     case RBTRACE_CMD_RAISE:
         rbtrace_tracer_raise();
         break;
+    case RBTRACE_CMD_GVL:
+        rbtrace_gvl_start();
+        break;
     case RBTRACE_CMD_DEVMODE:
         rbtrace_devmode_start();
         break;

@@ -687,6 +687,7 @@ void rbtrace_tracer_clear(void)
     rbtrace_slow_stop();
     rbtrace_gc_stop();
     rbtrace_raise_stop();
+    rbtrace_gvl_stop();
     rbtrace_devmode_stop();
 }
 

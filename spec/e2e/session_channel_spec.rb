@@ -96,7 +96,8 @@ RSpec.describe 'commands of an attached session' do
     enqueue(app.pid, [1, Process.pid, protocol, path])
     Process.kill(:URG, app.pid)
     conn = Timeout.timeout(10) { server.accept }
-    expect(read_until(conn, +'', /\A\x96\x01/n)).to start_with("\x96\x01".b)
+    # ATTACHED: an array of 7 (protocol.h; the 7th, features, since protocol 6)
+    expect(read_until(conn, +'', /\A\x97\x01/n)).to start_with("\x97\x01".b)
     conn
   ensure
     server&.close

@@ -284,6 +284,8 @@ static void test_commands(void)
     cmd_roundtrip(cmd);
     cmd->type = RBTRACE_CMD_RESUME;
     cmd_roundtrip(cmd);
+    cmd->type = RBTRACE_CMD_GVL;
+    cmd_roundtrip(cmd);
 
     cmd->type = RBTRACE_CMD_SLOW;
     cmd->threshold_ns = 250000000;
@@ -614,7 +616,55 @@ static void test_event_attached(struct ev_fixture *f)
     CHECK(str_eq(f->ev.text, "3.3.0"));
     CHECK(f->ev.clock_origin_ns == 123456789ULL);
     CHECK(f->ev.wall_origin_ns == 1700000000123456789ULL);
+    CHECK(f->ev.features == 0);   /* absent: none */
     evf_end(f);
+
+    /* With features, optional: decoded where present, absent or nil means none;
+     * of another type, the event is refused. */
+    evf_begin(f);
+    rbtrace_event_pack_attached_features(&f->pk, 12, "3.4.5", 1, 2, RBTRACE_FEATURE_GVL);
+    {
+        msgpack_object obj, nil = obj_nil(), bad, *store;
+        size_t off = 0;
+
+        CHECK(msgpack_unpack(f->sb.data, f->sb.size, &off, &f->zone, &obj) == MSGPACK_UNPACK_SUCCESS);
+        CHECK(ev_decode(&obj, &f->ev) == RBTRACE_OK);
+        CHECK(f->ev.type == RBTRACE_EV_ATTACHED);
+        CHECK(f->ev.pid == 12);
+        CHECK(f->ev.wall_origin_ns == 2);
+        CHECK(f->ev.features == RBTRACE_FEATURE_GVL);
+        bad = obj_replace(&obj, 6, &nil, &store);
+        CHECK(ev_decode(&bad, &f->ev) == RBTRACE_OK && f->ev.features == 0);
+        free(store);
+        nil = obj_wrong_type(&obj.via.array.ptr[6]);
+        bad = obj_replace(&obj, 6, &nil, &store);
+        CHECK(ev_decode(&bad, &f->ev) == RBTRACE_ERR);
+        free(store);
+    }
+    evf_end(f);
+}
+
+/* GVL: packed, and written in place by the target's thread hook, the same bytes. */
+static void test_event_gvl(struct ev_fixture *f)
+{
+    static const uint64_t values[] = { 0, 127, 128, 65535, 65536, UINT32_MAX, (uint64_t)UINT32_MAX + 1,
+                                       UINT64_MAX };
+    char buf[RBTRACE_GVL_EVENT_MAX];
+    size_t i, n;
+
+    for (i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+        evf_begin(f);
+        rbtrace_event_pack_gvl(&f->pk, values[i], values[(i + 3) % 8], values[(i + 5) % 8]);
+        n = rbtrace_event_encode_gvl(buf, values[i], values[(i + 3) % 8], values[(i + 5) % 8]);
+        CHECK(n <= RBTRACE_GVL_EVENT_MAX);
+        CHECK(n == f->sb.size && memcmp(buf, f->sb.data, n) == 0);
+        evf_decode(f);
+        CHECK(f->ev.type == RBTRACE_EV_GVL);
+        CHECK(f->ev.thread_id == values[i]);
+        CHECK(f->ev.time_ns == values[(i + 3) % 8]);
+        CHECK(f->ev.duration_ns == values[(i + 5) % 8]);
+        evf_end(f);
+    }
 }
 
 static void test_event_refused(struct ev_fixture *f)
@@ -1414,6 +1464,7 @@ int main(void)
     test_event_slow(f);
     test_event_gc(f);
     test_event_raise(f);
+    test_event_gvl(f);
     test_event_malformed();
     test_fast_call_widths();
     test_fast_call_wide_fields();

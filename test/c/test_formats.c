@@ -284,6 +284,64 @@ static void test_stream_errors(void)
     stream_free(&s);
 }
 
+/* One event, as the stream would hand it over. */
+static void feed(struct format *f, enum rbtrace_event_type type, uint64_t thread, uint64_t time_ns,
+                 uint64_t id_or_wait, const char *name)
+{
+    struct rbtrace_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = type;
+    ev.thread_id = thread;
+    ev.time_ns = time_ns;
+    if (type == RBTRACE_EV_GVL) ev.duration_ns = id_or_wait;
+    else ev.method_id = id_or_wait;
+    if (name) {
+        ev.text.ptr = name;
+        ev.text.len = (uint32_t)strlen(name);
+    }
+    CHECK(format_event(f, &ev) == CLI_OK);
+}
+
+/* --gvl in json: a call's "gvl" holds its callees' waits and those of the
+ * calls that lost their returns; waits over the threshold get a line; a
+ * short wait of an unseen thread adds no thread. */
+static void test_json_gvl(void)
+{
+    struct format_opts opts;
+    struct format *f;
+    char *out = NULL;
+    size_t out_len = 0;
+    FILE *mem = open_memstream(&out, &out_len);
+
+    memset(&opts, 0, sizeof(opts));
+    opts.pid = 4242;
+    opts.text.gvl = 1;
+    opts.text.gvl_threshold_ns = 1000000;
+    if (!mem || format_open(OPTIONS_FORMAT_JSON, mem, &opts, &f) != CLI_OK) exit(2);
+    feed(f, RBTRACE_EV_METHOD, 0, 0, 1, "Foo#run");
+    feed(f, RBTRACE_EV_METHOD, 0, 0, 2, "Foo#step");
+    feed(f, RBTRACE_EV_GVL, 9, 10, 0, NULL);               /* the target's answer */
+    feed(f, RBTRACE_EV_CALL, 7, 100, 1, NULL);
+    feed(f, RBTRACE_EV_CALL, 7, 200, 2, NULL);
+    feed(f, RBTRACE_EV_GVL, 7, 300, 2000000, NULL);        /* long: a line */
+    feed(f, RBTRACE_EV_RETURN, 7, 2400000, 2, NULL);
+    feed(f, RBTRACE_EV_CALL, 7, 2500000, 2, NULL);
+    feed(f, RBTRACE_EV_GVL, 7, 2600000, 500, NULL);         /* short, in a call that loses its return */
+    feed(f, RBTRACE_EV_RETURN, 7, 3000000, 1, NULL);
+    CHECK(format_finish(f) == CLI_OK);
+    format_close(f);
+    fclose(mem);
+    CHECK_STR(out,
+        "{\"kind\":\"thread\",\"thread\":1,\"thread_id\":7}\n"
+        "{\"kind\":\"gvl\",\"thread\":1,\"start\":300,\"end\":2000300,\"duration\":2000000}\n"
+        "{\"kind\":\"call\",\"thread\":1,\"name\":\"Foo#step\",\"class\":\"Foo\",\"method\":\"step\","
+        "\"start\":200,\"end\":2400000,\"duration\":2399800,\"self\":2399800,\"depth\":1,\"gvl\":2000000}\n"
+        "{\"kind\":\"call\",\"thread\":1,\"name\":\"Foo#run\",\"class\":\"Foo\",\"method\":\"run\","
+        "\"start\":100,\"end\":3000000,\"duration\":2999900,\"self\":600100,\"depth\":0,\"gvl\":2000500}\n");
+    free(out);
+}
+
 int main(void)
 {
     test_json_escape();
@@ -291,6 +349,7 @@ int main(void)
     test_stream_errors();
     test_text();
     test_json();
+    test_json_gvl();
     test_chrome();
     test_folded();
     test_summary();

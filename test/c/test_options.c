@@ -177,6 +177,38 @@ static void test_watches(void)
     options_free(&o);
 }
 
+/* --gvl [MS]: 1 ms unless a value follows; alone, or with -m, -f, --gc... */
+static void test_gvl(void)
+{
+    char *alone[] = { "rbtrace", "-p", "1", "--gvl" };
+    char *with_ms[] = { "rbtrace", "-p", "1", "--gvl", "0.5", "-m", "A#a" };
+    char *inline_ms[] = { "rbtrace", "-p", "1", "--gvl=20", "--gc" };
+    char *then_option[] = { "rbtrace", "-p", "1", "--gvl", "-f" };
+    char *word[] = { "rbtrace", "-p", "1", "--gvl", "often" };
+    char *negative[] = { "rbtrace", "-p", "1", "--gvl=-1" };
+    char *with_eval[] = { "rbtrace", "-p", "1", "--gvl", "-e", "1" };
+    struct options o;
+
+    CHECK(parse(&o, ARGC(alone), alone, NULL) == CLI_OK);
+    CHECK(o.gvl_ms == 1.0 && o.mode == OPTIONS_MODE_NONE && options_watches(&o));
+    options_free(&o);
+    CHECK(parse(&o, ARGC(with_ms), with_ms, NULL) == CLI_OK);
+    CHECK(o.gvl_ms == 0.5 && o.mode == OPTIONS_MODE_METHODS && o.n_selectors == 1);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(inline_ms), inline_ms, NULL) == CLI_OK);
+    CHECK(o.gvl_ms == 20 && o.gc);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(then_option), then_option, NULL) == CLI_OK);
+    CHECK(o.gvl_ms == 1.0 && o.mode == OPTIONS_MODE_FIREHOSE);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(alone) - 1, alone, NULL) == CLI_ERR);   /* without it: nothing to do */
+    CHECK(o.gvl_ms < 0);
+    options_free(&o);
+    refused(ARGC(word), word, "invalid value 'often' for --gvl");
+    refused(ARGC(negative), negative, "'-1' for --gvl");
+    refused(ARGC(with_eval), with_eval, "-e cannot be combined with --slow, --slowcpu, --gc, --raise or --gvl");
+}
+
 static void test_watch_errors(void)
 {
     char *both[] = { "rbtrace", "-p", "1", "--slow", "1", "--slowcpu", "2" };
@@ -426,6 +458,7 @@ int main(void)
     test_too_many_selectors();
     test_watches();
     test_watch_errors();
+    test_gvl();
     test_targets();
     test_optional_values();
     test_reports();

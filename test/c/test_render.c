@@ -27,7 +27,8 @@ struct fixture {
 static void fx_open_raise(struct fixture *fx, int start_time, int no_duration, unsigned prefix,
                           int raise_all)
 {
-    struct render_opts o = { start_time, no_duration, prefix, raise_all };
+    struct render_opts o = { .start_time = start_time, .no_duration = no_duration, .prefix = prefix,
+                             .raise_all = raise_all };
 
     memset(fx, 0, sizeof(*fx));
     fx->f = open_memstream(&fx->buf, &fx->len);
@@ -498,7 +499,7 @@ static void test_deep(void)
 /* A write error (full disk) is reported, not ignored. */
 static void test_write_error(void)
 {
-    struct render_opts o = { 0, 0, 2, 0 };
+    struct render_opts o = { .prefix = 2 };
     struct rbtrace_event ev;
     struct render r;
     FILE *full = fopen("/dev/full", "w");
@@ -762,6 +763,77 @@ static void test_gc(void)
     FX_CHECK(&fx, "Worker#run\n  GC minor by newobj\nWorker#run\n");
 }
 
+static void fx_gvl(struct fixture *fx, uint64_t thread, uint64_t time_ns, uint64_t wait_ns)
+{
+    struct rbtrace_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = RBTRACE_EV_GVL;
+    ev.thread_id = thread;
+    ev.time_ns = time_ns;
+    ev.duration_ns = wait_ns;
+    fx_send(fx, &ev);
+}
+
+/* --gvl MS: waits over MS on a line of their own; each call's waits after
+ * its duration, its callees' included, its calls lost included. */
+static void test_gvl(void)
+{
+    struct render_opts o = { .prefix = 2, .gvl = 1, .gvl_threshold_ns = 1 * MS };
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx.r.opts = o;
+    fx_method(&fx, 1, "Worker#run");
+    fx_method(&fx, 2, "Worker#step");
+    fx_gvl(&fx, 7, 0, 2 * MS);                /* before any call: a line, no call */
+    fx_call(&fx, 7, 10 * MS, 1);
+    fx_gvl(&fx, 7, 11 * MS, 500 * US);        /* short: counted, no line */
+    fx_call(&fx, 7, 12 * MS, 2);
+    fx_gvl(&fx, 7, 13 * MS, 3 * MS);
+    fx_return(&fx, 7, 20 * MS, 2);
+    fx_gvl(&fx, 9, 21 * MS, 400 * US);        /* another thread, short: nothing at all */
+    fx_return(&fx, 7, 30 * MS, 1);
+    FX_CHECK(&fx, "GVL wait <0.002000>\n"
+                  "Worker#run\n"
+                  "  Worker#step\n"
+                  "    GVL wait <0.003000>\n"
+                  "  Worker#step <0.008000> gvl <0.003000>\n"
+                  "Worker#run <0.020000> gvl <0.003500>\n\n");
+
+    /* A second thread's long wait: [tN] from then on. A call whose inner
+     * call lost its return still has that call's waits. */
+    fx_open(&fx, 0, 0, 2);
+    fx.r.opts = o;
+    fx_method(&fx, 1, "Worker#run");
+    fx_method(&fx, 2, "Worker#step");
+    fx_call(&fx, 7, 0, 1);
+    fx_call(&fx, 7, 1 * MS, 2);
+    fx_gvl(&fx, 9, 2 * MS, 5 * MS);
+    fx_gvl(&fx, 7, 3 * MS, 700 * US);
+    fx_return(&fx, 7, 10 * MS, 1);
+    FX_CHECK(&fx, "Worker#run\n"
+                  "  Worker#step\n"
+                  "[t2] GVL wait <0.005000>\n"
+                  "[t1] Worker#run <0.010000> gvl <0.000700>\n\n");
+
+    /* --gvl, but the target never said it measures (no GVL event: Ruby 3.1):
+     * no " gvl <0.000000>" that would mean no wait. */
+    fx_open(&fx, 0, 0, 2);
+    fx.r.opts = o;
+    fx_method(&fx, 1, "Worker#run");
+    fx_call(&fx, 7, 0, 1);
+    fx_return(&fx, 7, 10 * MS, 1);
+    FX_CHECK(&fx, "Worker#run <0.010000>\n");
+
+    /* Without --gvl: GVL events change nothing (a target never sends them). */
+    fx_open(&fx, 0, 0, 2);
+    fx_method(&fx, 1, "Worker#run");
+    fx_call(&fx, 7, 0, 1);
+    fx_return(&fx, 7, 10 * MS, 1);
+    FX_CHECK(&fx, "Worker#run <0.010000>\n");
+}
+
 static void test_raise(void)
 {
     struct fixture fx;
@@ -931,6 +1003,7 @@ int main(void)
     test_slow_with_calls();
     test_gc();
     test_raise();
+    test_gvl();
     test_reraise_folded();
     test_reraise_unfolded();
     test_reraise_interleaved();

@@ -161,6 +161,7 @@ struct calls_frame *calls_push(struct calls *c, size_t ti, uint64_t method_id, u
     f->method_id = method_id;
     f->start_ns = start_ns;
     f->child_ns = 0;
+    f->gvl_ns = 0;
     f->node = 0;
     f->extra = NULL;
     f->extra_len = 0;
@@ -174,6 +175,10 @@ struct calls_frame *calls_match(struct calls *c, size_t ti, uint64_t method_id)
 
     for (d = t->depth; d > 0; d--) {
         if (t->frames[d - 1].method_id == method_id) {
+            size_t lost;
+
+            /* The calls above it lost their returns: their GVL waits were in it. */
+            for (lost = d; lost < t->depth; lost++) t->frames[d - 1].gvl_ns += t->frames[lost].gvl_ns;
             calls_free_frames(t, d);
             return &t->frames[d - 1];
         }
@@ -184,9 +189,29 @@ struct calls_frame *calls_match(struct calls *c, size_t ti, uint64_t method_id)
 void calls_pop(struct calls *c, size_t ti, uint64_t duration_ns)
 {
     struct calls_thread *t = &c->threads[ti];
+    uint64_t gvl_ns = t->depth ? t->frames[t->depth - 1].gvl_ns : 0;
 
     calls_free_frames(t, t->depth - 1);
-    if (t->depth) t->frames[t->depth - 1].child_ns += duration_ns;
+    if (t->depth) {
+        t->frames[t->depth - 1].child_ns += duration_ns;
+        t->frames[t->depth - 1].gvl_ns += gvl_ns;
+    }
+}
+
+void calls_add_gvl(struct calls *c, size_t ti, uint64_t wait_ns)
+{
+    struct calls_thread *t = &c->threads[ti];
+
+    if (t->depth) t->frames[t->depth - 1].gvl_ns += wait_ns;
+}
+
+long calls_thread_known(const struct calls *c, uint64_t id)
+{
+    size_t i;
+
+    for (i = 0; i < c->n_threads; i++)
+        if (c->threads[i].id == id) return (long)i;
+    return -1;
 }
 
 void calls_drop_all(struct calls *c)

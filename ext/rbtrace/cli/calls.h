@@ -18,6 +18,7 @@ struct calls_frame {
     uint64_t method_id;
     uint64_t start_ns;
     uint64_t child_ns;         /* time spent in the calls it made (for self time) */
+    uint64_t gvl_ns;           /* --gvl: its thread's GVL waits inside it, its callees' too */
     uint32_t node;             /* the format's */
     char *extra;               /* the format's, freed with the frame; or NULL */
     size_t extra_len;
@@ -76,6 +77,13 @@ struct calls_frame *calls_match(struct calls *c, size_t ti, uint64_t method_id);
 /* Closes the innermost call of thread ti (the one calls_match found),
  * which lasted duration_ns: counted in its caller's child time. */
 void calls_pop(struct calls *c, size_t ti, uint64_t duration_ns);
+
+/* --gvl: thread ti waited wait_ns for the GVL, inside its innermost open
+ * call (if any); a call's waits go to its caller as it returns. */
+void calls_add_gvl(struct calls *c, size_t ti, uint64_t wait_ns);
+
+/* The index of thread id, or -1 if it was never seen (nothing added). */
+long calls_thread_known(const struct calls *c, uint64_t id);
 
 /* Drops every open call (events lost: their returns may be among them). */
 void calls_drop_all(struct calls *c);

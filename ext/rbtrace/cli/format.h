@@ -35,8 +35,8 @@ struct format_opts {
 struct format;
 
 struct format_ops {
-    /* Takes METHOD, CALL, CALL_ARGS, RETURN, LOST, FORGET, SLOW, GC and
-     * RAISE; ignores the others. CLI_OK or CLI_ERR with errstr set. */
+    /* Takes METHOD, CALL, CALL_ARGS, RETURN, LOST, FORGET, SLOW, GC,
+     * RAISE and GVL; ignores the others. CLI_OK or CLI_ERR with errstr set. */
     int (*event)(struct format *f, const struct rbtrace_event *ev);
     /* The trace ended (however: ^C, SIGTERM, the target gone): writes
      * what is kept for the end and closes what is open, so that the
@@ -76,6 +76,7 @@ static inline int format_event(struct format *f, const struct rbtrace_event *ev)
     case RBTRACE_EV_SLOW:
     case RBTRACE_EV_GC:
     case RBTRACE_EV_RAISE:
+    case RBTRACE_EV_GVL:
         f->received++;
         break;
     case RBTRACE_EV_LOST:

@@ -279,6 +279,23 @@ static int chrome_raise(struct format_chrome *f, const struct rbtrace_event *ev)
     return format_check_io(&f->base);
 }
 
+/* --gvl: a wait longer than the threshold, a slice "GVL wait" on its
+ * thread's track (inside the calls open there). */
+static int chrome_gvl(struct format_chrome *f, const struct rbtrace_event *ev)
+{
+    long ti;
+
+    if (ev->duration_ns <= f->base.opts.text.gvl_threshold_ns) return CLI_OK;
+    if ((ti = chrome_thread(f, ev->thread_id)) < 0) return CLI_ERR;
+    PUT_LITERAL(f, ",\n{\"ph\":\"X\",\"cat\":\"gvl\",\"name\":\"GVL wait\"");
+    put(f, f->pid, f->pid_len);
+    PUT_NUM(f, ",\"tid\":", f->calls.threads[ti].ordinal);
+    PUT_US(f, ",\"ts\":", ev->time_ns);
+    PUT_US(f, ",\"dur\":", ev->duration_ns);
+    PUT_LITERAL(f, "}");
+    return format_check_io(&f->base);
+}
+
 /* A loss: an instant event for the process, after the latest event seen.
  * The open calls may have lost their returns: they are dropped. */
 static int chrome_lost(struct format_chrome *f, const struct rbtrace_event *ev)
@@ -322,6 +339,9 @@ static int chrome_event(struct format *base, const struct rbtrace_event *ev)
     case RBTRACE_EV_RAISE:
         calls_note_time(&f->calls, ev->time_ns);
         return chrome_raise(f, ev);
+    case RBTRACE_EV_GVL:
+        calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
+        return chrome_gvl(f, ev);
     default:
         return CLI_OK;
     }

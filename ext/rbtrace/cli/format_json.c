@@ -24,6 +24,7 @@ struct format_json {
     struct json_buf esc;       /* scratch for escaped text */
     struct json_buf name;      /* scratch for a name's fields */
     struct json_buf line;      /* scratch for a call's line */
+    int gvl_live;              /* --gvl: the target measures GVL waits (its first GVL event came) */
 };
 
 #define JSON_UNKNOWN "\"name\":\"(unknown)\",\"class\":null,\"method\":\"(unknown)\""
@@ -197,6 +198,10 @@ static int json_return(struct format_json *f, const struct rbtrace_event *ev)
     p = json_put_u64(p, dur > frame->child_ns ? dur - frame->child_ns : 0);
     p = JSON_PUT_LITERAL(p, ",\"depth\":");
     p = json_put_u64(p, f->calls.threads[ti].depth - 1);
+    if (f->gvl_live && f->base.opts.text.gvl) {
+        p = JSON_PUT_LITERAL(p, ",\"gvl\":");
+        p = json_put_u64(p, frame->gvl_ns);
+    }
     if (frame->extra) p = json_put(p, frame->extra, frame->extra_len);
     p = JSON_PUT_LITERAL(p, "}\n");
     put(f, f->line.p, (size_t)(p - f->line.p));
@@ -255,6 +260,27 @@ static int json_raise(struct format_json *f, const struct rbtrace_event *ev)
     return format_check_io(&f->base);
 }
 
+/* --gvl: a wait goes to the calls open on its thread ("gvl" of each call
+ * line); one longer than the threshold is a line of its own. A short wait
+ * of a thread never seen adds no thread. */
+static int json_gvl(struct format_json *f, const struct rbtrace_event *ev)
+{
+    long ti = calls_thread_known(&f->calls, ev->thread_id);
+    int long_wait = ev->duration_ns > f->base.opts.text.gvl_threshold_ns;
+
+    f->gvl_live = 1;
+    if (ti < 0 && !long_wait) return CLI_OK;
+    if (ti < 0 && (ti = json_thread(f, ev->thread_id)) < 0) return CLI_ERR;
+    calls_add_gvl(&f->calls, (size_t)ti, ev->duration_ns);
+    if (!long_wait) return CLI_OK;
+    PUT_NUM(f, "{\"kind\":\"gvl\",\"thread\":", f->calls.threads[ti].ordinal);
+    PUT_NUM(f, ",\"start\":", ev->time_ns);
+    PUT_NUM(f, ",\"end\":", ev->time_ns + ev->duration_ns);
+    PUT_NUM(f, ",\"duration\":", ev->duration_ns);
+    PUT_LITERAL(f, "}\n");
+    return format_check_io(&f->base);
+}
+
 /* LOST carries no time: the loss is placed after the latest event seen.
  * Calls open then may have lost their returns: they are dropped. */
 static int json_lost(struct format_json *f, const struct rbtrace_event *ev)
@@ -294,6 +320,9 @@ static int json_event(struct format *base, const struct rbtrace_event *ev)
     case RBTRACE_EV_RAISE:
         calls_note_time(&f->calls, ev->time_ns);
         return json_raise(f, ev);
+    case RBTRACE_EV_GVL:
+        calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
+        return json_gvl(f, ev);
     default:
         return CLI_OK;
     }

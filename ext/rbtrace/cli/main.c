@@ -25,6 +25,7 @@ static void usage(FILE *f)
 {
     fputs("Usage: rbtrace (-p PID... | --ps PATTERN | --exec CMD ARG...)\n"
           "       (-m SELECTOR... | -c TRACER... | -f | --slow MS | --gc | --raise |\n"
+          "        --gvl [MS] |\n"
           "        -e CODE | -i | REPORT) [options]\n"
           "       rbtrace --convert FORMAT [FILE] [-o OUT]\n"
           "\n"
@@ -57,6 +58,9 @@ static void usage(FILE *f)
           "                         folded into its first line: (re-raised N times, last\n"
           "                         at FILE:LINE)\n"
           "      --raise-all        --raise, with each re-raise on a line of its own\n"
+          "      --gvl [MS]         show each thread's waits for the GVL longer than MS\n"
+          "                         milliseconds (default 1), and on each traced call's\n"
+          "                         line the GVL wait inside it (Ruby 3.2+)\n"
           "      --devmode          -m selectors follow their classes by name: a class\n"
           "                         reloaded or defined later is traced too\n"
           "  -e, --eval CODE        run Ruby code in the process and print the result\n"

@@ -28,6 +28,7 @@
 #define OPTIONS_MAX_PREFIX 64
 #define OPTIONS_MAX_TIMEOUT 86400.0
 #define OPTIONS_MAX_FRAMES 1000000
+#define OPTIONS_DEFAULT_GVL_MS 1.0
 #define OPTIONS_HEAPDUMP_HINT "-h is --help; for a heap dump use --heapdump [FILE]"
 
 enum options_kind {
@@ -240,6 +241,22 @@ static int options_set_slow(struct options *o, const struct options_spec *spec, 
         return options_bad_value(o, spec, value, "a number of milliseconds, 0 or more");
     o->slow_ms = ms;
     o->slow_cpu = cpu;
+    return CLI_OK;
+}
+
+/* --gvl [MS]: GVL waits longer than MS milliseconds get a line (default 1). */
+static int options_set_gvl(struct options *o, const struct options_spec *spec, const char *value)
+{
+    char *end;
+    double ms;
+
+    o->gvl_ms = OPTIONS_DEFAULT_GVL_MS;
+    if (!value) return CLI_OK;
+    errno = 0;
+    ms = strtod(value, &end);
+    if (errno || end == value || *end || !isfinite(ms) || ms < 0 || ms > OPTIONS_MAX_TIMEOUT * 1000)
+        return options_bad_value(o, spec, value, "a number of milliseconds, 0 or more");
+    o->gvl_ms = ms;
     return CLI_OK;
 }
 
@@ -456,6 +473,7 @@ static const struct options_spec options_table[] = {
     { 0,   "gc",          OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(gc) },
     { 0,   "raise",       OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(raises) },
     { 0,   "raise-all",   OPTIONS_FLAG,  options_set_raise_all, 0 },
+    { 0,   "gvl",         OPTIONS_OPTIONAL, options_set_gvl, 0 },
     { 0,   "devmode",     OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(devmode) },
     { 'o', "output",      OPTIONS_VALUE, options_set_output, 0 },
     { 'a', "append",      OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(append) },
@@ -576,7 +594,7 @@ static int options_parse_short(struct options *o, int argc, char **argv, int *i)
 
 int options_watches(const struct options *o)
 {
-    return o->slow_ms >= 0 || o->gc || o->raises;
+    return o->slow_ms >= 0 || o->gc || o->raises || o->gvl_ms >= 0;
 }
 
 /* --format applies to traces; the formats other than text are whole
@@ -635,11 +653,11 @@ static int options_check(struct options *o)
     if (!o->n_pids && !o->ps_pattern && !o->exec_argv)
         return options_fail(o, "no process given: use -p PID, --ps PATTERN or --exec CMD");
     if (o->mode == OPTIONS_MODE_NONE && !options_watches(o))
-        return options_fail(o, "nothing to do: give -m METHODS, -c TRACER, -f, --slow MS, --gc, --raise, "
+        return options_fail(o, "nothing to do: give -m METHODS, -c TRACER, -f, --slow MS, --gc, --raise, --gvl, "
                             "-e CODE, -i or a report (-b, --backtrace N, --memory, --heapdump, "
                             "--shapesdump, --fork)");
     if (o->mode >= OPTIONS_MODE_EVAL && options_watches(o))
-        return options_fail(o, "%s cannot be combined with --slow, --slowcpu, --gc or --raise: "
+        return options_fail(o, "%s cannot be combined with --slow, --slowcpu, --gc, --raise or --gvl: "
                             "run them one after the other", options_mode_names[o->mode]);
     if (o->mode == OPTIONS_MODE_INTERACTIVE && o->output_path)
         return options_fail(o, "-i shows its results on the terminal: -o applies to traces and -e");
@@ -661,6 +679,7 @@ int options_parse(struct options *o, int argc, char **argv)
     o->prefix = OPTIONS_DEFAULT_PREFIX;
     o->timeout = OPTIONS_DEFAULT_TIMEOUT;
     o->slow_ms = -1;
+    o->gvl_ms = -1;
     /* The most a command carries (the adders check); never more tracer
      * files or slow selectors than arguments. */
     o->selectors = calloc(RBTRACE_SELECTORS_MAX, sizeof(*o->selectors));

@@ -69,6 +69,8 @@ struct options {
     int gc;                    /* --gc: show garbage collections */
     int raises;                /* --raise: show exceptions raised */
     int raise_all;             /* --raise-all: also each re-raise, on its own line */
+    double gvl_ms;             /* --gvl [MS]: show GVL waits longer than MS, and each
+                                  traced call's; < 0 when not given */
     int devmode;               /* --devmode: -m follows reloaded classes */
     const char *output_path;   /* -o: output file, NULL for stdout */
     enum options_format format; /* --format, or --summary */
@@ -103,7 +105,7 @@ void options_free(struct options *o);
  * of memory. The first becomes o->pid. */
 int options_add_pid(struct options *o, pid_t pid);
 
-/* Whether --slow/--slowcpu, --gc or --raise was given. */
+/* Whether --slow/--slowcpu, --gc, --raise or --gvl was given. */
 int options_watches(const struct options *o);
 
 #endif

@@ -227,6 +227,7 @@ static int render_push(struct render *r, struct render_thread *t, uint64_t metho
     }
     t->frames[t->depth].method_id = method_id;
     t->frames[t->depth].start_ns = start_ns;
+    t->frames[t->depth].gvl_ns = 0;
     t->depth++;
     return CLI_OK;
 }
@@ -374,6 +375,19 @@ static void render_duration(struct render *r, uint64_t start_ns, uint64_t end_ns
     render_put(r, text, n);
 }
 
+/* --gvl: " gvl <seconds>", the GVL waits inside a call. */
+static void render_gvl_total(struct render *r, uint64_t gvl_ns)
+{
+    char text[RENDER_SECONDS_MAX + 7];
+    size_t n = sizeof(" gvl <") - 1;
+
+    if (!r->opts.gvl || !r->gvl_live || r->opts.no_duration) return;
+    memcpy(text, " gvl <", n);
+    n += render_format_seconds(text + n, gvl_ns);
+    text[n++] = '>';
+    render_put(r, text, n);
+}
+
 /* CALL, CALL_ARGS: the name, left open for the duration. */
 static int render_call(struct render *r, const struct rbtrace_event *ev)
 {
@@ -414,14 +428,17 @@ static int render_return(struct render *r, const struct rbtrace_event *ev)
 {
     long ti = render_thread_index(r, ev->thread_id);
     struct render_thread *t;
-    size_t d;
-    uint64_t start_ns;
+    size_t d, i;
+    uint64_t start_ns, gvl_ns;
 
     if (ti < 0) return CLI_ERR;
     t = &r->threads[ti];
     d = render_find_frame(t, ev->method_id);
     if (d == 0) return CLI_OK;
     start_ns = t->frames[d - 1].start_ns;
+    /* The calls above it lost their returns: their GVL waits were in it. */
+    for (i = d; i < t->depth; i++) t->frames[d - 1].gvl_ns += t->frames[i].gvl_ns;
+    gvl_ns = t->frames[d - 1].gvl_ns;
 
     if (r->line_open && r->open_thread == (size_t)ti && r->open_depth == d && t->depth == d) {
         render_duration(r, start_ns, ev->time_ns);
@@ -431,9 +448,11 @@ static int render_return(struct render *r, const struct rbtrace_event *ev)
         render_name(r, ev->method_id);
         render_duration(r, start_ns, ev->time_ns);
     }
+    render_gvl_total(r, gvl_ns);
     render_putc(r, '\n');
     r->line_open = 0;
     t->depth = d - 1;
+    if (d > 1) t->frames[d - 2].gvl_ns += gvl_ns;   /* inside its caller too */
     if (t->depth == 0 && r->max_nesting > 1) render_putc(r, '\n');
     return render_check_io(r);
 }
@@ -713,6 +732,43 @@ static int render_release_held(struct render *r, const struct rbtrace_event *ev)
     return render_print_held_before(r, ev->time_ns - RENDER_HOLD_NS + 1);
 }
 
+/* The index of thread id in r->threads, or -1 if it was never seen. */
+static long render_thread_known(struct render *r, uint64_t id)
+{
+    size_t i;
+
+    for (i = 0; i < r->n_threads; i++)
+        if (r->threads[i].id == id) return (long)i;
+    return -1;
+}
+
+/*
+ * GVL (--gvl): the wait goes to the innermost open call of its thread
+ * (and from there to its callers as they return); one longer than the
+ * threshold prints a line at the thread's depth:
+ *   GVL wait <0.012345>
+ * A short wait of a thread never seen makes no thread of it (no [tN]);
+ * the target's first, of wait 0, says that waits are measured from then.
+ */
+static int render_gvl(struct render *r, const struct rbtrace_event *ev)
+{
+    long ti = render_thread_known(r, ev->thread_id);
+    struct render_thread *t;
+
+    r->gvl_live = 1;
+    if (ti < 0 && ev->duration_ns <= r->opts.gvl_threshold_ns) return CLI_OK;
+    if (ti < 0 && (ti = render_thread_index(r, ev->thread_id)) < 0) return CLI_ERR;
+    t = &r->threads[ti];
+    if (t->depth) t->frames[t->depth - 1].gvl_ns += ev->duration_ns;
+    if (ev->duration_ns <= r->opts.gvl_threshold_ns) return CLI_OK;
+    if (render_end_line(r) != CLI_OK) return CLI_ERR;
+    render_line_start(r, t, &ev->time_ns, t->depth);
+    RENDER_PUT_LITERAL(r, "GVL wait");
+    render_duration(r, 0, ev->duration_ns);
+    render_putc(r, '\n');
+    return render_check_io(r);
+}
+
 /* The events a trace is made of, which the target counts when it drops one. */
 static void render_count(struct render *r, const struct rbtrace_event *ev)
 {
@@ -723,6 +779,7 @@ static void render_count(struct render *r, const struct rbtrace_event *ev)
     case RBTRACE_EV_SLOW:
     case RBTRACE_EV_GC:
     case RBTRACE_EV_RAISE:
+    case RBTRACE_EV_GVL:
         r->received++;
         break;
     case RBTRACE_EV_LOST:
@@ -755,6 +812,8 @@ int render_event(struct render *r, const struct rbtrace_event *ev)
         return render_gc(r, ev);
     case RBTRACE_EV_RAISE:
         return render_raise(r, ev);
+    case RBTRACE_EV_GVL:
+        return render_gvl(r, ev);
     default:
         return CLI_OK;
     }

@@ -42,6 +42,15 @@
  *
  *   re-raise ArgumentError: bad value at mw.rb:9
  *
+ * With --gvl (opts.gvl), once the target has said that it measures GVL
+ * waits (its first GVL event), each traced call's duration is followed by
+ * the time its thread waited for the GVL inside it (GVL events, which the
+ * target sends before the thread's next call event), and a wait longer
+ * than opts.gvl_threshold_ns prints a line at its thread's depth:
+ *
+ *   Worker#crunch <0.210000> gvl <0.180000>
+ *   GVL wait <0.012345>
+ *
  * Names, expression values and GC and raise text are the app's bytes: they
  * are printed escaped (escape.h).
  */
@@ -57,6 +66,8 @@ struct render_opts {
     int no_duration;           /* -n: no " <seconds>" */
     unsigned prefix;           /* -r: spaces per nesting level */
     int raise_all;             /* --raise-all: every re-raise on its own line */
+    int gvl;                   /* --gvl: " gvl <seconds>" after each call's duration */
+    uint64_t gvl_threshold_ns; /* --gvl MS: longer waits get a line of their own */
 };
 
 /* The deepest a SLOW line is indented, in levels; deeper ones say "[dN]". */
@@ -82,6 +93,7 @@ struct render_held {
 struct render_frame {
     uint64_t method_id;
     uint64_t start_ns;
+    uint64_t gvl_ns;           /* --gvl: its thread's GVL waits inside it, so far */
 };
 
 struct render_thread {
@@ -119,6 +131,8 @@ struct render {
     size_t open_thread;        /* which thread's call it shows (index) ... */
     size_t open_depth;         /* ... and that call's depth (1-based) */
     size_t max_nesting;        /* deepest stack seen on any thread; never reset */
+    int gvl_live;              /* a GVL event came: the target measures waits (the
+                                  " gvl <...>" of calls is shown from then on) */
     size_t n_held;             /* threads holding a raise line */
     uint64_t received;         /* events of the trace received (--stats) ... */
     uint64_t lost;             /* ... and the target's count of those it dropped */
@@ -131,7 +145,7 @@ void render_free(struct render *r);
 /* Where -t times come from: the ATTACHED event's wall_origin_ns. */
 void render_set_wall_origin(struct render *r, uint64_t wall_origin_ns);
 
-/* Renders METHOD, CALL, CALL_ARGS, RETURN, LOST, SLOW, GC or RAISE;
+/* Renders METHOD, CALL, CALL_ARGS, RETURN, LOST, SLOW, GC, RAISE or GVL;
  * ignores other events.
  * CLI_OK, or CLI_ERR (out of memory, write error) with r->errstr set. */
 int render_event(struct render *r, const struct rbtrace_event *ev);

@@ -92,6 +92,7 @@ struct session {
     int answered;              /* ATTACHED or REFUSED received */
     int attached;              /* ATTACHED received */
     int detached;              /* DETACHED received */
+    uint64_t features;         /* ATTACHED's: what the target can do */
     int stream_broken;         /* undecodable bytes: stop reading */
     int eval_done;             /* our EVAL_RESULT received */
     enum cli_exit eval_exit;   /* the exit code that result calls for */
@@ -270,6 +271,7 @@ static int session_on_attached(struct session *s, const struct rbtrace_event *ev
         return CLI_OK;
     }
     s->attached = 1;
+    s->features = ev->features;
     format_set_wall_origin(s->format, ev->wall_origin_ns);
     /* Here, not once the wait for it ends: a one-shot run's result may come
      * in the same read (session_attach), and is printed as it is handled. */
@@ -663,7 +665,9 @@ static int session_alloc(struct session *s)
 static int session_init(struct session *s, const struct options *opts)
 {
     struct format_opts fopts = { { opts->start_time, opts->no_duration, opts->prefix,
-                                   opts->raise_all }, (int)opts->pid, opts->sort };
+                                   opts->raise_all, opts->gvl_ms >= 0,
+                                   (uint64_t)(opts->gvl_ms * 1e6 + 0.5) },
+                                 (int)opts->pid, opts->sort };
 
     memset(s, 0, sizeof(*s));
     s->opts = opts;
@@ -883,14 +887,37 @@ static void session_set_selectors(struct rbtrace_command *cmd, const char **sele
     cmd->n_selectors = (uint32_t)n;
 }
 
+/*
+ * --gvl, where the target has the thread event hooks (Ruby 3.2+). Where it
+ * has not, it is said once and the rest is traced; with nothing else
+ * asked, the run fails (exit status 1) rather than wait for nothing.
+ */
+static enum cli_exit session_send_gvl(struct session *s)
+{
+    const struct options *o = s->opts;
+
+    if (o->gvl_ms < 0) return CLI_EXIT_OK;
+    if (s->features & RBTRACE_FEATURE_GVL) return session_send_bare(s, RBTRACE_CMD_GVL);
+    if (o->mode == OPTIONS_MODE_NONE && o->slow_ms < 0 && !o->gc && !o->raises) {
+        session_status(s, "rbtrace: --gvl needs Ruby 3.2 or newer (its thread event hooks), and "
+                       "process %d runs an older Ruby: nothing to trace", (int)s->at.pid);
+        return CLI_EXIT_FAIL;
+    }
+    session_status(s, "*** --gvl needs Ruby 3.2 or newer (its thread event hooks), and process %d "
+                   "runs an older Ruby: tracing without GVL waits", (int)s->at.pid);
+    return CLI_EXIT_OK;
+}
+
 /* The commands that start tracing: --raise and --gc first (so that they
- * see what the others do, e.g. selectors that fail), --slow, then -m or -f. */
+ * see what the others do, e.g. selectors that fail), --gvl (so that the
+ * first calls have their waits), --slow, then -m or -f. */
 static enum cli_exit session_send_trace(struct session *s, struct rbtrace_command *cmd)
 {
     const struct options *o = s->opts;
 
     if (o->raises && session_send_bare(s, RBTRACE_CMD_RAISE) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     if (o->gc && session_send_bare(s, RBTRACE_CMD_GC) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
+    if (session_send_gvl(s) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     if (o->slow_ms >= 0) {
         memset(cmd, 0, sizeof(*cmd));
         cmd->type = RBTRACE_CMD_SLOW;
