@@ -67,12 +67,12 @@ end
 # rb_internal_thread_specific_get/set and the event data's thread) or else
 # in a table keyed by the native thread (RBTRACE_GVL_TABLE=1: the table
 # everywhere, to test it on a newer Ruby).
+gvl_events_program = "#include <ruby.h>\n#include <ruby/thread.h>\n" \
+                     'int main(void) { return (int)(RUBY_INTERNAL_THREAD_EVENT_READY | ' \
+                     'RUBY_INTERNAL_THREAD_EVENT_RESUMED); }'
 if have_func('rb_internal_thread_add_event_hook', 'ruby/thread.h') &&
    have_func('rb_internal_thread_remove_event_hook', 'ruby/thread.h') &&
-   checking_for('RUBY_INTERNAL_THREAD_EVENT_READY and _RESUMED') {
-     try_compile("#include <ruby.h>\n#include <ruby/thread.h>\n" \
-                 'int main(void) { return (int)(RUBY_INTERNAL_THREAD_EVENT_READY | RUBY_INTERNAL_THREAD_EVENT_RESUMED); }')
-   }
+   checking_for('RUBY_INTERNAL_THREAD_EVENT_READY and _RESUMED') { try_compile(gvl_events_program) }
   $defs << '-DRBTRACE_HAVE_GVL_HOOK'
   have_func('rb_internal_thread_specific_get', 'ruby/thread.h')
   $defs << '-DRBTRACE_GVL_TABLE' if ENV['RBTRACE_GVL_TABLE'] == '1'

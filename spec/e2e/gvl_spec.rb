@@ -118,7 +118,7 @@ RSpec.describe 'GVL waits (--gvl)' do
       seen.each { |_n, d, g| expect(g).to be <= d }
     end
 
-    it "shows no GVL wait in a call when its thread is the only one running Ruby" do
+    it 'shows no GVL wait in a call when its thread is the only one running Ruby' do
       app = start_app(spin: false)
       out = trace(app, '-m', 'Worker#crunch(n)', '--gvl', until_output: calls_done(4)).stdout
       seen = calls(out)
@@ -211,7 +211,7 @@ RSpec.describe 'GVL waits (--gvl)' do
       app = start_app(spin: false)
       r = rbtrace('-p', app.pid, '--gvl')
       expect(r.exitstatus).to eq(1)
-      expect(r.stderr).to include("rbtrace: --gvl needs Ruby 3.2 or newer (its thread event hooks), and " \
+      expect(r.stderr).to include('rbtrace: --gvl needs Ruby 3.2 or newer (its thread event hooks), and ' \
                                   "process #{app.pid} runs an older Ruby: nothing to trace")
       expect(r.stdout).to eq('')
       expect(app).to be_alive
@@ -221,7 +221,7 @@ RSpec.describe 'GVL waits (--gvl)' do
       app = start_app(spin: false)
       res = trace(app, '-m', 'Worker#crunch(n)', '--gvl', until_output: calls_done(2))
       expect(res.stderr.scan(/--gvl needs Ruby 3.2/).size).to eq(1)
-      expect(res.stderr).to include("*** --gvl needs Ruby 3.2 or newer (its thread event hooks), and process " \
+      expect(res.stderr).to include('*** --gvl needs Ruby 3.2 or newer (its thread event hooks), and process ' \
                                     "#{app.pid} runs an older Ruby: tracing without GVL waits")
       expect(res.stdout).to match(/^Worker#crunch\(n=\d+\) <#{secs}>$/)
       expect(res.stdout).not_to include('gvl')
