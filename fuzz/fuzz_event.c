@@ -163,8 +163,12 @@ static int event_pack(msgpack_packer *pk, const struct rbtrace_event *ev)
         if (ev->number != RBTRACE_PROTOCOL_VERSION || ev->pid > UINT32_MAX ||
             !(a = cstr(ev->text)))
             return 0;
-        rbtrace_event_pack_attached(pk, (uint32_t)ev->pid, a, ev->clock_origin_ns,
-                                    ev->wall_origin_ns);
+        if (ev->features)
+            rbtrace_event_pack_attached_features(pk, (uint32_t)ev->pid, a, ev->clock_origin_ns,
+                                                 ev->wall_origin_ns, ev->features);
+        else
+            rbtrace_event_pack_attached(pk, (uint32_t)ev->pid, a, ev->clock_origin_ns,
+                                        ev->wall_origin_ns);
         break;
     case RBTRACE_EV_REFUSED:
         if (ev->number > UINT32_MAX || ev->pid > UINT32_MAX || !(a = cstr(ev->text))) return 0;
@@ -222,6 +226,9 @@ static int event_pack(msgpack_packer *pk, const struct rbtrace_event *ev)
         rbtrace_event_pack_raise(pk, ev->thread_id, ev->time_ns, ev->text.ptr, ev->text.len,
                                  ev->text2.ptr, ev->text2.len, ev->text3.ptr, ev->text3.len,
                                  ev->number);
+        break;
+    case RBTRACE_EV_GVL:
+        rbtrace_event_pack_gvl(pk, ev->thread_id, ev->time_ns, ev->duration_ns);
         break;
     default:
         FUZZ_CHECK(!"rbtrace_event_decode accepted an unknown event");
