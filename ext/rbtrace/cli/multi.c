@@ -281,13 +281,14 @@ static int multi_write_combined(const struct options *o, const char *text, size_
 }
 
 /* The table of all processes, from the dumps their sessions left (a
- * session that never attached leaves none: it is not counted). */
+ * session that never attached leaves none: it is not counted); none if
+ * no process was traced. */
 static int multi_summary(const struct options *o, struct multi_child *kids, size_t n)
 {
     struct format_opts fopts = { { 0, 0, 0, 0, 0, 0 }, 0, o->sort };
     struct format *all = NULL;
     char *text = NULL;
-    size_t len = 0, i;
+    size_t len = 0, i, merged = 0;
     FILE *mem = open_memstream(&text, &len);
     int rc = CLI_ERR;
 
@@ -304,6 +305,11 @@ static int multi_summary(const struct options *o, struct multi_child *kids, size
                     "leaves it out\n", (int)kids[i].target, all->errstr);
             goto done;
         }
+        merged++;
+    }
+    if (!merged) {   /* none was traced: the processes' own errors say why */
+        rc = CLI_OK;
+        goto done;
     }
     if (format_finish(all) != CLI_OK) {
         fprintf(stderr, "rbtrace: the combined summary: %s\n", all->errstr);
