@@ -416,6 +416,56 @@ RSpec.describe '--format' do
     end
   end
 
+  # A table's header and rows, whatever its first line says.
+  def table_rows(lines)
+    expect(lines[1].split).to eq(%w[method calls total self mean p50 p99 max raises])
+    lines.drop(2).to_h do |l|
+      name, calls, *times, raises = l.split
+      [name, [calls.to_i, *times.map(&:to_f), raises.to_i]]
+    end
+  end
+
+  # The combined table against the processes' own: calls and raises are
+  # their sums, max the largest, p50 between theirs (the union's median;
+  # up to 1/8 above the largest: a table's p50 is its bucket's top, cut
+  # down to its own max, and the union's max may be larger).
+  def expect_combined(all, each)
+    expect(all.keys.sort).to eq(each.flat_map(&:keys).uniq.sort)
+    all.each do |name, (calls, total, _self, _mean, p50, _p99, max, raises)|
+      mine = each.filter_map { |rows| rows[name] }
+      expect(calls).to eq(mine.sum(&:first))
+      expect(raises).to eq(mine.sum(&:last))
+      expect(max).to eq(mine.map { |r| r[6] }.max)
+      expect(total).to be_within(0.000002 * mine.size).of(mine.sum { |r| r[1] })
+      expect(p50).to be_between(mine.map { |r| r[4] }.min, (mine.map { |r| r[4] }.max * 1.125) + 0.000001)
+    end
+  end
+
+  it 'gives a combined table of several processes after theirs, on stdout or in -o FILE' do
+    apps = Array.new(2) { start_target(APP_LOOP) }.each(&:ready)
+    r = trace(apps[0], apps[1].pid, '-m', *LOOP_SELECTORS, '--raise', '--summary', seconds: 0.5)
+    expect(r.status).to be_success, r.stderr
+    lines = r.stdout.lines
+    combined = lines.grep(/\A\[all\] /).map { |l| l.sub('[all] ', '') }
+    expect(lines.last(combined.size)).to eq(combined.map { |l| "[all] #{l}" })   # after theirs
+    expect(combined[0]).to match(/\A\*\*\* 2 processes, 2 threads, \d+\.\d{6} s traced, 0 events lost\n\z/)
+    each = apps.map do |a|
+      table_rows(lines.grep(/\A\[#{a.pid}\] /).map { |l| l.sub(/\A\[\d+\] /, '') })
+    end
+    all = table_rows(combined)
+    expect(all['Looper#round'].first).to be > 2
+    expect_combined(all, each)
+
+    out = File.join(dir, 'summary')
+    r = trace(apps[0], apps[1].pid, '-m', *LOOP_SELECTORS, '--summary', '-o', out, seconds: 0.5)
+    expect(r.status).to be_success, r.stderr
+    expect(r.stdout).to eq('')
+    each = apps.map { |a| summary_rows(File.read("#{out}.#{a.pid}")) }
+    combined = File.readlines(out)
+    expect(combined[0]).to match(/\A\*\*\* 2 processes, 2 threads, /)
+    expect_combined(table_rows(combined), each)
+  end
+
   # ---- the command line ----
 
   it 'refuses an unknown format, a format for -e, and several processes without -o' do

@@ -342,6 +342,88 @@ static void test_json_gvl(void)
     free(out);
 }
 
+/* A summary of one process's calls, dumped as multi.c's sessions dump it. */
+static char *summary_dump_of(uint64_t wall_origin, int second)
+{
+    struct format_opts opts;
+    struct format *f;
+    char *out = NULL;
+    size_t out_len = 0;
+    FILE *mem = open_memstream(&out, &out_len);
+
+    memset(&opts, 0, sizeof(opts));
+    if (!mem || format_open(OPTIONS_FORMAT_SUMMARY, mem, &opts, &f) != CLI_OK) exit(2);
+    format_set_wall_origin(f, wall_origin);
+    if (!second) {          /* Foo#a: 1 and 3 ms, on one thread */
+        feed(f, RBTRACE_EV_METHOD, 0, 0, 1, "Foo#a");
+        feed(f, RBTRACE_EV_CALL, 7, 1000000, 1, NULL);
+        feed(f, RBTRACE_EV_RETURN, 7, 2000000, 1, NULL);
+        feed(f, RBTRACE_EV_CALL, 7, 3000000, 1, NULL);
+        feed(f, RBTRACE_EV_RETURN, 7, 6000000, 1, NULL);
+    } else {                /* other ids: Foo#a 2 ms; Odd\xff 7 ms on a second thread */
+        feed(f, RBTRACE_EV_METHOD, 0, 0, 5, "Foo#a");
+        feed(f, RBTRACE_EV_METHOD, 0, 0, 6, "Odd\xff");
+        feed(f, RBTRACE_EV_CALL, 7, 0, 5, NULL);
+        feed(f, RBTRACE_EV_RETURN, 7, 2000000, 5, NULL);
+        feed(f, RBTRACE_EV_CALL, 8, 2000000, 6, NULL);
+        feed(f, RBTRACE_EV_RETURN, 8, 9000000, 6, NULL);
+    }
+    CHECK(format_summary_dump(f, mem) == CLI_OK);
+    format_close(f);
+    fclose(mem);
+    return out;
+}
+
+/* Merges the dump that follows the table in text. */
+static void merge_dump(struct format *all, char *text)
+{
+    char *dump = strstr(text, "rbtrace-summary 1\n");
+    FILE *in = dump ? fmemopen(dump, strlen(dump), "r") : NULL;
+
+    CHECK(in && format_summary_merge(all, in) == CLI_OK);
+    if (in) fclose(in);
+}
+
+/* Two processes' dumps merged: rows matched by name, not id; the
+ * histograms added (p50 of 1, 2 and 3 ms is 2 ms's bucket, 2.097151 ms);
+ * the span from the first event of all to the last on the wall clock. */
+static void test_summary_merge(void)
+{
+    const uint64_t wall = 1700000000000000000ULL;
+    char *a = summary_dump_of(wall, 0), *b = summary_dump_of(wall + 10000000, 1);
+    struct format_opts opts;
+    struct format *all;
+    char *out = NULL, bad[] = "rbtrace-summary 1\nrow 1 2 3 4 5 6z\n";
+    size_t out_len = 0;
+    FILE *mem = open_memstream(&out, &out_len), *in;
+
+    memset(&opts, 0, sizeof(opts));
+    if (!mem || format_open(OPTIONS_FORMAT_SUMMARY, mem, &opts, &all) != CLI_OK) exit(2);
+    merge_dump(all, a);
+    merge_dump(all, b);
+    CHECK(format_finish(all) == CLI_OK);
+    format_close(all);
+    fclose(mem);
+    CHECK_STR(out,
+        "*** 2 processes, 3 threads, 0.018000 s traced, 0 events lost\n"
+        "method                                        calls      total       self       mean"
+        "        p50        p99        max  raises\n"
+        "Odd\\xff                                           1   0.007000   0.007000   0.007000"
+        "   0.007000   0.007000   0.007000       0\n"
+        "Foo#a                                             3   0.006000   0.006000   0.002000"
+        "   0.002097   0.003000   0.003000       0\n");
+    free(out);
+    free(a);
+    free(b);
+
+    if (format_open(OPTIONS_FORMAT_SUMMARY, stdout, &opts, &all) != CLI_OK) exit(2);
+    in = fmemopen(bad, strlen(bad), "r");
+    CHECK(in && format_summary_merge(all, in) == CLI_ERR);
+    CHECK_STR(all->errstr, "a process's summary has a bad name");
+    if (in) fclose(in);
+    format_close(all);
+}
+
 int main(void)
 {
     test_json_escape();
@@ -353,5 +435,6 @@ int main(void)
     test_chrome();
     test_folded();
     test_summary();
+    test_summary_merge();
     return check_report();
 }

@@ -115,6 +115,12 @@ struct format *format_json_new(FILE *out, const struct format_opts *opts);
 struct format *format_chrome_new(FILE *out, const struct format_opts *opts);
 struct format *format_folded_new(FILE *out, const struct format_opts *opts);
 struct format *format_summary_new(FILE *out, const struct format_opts *opts);
+/* --summary with several processes (format_summary.c): a session's rows
+ * dumped whole (histograms too) to out, and a dump merged into f, made by
+ * format_summary_new, which then prints the table of all processes.
+ * CLI_OK or CLI_ERR (merge: with errstr set). */
+int format_summary_dump(const struct format *f, FILE *out);
+int format_summary_merge(struct format *f, FILE *in);
 void format_base_init(struct format *f, const struct format_ops *ops, FILE *out,
                       const struct format_opts *opts);
 

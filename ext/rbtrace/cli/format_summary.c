@@ -14,6 +14,16 @@
  * method was the innermost traced call on the raising thread. --slow
  * calls count as calls (their self time is their whole duration). Rows
  * are sorted by --sort (total, the default; calls, self, max), most first.
+ *
+ * Several processes (multi.c, one session each in a child): each session
+ * also dumps its rows, histograms whole, in a plain form (summary_dump);
+ * the client merges the dumps into one more summary, its rows matched by
+ * method name (ids are each process's own), its histograms added bucket
+ * by bucket so that the combined p50 and p99 are those of the union:
+ *
+ *   rbtrace-summary 1
+ *   process THREADS LOST WALL_ORIGIN FIRST LAST   (ns; FIRST = LAST = 0: no event)
+ *   row CALLS TOTAL SELF MAX RAISES NAME_HEX BUCKET:COUNT...
  */
 #define _GNU_SOURCE   /* fwrite_unlocked */
 #include <stdlib.h>
@@ -39,6 +49,12 @@ struct format_summary {
     struct summary_row *rows;  /* by method, open addressing on method_id */
     size_t rows_cap, n_rows;   /* rows_cap: a power of two */
     uint64_t first_ns;         /* the earliest time seen, or UINT64_MAX */
+    uint64_t wall_origin_ns;   /* the ATTACHED event's: times are since then */
+    /* A combined summary (format_summary_merge): */
+    size_t processes, threads; /* merged so far, and their threads */
+    uint64_t wall_first, wall_last; /* the span of all, on the wall clock */
+    uint64_t longest_ns;       /* the longest span of one, when a wall origin is missing */
+    int no_wall;               /* a dump had no wall origin */
 };
 
 static size_t summary_bucket(uint64_t ns)
@@ -222,6 +238,15 @@ static void summary_seconds(FILE *out, uint64_t ns)
     fprintf(out, " %10s", num);
 }
 
+/* A combined summary's span: first to last event of all on the wall
+ * clock, or (a dump without its wall origin) the longest of one. */
+static uint64_t summary_merged_span(const struct format_summary *f)
+{
+    if (f->no_wall || f->wall_last < f->wall_first) return f->longest_ns;
+    return f->wall_last - f->wall_first > f->longest_ns ? f->wall_last - f->wall_first
+                                                        : f->longest_ns;
+}
+
 static int summary_finish(struct format *base)
 {
     struct format_summary *f = (struct format_summary *)base;
@@ -236,9 +261,16 @@ static int summary_finish(struct format *base)
         if (f->rows[i].histogram && f->rows[i].calls) sorted[n++] = &f->rows[i];
     summary_sort_key = base->opts.sort;
     qsort(sorted, n, sizeof(*sorted), summary_compare);
+    size_t threads = f->processes ? f->threads : f->calls.n_threads;
+
+    if (f->processes) span = summary_merged_span(f);
     num[render_format_seconds(num, span)] = '\0';
-    fprintf(base->out, "*** %zu thread%s, %s s traced, %llu events lost\n", f->calls.n_threads,
-            f->calls.n_threads == 1 ? "" : "s", num, (unsigned long long)base->lost);
+    if (f->processes)
+        fprintf(base->out, "*** %zu process%s, ", f->processes, f->processes == 1 ? "" : "es");
+    else
+        fputs("*** ", base->out);
+    fprintf(base->out, "%zu thread%s, %s s traced, %llu events lost\n", threads,
+            threads == 1 ? "" : "s", num, (unsigned long long)base->lost);
     fprintf(base->out, "%-40s %10s %10s %10s %10s %10s %10s %10s %7s\n", "method", "calls",
             "total", "self", "mean", "p50", "p99", "max", "raises");
     for (i = 0; i < n; i++) {
@@ -287,11 +319,162 @@ static void summary_destroy(struct format *base)
     free(f);
 }
 
+static void summary_set_wall_origin(struct format *base, uint64_t wall_origin_ns)
+{
+    ((struct format_summary *)base)->wall_origin_ns = wall_origin_ns;
+}
+
 static const struct format_ops format_summary_ops = {
     .event = summary_event,
     .finish = summary_finish,
     .destroy = summary_destroy,
+    .set_wall_origin = summary_set_wall_origin,
 };
+
+/* ---- several processes: dump, and merge into a combined summary ---- */
+
+int format_summary_dump(const struct format *base, FILE *out)
+{
+    const struct format_summary *f = (const struct format_summary *)base;
+    int none = f->first_ns == UINT64_MAX;
+    size_t i, j, b;
+
+    fprintf(out, "rbtrace-summary 1\nprocess %zu %llu %llu %llu %llu\n", f->calls.n_threads,
+            (unsigned long long)base->lost, (unsigned long long)f->wall_origin_ns,
+            (unsigned long long)(none ? 0 : f->first_ns),
+            (unsigned long long)(none ? 0 : f->calls.last_time_ns));
+    for (i = 0; i < f->rows_cap; i++) {
+        const struct summary_row *r = &f->rows[i];
+        const struct calls_name *name;
+
+        if (!r->histogram || !r->calls) continue;
+        fprintf(out, "row %llu %llu %llu %llu %llu ", (unsigned long long)r->calls,
+                (unsigned long long)r->total_ns, (unsigned long long)r->self_ns,
+                (unsigned long long)r->max_ns, (unsigned long long)r->raises);
+        if ((name = calls_name(&f->calls, r->method_id)) && name->len)
+            for (j = 0; j < name->len; j++) fprintf(out, "%02x", (unsigned char)name->text[j]);
+        else
+            fputs("-", out);   /* never named: "(unknown)" */
+        for (b = 0; b < SUMMARY_BUCKETS; b++)
+            if (r->histogram[b]) fprintf(out, " %zu:%lu", b, (unsigned long)r->histogram[b]);
+        fputc('\n', out);
+    }
+    fflush(out);
+    return ferror(out) ? CLI_ERR : CLI_OK;
+}
+
+/* The id of name in the combined summary: its hash, or the next free one
+ * if another name has it; made if new. */
+static int summary_merged_id(struct format_summary *f, const char *name, size_t len,
+                             uint64_t *id)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    const struct calls_name *known;
+    size_t i;
+
+    for (i = 0; i < len; i++) h = (h ^ (unsigned char)name[i]) * 0x100000001b3ULL;
+    for (;; h++) {   /* 0 is the unnamed methods' row */
+        if (!h) continue;
+        known = calls_name(&f->calls, h);
+        if (!known || (known->len == len && memcmp(known->text, name, len) == 0)) break;
+    }
+    *id = h;
+    return known ? CLI_OK : calls_set_name(&f->calls, h, name, len);
+}
+
+static int summary_hex(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* One "row" line of a dump (after "row "), merged into f. */
+static int summary_merge_row(struct format_summary *f, char *line)
+{
+    unsigned long long calls, total, self, max, raises;
+    char *p, *hex, *end;
+    size_t len = 0, i;
+    uint64_t id;
+    struct summary_row *r;
+    int n = 0;
+
+    if (sscanf(line, "%llu %llu %llu %llu %llu %n", &calls, &total, &self, &max, &raises, &n) != 5
+        || !n)
+        return format_fail(&f->base, "a process's summary has a bad row");
+    hex = line + n;
+    end = hex + strcspn(hex, " \n");
+    if (end - hex == 1 && *hex == '-') {
+        len = 0;   /* unnamed: an id of its own, named by nothing */
+    } else {
+        if ((end - hex) % 2) return format_fail(&f->base, "a process's summary has a bad name");
+        for (i = 0; hex + 2 * i < end; i++) {
+            int hi = summary_hex(hex[2 * i]), lo = summary_hex(hex[2 * i + 1]);
+            if (hi < 0 || lo < 0) return format_fail(&f->base, "a process's summary has a bad name");
+            hex[i] = (char)(hi * 16 + lo);   /* decoded in place: shorter */
+        }
+        len = i;
+    }
+    if (!len) id = 0;   /* every unnamed method in one "(unknown)" row */
+    else if (summary_merged_id(f, hex, len, &id) != CLI_OK)
+        return format_fail(&f->base, "out of memory");
+    if (!(r = summary_row(f, id))) return format_fail(&f->base, "out of memory");
+    r->calls += calls;
+    r->total_ns += total;
+    r->self_ns += self;
+    r->raises += raises;
+    if (max > r->max_ns) r->max_ns = max;
+    for (p = end; *p == ' ';) {
+        unsigned long long b, count;
+        if (sscanf(p, " %llu:%llu%n", &b, &count, &n) != 2 || b >= SUMMARY_BUCKETS)
+            return format_fail(&f->base, "a process's summary has a bad histogram");
+        count += r->histogram[b];
+        r->histogram[b] = count < UINT32_MAX ? (uint32_t)count : UINT32_MAX;
+        p += n;
+    }
+    return CLI_OK;
+}
+
+/* One "process" line, merged into f. */
+static int summary_merge_process(struct format_summary *f, const char *line)
+{
+    unsigned long long threads, lost, origin, first, last;
+
+    if (sscanf(line, "%llu %llu %llu %llu %llu", &threads, &lost, &origin, &first, &last) != 5)
+        return format_fail(&f->base, "a process's summary has a bad header");
+    f->processes++;
+    f->threads += threads;
+    f->base.lost += lost;
+    if (last > first && last - first > f->longest_ns) f->longest_ns = last - first;
+    if (!first && !last) return CLI_OK;   /* no event: no span */
+    if (!origin) f->no_wall = 1;
+    if (!f->wall_first || origin + first < f->wall_first) f->wall_first = origin + first;
+    if (origin + last > f->wall_last) f->wall_last = origin + last;
+    return CLI_OK;
+}
+
+int format_summary_merge(struct format *base, FILE *in)
+{
+    struct format_summary *f = (struct format_summary *)base;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int rc = CLI_OK, lines = 0;
+
+    while (rc == CLI_OK && (n = getline(&line, &cap, in)) > 0) {
+        if (lines++ == 0)
+            rc = strcmp(line, "rbtrace-summary 1\n") == 0
+                     ? CLI_OK : format_fail(base, "a process's summary is not one");
+        else if (strncmp(line, "process ", 8) == 0)
+            rc = summary_merge_process(f, line + 8);
+        else if (strncmp(line, "row ", 4) == 0)
+            rc = summary_merge_row(f, line + 4);
+        else
+            rc = format_fail(base, "a process's summary has a line it does not know");
+    }
+    free(line);
+    if (rc == CLI_OK && ferror(in)) rc = format_fail(base, "could not read a process's summary");
+    if (rc == CLI_OK && !lines) rc = format_fail(base, "a process's summary is empty");
+    return rc;
+}
 
 struct format *format_summary_new(FILE *out, const struct format_opts *opts)
 {

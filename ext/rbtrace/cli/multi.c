@@ -10,6 +10,11 @@
  * that a ^C at the terminal reaches only us: we pass SIGINT, SIGTERM and
  * SIGHUP on to every child once, and each detaches as it would alone.
  * The exit status is the highest of the children's.
+ *
+ * With --summary, each child also dumps its table whole (histograms too)
+ * to a temporary file of its own; once all have ended, we merge the dumps
+ * (format_summary_merge) and print the table of all processes after
+ * theirs, its lines prefixed "[all] " (or, with -o FILE, to FILE itself).
  */
 #define _GNU_SOURCE   /* pipe2 */
 #include <errno.h>
@@ -21,6 +26,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "format.h"
 #include "multi.h"
 #include "session.h"
 
@@ -33,6 +39,7 @@ struct multi_child {
     char *line;            /* the part of a line read so far */
     size_t len, cap;
     int rc;                /* its exit status */
+    FILE *summary;         /* --summary: where its session dumps its table, or NULL */
 };
 
 static int multi_wake[2] = { -1, -1 };
@@ -102,6 +109,7 @@ static void multi_child_main(const struct options *o, pid_t target, int out_fd,
     one.pid = target;
     one.pids = &one.pid;
     one.n_pids = one.pids_cap = 1;
+    one.summary_dump = kids[n_started].summary;
     if (o->output_path) {
         if ((size_t)snprintf(path, sizeof(path), "%s.%d", o->output_path, (int)target) >= sizeof(path)) {
             fprintf(stderr, "rbtrace: output file name too long: %s.%d\n", o->output_path,
@@ -248,6 +256,77 @@ static enum cli_exit multi_loop(struct multi_child *kids, size_t n)
     return CLI_EXIT_OK;
 }
 
+/* Writes text (the combined table) to FILE of -o, or to stdout with
+ * "[all] " before each line. */
+static int multi_write_combined(const struct options *o, const char *text, size_t len)
+{
+    FILE *out = stdout;
+    const char *line = text, *nl;
+
+    if (o->output_path && !(out = fopen(o->output_path, o->append ? "ae" : "we"))) {
+        fprintf(stderr, "rbtrace: could not open %s for the combined summary: %s\n",
+                o->output_path, strerror(errno));
+        return CLI_ERR;
+    }
+    for (; line < text + len; line = nl + 1) {
+        if (!(nl = memchr(line, '\n', (size_t)(text + len - line)))) nl = text + len;
+        fprintf(out, "%s%.*s\n", out == stdout ? "[all] " : "", (int)(nl - line), line);
+    }
+    if (out == stdout ? fflush(out) != 0 : fclose(out) != 0) {
+        fprintf(stderr, "rbtrace: could not write the combined summary to %s: %s\n",
+                o->output_path ? o->output_path : "stdout", strerror(errno));
+        return CLI_ERR;
+    }
+    return CLI_OK;
+}
+
+/* The table of all processes, from the dumps their sessions left (a
+ * session that never attached leaves none: it is not counted); none if
+ * no process was traced. */
+static int multi_summary(const struct options *o, struct multi_child *kids, size_t n)
+{
+    struct format_opts fopts = { { 0, 0, 0, 0, 0, 0 }, 0, o->sort };
+    struct format *all = NULL;
+    char *text = NULL;
+    size_t len = 0, i, merged = 0;
+    FILE *mem = open_memstream(&text, &len);
+    int rc = CLI_ERR;
+
+    if (!mem || format_open(OPTIONS_FORMAT_SUMMARY, mem, &fopts, &all) != CLI_OK) {
+        fprintf(stderr, "rbtrace: out of memory\n");
+        goto done;
+    }
+    for (i = 0; i < n; i++) {
+        rewind(kids[i].summary);
+        if (fgetc(kids[i].summary) == EOF) continue;   /* no dump */
+        rewind(kids[i].summary);
+        if (format_summary_merge(all, kids[i].summary) != CLI_OK) {
+            fprintf(stderr, "rbtrace: the summary of process %d: %s; the combined table "
+                    "leaves it out\n", (int)kids[i].target, all->errstr);
+            goto done;
+        }
+        merged++;
+    }
+    if (!merged) {   /* none was traced: the processes' own errors say why */
+        rc = CLI_OK;
+        goto done;
+    }
+    if (format_finish(all) != CLI_OK) {
+        fprintf(stderr, "rbtrace: the combined summary: %s\n", all->errstr);
+        goto done;
+    }
+    if (fflush(mem) != 0) {
+        fprintf(stderr, "rbtrace: out of memory\n");
+        goto done;
+    }
+    rc = multi_write_combined(o, text, len);
+done:
+    format_close(all);
+    if (mem) fclose(mem);
+    free(text);
+    return rc;
+}
+
 enum cli_exit multi_run(const struct options *o)
 {
     struct multi_child *kids = calloc(o->n_pids, sizeof(*kids));
@@ -270,6 +349,12 @@ enum cli_exit multi_run(const struct options *o)
 
         k->target = o->pids[i];
         k->fd = -1;
+        if (o->format == OPTIONS_FORMAT_SUMMARY && !(k->summary = tmpfile())) {
+            fprintf(stderr, "rbtrace: cannot make a temporary file for the summary of process "
+                    "%d: %s (is TMPDIR writable?)\n", (int)k->target, strerror(errno));
+            rc = CLI_EXIT_FAIL;
+            break;
+        }
         if (!o->output_path && pipe2(p, O_CLOEXEC) != 0) {
             fprintf(stderr, "rbtrace: cannot create a pipe: %s\n", strerror(errno));
             rc = CLI_EXIT_FAIL;
@@ -300,10 +385,14 @@ enum cli_exit multi_run(const struct options *o)
         for (i = 0; i < started; i++) kill(kids[i].child, SIGINT);
     }
     if (multi_loop(kids, started) != CLI_EXIT_OK) rc = CLI_EXIT_FAIL;
-    for (i = 0; i < started; i++) {
-        if ((enum cli_exit)kids[i].rc > rc) rc = (enum cli_exit)kids[i].rc;
+    if (o->format == OPTIONS_FORMAT_SUMMARY && started == o->n_pids &&
+        multi_summary(o, kids, started) != CLI_OK && rc == CLI_EXIT_OK)
+        rc = CLI_EXIT_FAIL;
+    for (i = 0; i < o->n_pids; i++) {
+        if (i < started && (enum cli_exit)kids[i].rc > rc) rc = (enum cli_exit)kids[i].rc;
         free(kids[i].line);
         if (kids[i].fd >= 0) close(kids[i].fd);
+        if (kids[i].summary) fclose(kids[i].summary);
     }
     free(kids);
     close(multi_wake[0]);

@@ -8,6 +8,7 @@
 #define RBTRACE_CLI_OPTIONS_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 #include "cli.h"
 
@@ -93,6 +94,8 @@ struct options {
     int short_help;            /* -h itself: an old habit for a heap dump (see options.c) */
     int version;               /* --version */
     char errstr[CLI_ERRLEN];   /* why parsing failed */
+    FILE *summary_dump;        /* not an option: multi.c's session also dumps its
+                                  --summary here, for the combined table */
 };
 
 /* Fills o from argv. CLI_OK, or CLI_ERR with a message in o->errstr.

@@ -701,6 +701,14 @@ static enum cli_exit session_close(struct session *s, enum cli_exit rc)
         fprintf(stderr, "rbtrace: %s\n", s->format->errstr);
         if (rc == CLI_EXIT_OK) rc = CLI_EXIT_FAIL;
     }
+    /* -p PID PID --summary: multi.c combines the tables of the processes
+     * traced (one never attached to has none to add) */
+    if (s->format && s->attached && s->opts->summary_dump &&
+        s->opts->format == OPTIONS_FORMAT_SUMMARY &&
+        format_summary_dump(s->format, s->opts->summary_dump) != CLI_OK) {
+        fprintf(stderr, "rbtrace: could not hand the summary on: %s\n", strerror(errno));
+        if (rc == CLI_EXIT_OK) rc = CLI_EXIT_FAIL;
+    }
     format_close(s->format);
     s->format = NULL;
     for (i = 0; i < 2; i++) {
