@@ -1,6 +1,7 @@
 require 'json'
 require 'open3'
 require_relative '../spec_helper'
+require_relative 'formats_workload'
 
 # rbtrace --convert FORMAT [FILE] (ext/rbtrace/cli/convert.c): a real
 # traced app's text trace, written by the real client with -o, turned into
@@ -10,34 +11,8 @@ require_relative '../spec_helper'
 # microsecond the text has. Read from stdin too; a broken file fails with
 # its line number and loses nothing converted before it.
 RSpec.describe '--convert' do
-  # Traced from its start (--exec): Worker#run 5, #step 15, #leaf 35,
-  # #other 5, Marker#finished 1, every run.
-  CONVERT_WORKLOAD = <<~'RUBY'.freeze
-    class Worker
-      def run
-        3.times { step }
-        other
-      end
-
-      def step
-        leaf(1)
-        leaf(2)
-      end
-
-      def leaf(n) = n * 2
-      def other = leaf(3)
-    end
-
-    class Marker
-      def finished = :ok
-    end
-
-    5.times { Worker.new.run }
-    Marker.new.finished
-  RUBY
-
-  CONVERT_COUNTS = { 'Worker#run' => 5, 'Worker#step' => 15, 'Worker#leaf' => 35,
-                     'Worker#other' => 5, 'Marker#finished' => 1 }.freeze
+  # FormatsWorkload's selectors, with Worker#leaf's expression (the text
+  # trace's expression values are converted too).
   CONVERT_SELECTORS = ['Worker#run', 'Worker#step', 'Worker#leaf(n)', 'Worker#other',
                        'Marker#finished'].freeze
 
@@ -48,7 +23,7 @@ RSpec.describe '--convert' do
   # The workload traced once by the real client: the -o FILE's text.
   def record(*options)
     script = File.join(dir, 'workload.rb')
-    File.write(script, CONVERT_WORKLOAD)
+    File.write(script, FormatsWorkload::SOURCE)
     out = File.join(dir, "trace#{options.join}.out")
     r = rbtrace('-m', *CONVERT_SELECTORS, *options, '-o', out, '--exec', 'ruby', script)
     expect(r.exitstatus).to eq(0), r.stderr
@@ -102,11 +77,11 @@ RSpec.describe '--convert' do
   it 'turns a real text trace into json, chrome, folded and a summary with the same calls and durations' do
     text = record
     expected = text_durations(text)
-    expect(expected.transform_values(&:size)).to eq(CONVERT_COUNTS)
+    expect(expected.transform_values(&:size)).to eq(FormatsWorkload::COUNTS)
 
     # The same workload traced with --format json: the same calls.
     live = record('--format', 'json').lines.map { |l| JSON.parse(l) }.select { |o| o['kind'] == 'call' }
-    expect(live.map { |o| o['name'] }.tally).to eq(CONVERT_COUNTS)
+    expect(live.map { |o| o['name'] }.tally).to eq(FormatsWorkload::COUNTS)
 
     file = File.join(dir, 'trace.txt')
     File.write(file, text)

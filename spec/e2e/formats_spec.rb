@@ -1,5 +1,6 @@
 require 'json'
 require_relative '../spec_helper'
+require_relative 'formats_workload'
 
 # --format text|json|chrome|folded (ext/rbtrace/cli/format.h): real traced
 # apps, each format parsed (Ruby's JSON for json and chrome) and checked
@@ -7,36 +8,6 @@ require_relative '../spec_helper'
 # gives the same calls per method in all four; the app's bytes give valid
 # JSON whatever they are; a chrome file is whole however the trace ends.
 RSpec.describe '--format' do
-  # A fixed workload, run once with tracing set up before it starts
-  # (--exec): Worker#run 5, #step 15, #leaf 35, #other 5, Marker#finished 1.
-  WORKLOAD = <<~'RUBY'.freeze
-    class Worker
-      def run
-        3.times { step }
-        other
-      end
-
-      def step
-        leaf(1)
-        leaf(2)
-      end
-
-      def leaf(n) = n * 2
-      def other = leaf(3)
-    end
-
-    class Marker
-      def finished = :ok
-    end
-
-    5.times { Worker.new.run }
-    Marker.new.finished
-  RUBY
-
-  WORKLOAD_COUNTS = { 'Worker#run' => 5, 'Worker#step' => 15, 'Worker#leaf' => 35,
-                      'Worker#other' => 5, 'Marker#finished' => 1 }.freeze
-  WORKLOAD_SELECTORS = %w[Worker#run Worker#step Worker#leaf Worker#other Marker#finished].freeze
-
   # An app that always has a call open (Looper#wait sleeps inside
   # Looper#round), with calls nested under it, raises and GCs.
   APP_LOOP = <<~'RUBY'.freeze
@@ -66,10 +37,10 @@ RSpec.describe '--format' do
 
   def exec_workload(format, *options)
     script = File.join(dir, 'workload.rb')
-    File.write(script, WORKLOAD)
+    File.write(script, FormatsWorkload::SOURCE)
     out = File.join(dir, "trace.#{format}")
     how = format == 'summary' ? ['--summary'] : ['--format', format]
-    r = rbtrace('-m', *WORKLOAD_SELECTORS, *how, *options, '-o', out, '--exec', 'ruby', script)
+    r = rbtrace('-m', *FormatsWorkload::SELECTORS, *how, *options, '-o', out, '--exec', 'ruby', script)
     expect(r.exitstatus).to eq(0), r.stderr
     File.read(out)
   end
@@ -180,14 +151,14 @@ RSpec.describe '--format' do
     chrome = check_chrome(exec_workload('chrome'))
     folded = check_folded(exec_workload('folded'))
 
-    expect(text_counts(text)).to eq(WORKLOAD_COUNTS)
+    expect(text_counts(text)).to eq(FormatsWorkload::COUNTS)
     calls = json.select { |o| o['kind'] == 'call' }
-    expect(calls.map { |o| o['name'] }.tally).to eq(WORKLOAD_COUNTS)
+    expect(calls.map { |o| o['name'] }.tally).to eq(FormatsWorkload::COUNTS)
     expect(calls.map { |o| [o['class'], o['method']] }.uniq).to include(%w[Worker leaf], %w[Marker finished])
     expect(json.first).to include('kind' => 'attach')
     expect(json.count { |o| o['kind'] == 'thread' }).to eq(1)
-    expect(chrome.select { |e| e['ph'] == 'X' }.map { |e| e['name'] }.tally).to eq(WORKLOAD_COUNTS)
-    expect(summary.transform_values(&:first)).to eq(WORKLOAD_COUNTS)
+    expect(chrome.select { |e| e['ph'] == 'X' }.map { |e| e['name'] }.tally).to eq(FormatsWorkload::COUNTS)
+    expect(summary.transform_values(&:first)).to eq(FormatsWorkload::COUNTS)
     # sorted by total time; self <= total; p50 <= p99 <= max (within a bucket's 1/8)
     expect(summary.values.map { |r| r[1] }).to eq(summary.values.map { |r| r[1] }.sort.reverse)
     summary.each_value do |count, total, self_s, _mean, p50, p99, max, raises|
@@ -317,12 +288,12 @@ RSpec.describe '--format' do
 
   it 'leaves valid chrome JSON when the app exits on its own' do
     script = File.join(dir, 'exits.rb')
-    File.write(script, "#{WORKLOAD}\ndef hold = sleep(0.3)\nhold\n")
+    File.write(script, "#{FormatsWorkload::SOURCE}\ndef hold = sleep(0.3)\nhold\n")
     out = File.join(dir, 'exits.json')
-    r = rbtrace('-m', *WORKLOAD_SELECTORS, 'hold', '--format', 'chrome', '-o', out, '--exec', 'ruby', script)
+    r = rbtrace('-m', *FormatsWorkload::SELECTORS, 'hold', '--format', 'chrome', '-o', out, '--exec', 'ruby', script)
     expect(r.exitstatus).to eq(0), r.stderr
     expect(check_chrome(File.read(out)).select { |e| e['ph'] == 'X' }.map { |e| e['name'] }.tally)
-      .to eq(WORKLOAD_COUNTS.merge('Object#hold' => 1))
+      .to eq(FormatsWorkload::COUNTS.merge('Object#hold' => 1))
   end
 
   it 'marks events lost where they happened' do
@@ -403,7 +374,7 @@ RSpec.describe '--format' do
 
   it 'sorts --summary by --sort, and gives one table per process with several' do
     rows = summary_rows(exec_workload('summary', '--sort', 'calls'))
-    expect(rows.keys).to eq(WORKLOAD_COUNTS.sort_by { |_, n| -n }.map(&:first))
+    expect(rows.keys).to eq(FormatsWorkload::COUNTS.sort_by { |_, n| -n }.map(&:first))
 
     apps = Array.new(2) { start_target(APP_LOOP) }.each(&:ready)
     r = trace(apps[0], apps[1].pid, '-m', *LOOP_SELECTORS, '--raise', '--summary', seconds: 0.5)
