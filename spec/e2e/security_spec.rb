@@ -136,9 +136,11 @@ RSpec.describe 'security' do
 
   # A target whose pid is pid: ns_last_pid names the pid before the next
   # one the kernel hands out; any other process started meanwhile takes it
-  # first, so it is tried again.
+  # first, so it is tried again: up to 200 times, for a machine busy with
+  # other forking work (20 were too few beside a second test run). A miss
+  # costs one spawn, killed at once.
   def start_target_with_pid(pid, code)
-    20.times do
+    200.times do
       File.write('/proc/sys/kernel/ns_last_pid', (pid - 1).to_s)
       target = start_target(code)
       return target.ready if target.pid == pid
