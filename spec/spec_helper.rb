@@ -7,6 +7,7 @@ require 'timeout'
 require 'tmpdir'
 require 'fileutils'
 require 'rbconfig'
+require 'etc'
 require_relative 'queues_helper'
 require_relative '../lib/rbtrace/version' # RBTrace::VERSION, what the client and the extension report
 
@@ -39,6 +40,20 @@ module RBTraceSpec
   FORK_HOOK = Process.respond_to?(:_fork)
   NO_FORK_HOOK = 'no Process._fork (Ruby 3.1+): a forked child keeps its parent\'s state, with no helper'
   NO_C_CALL_OF_OPERATORS = 'this Ruby calls operators and other specialized instructions without c_call events'
+
+  # A system user for the specs that act as another user (or run a server
+  # that refuses root): created the first time (as root; idempotent, never
+  # removed), with no home and no login shell.
+  def self.system_user(name)
+    Etc.getpwnam(name)
+  rescue ArgumentError
+    ok = system('useradd', '--system', '--no-create-home', '--home-dir', '/nonexistent',
+                '--shell', '/usr/sbin/nologin', name)
+    # 9: created meanwhile by someone else
+    raise "useradd #{name} failed (#{$?.inspect}): run the specs as root" unless ok || $?.exitstatus == 9
+
+    Etc.getpwnam(name)
+  end
 
   # A Ruby process under test. Its stdout is read line by line; it is
   # expected to print "ready" once its setup is done.

@@ -30,13 +30,7 @@ RSpec.describe 'containers' do
 
   # The second user (spec/e2e/security_users_spec.rb makes it the same way).
   def second_user
-    Etc.getpwnam(CONTAINERS_SECOND_USER)
-  rescue ArgumentError
-    ok = system('useradd', '--system', '--no-create-home', '--home-dir', '/nonexistent',
-                '--shell', '/usr/sbin/nologin', CONTAINERS_SECOND_USER)
-    raise "useradd #{CONTAINERS_SECOND_USER} failed (#{$?.inspect})" unless ok || $?.exitstatus == 9
-
-    Etc.getpwnam(CONTAINERS_SECOND_USER)
+    RBTraceSpec.system_user(CONTAINERS_SECOND_USER)
   end
 
   # A command prefix that runs the rest as user pw (no supplementary groups).

@@ -14,14 +14,7 @@ RSpec.describe 'security between users' do
 
   # The second user: created once (idempotent), never removed.
   def self.second_user
-    Etc.getpwnam(SECOND_USER)
-  rescue ArgumentError
-    ok = system('useradd', '--system', '--no-create-home', '--home-dir', '/nonexistent',
-                '--shell', '/usr/sbin/nologin', SECOND_USER)
-    # 9: created meanwhile by someone else
-    raise "useradd #{SECOND_USER} failed (#{$?.inspect})" unless ok || $?.exitstatus == 9
-
-    Etc.getpwnam(SECOND_USER)
+    RBTraceSpec.system_user(SECOND_USER)
   end
 
   before { skip 'needs root to create and act as other users' unless Process.uid.zero? }

@@ -92,13 +92,7 @@ module RealApps
   # A system user for servers that refuse to run as root (PostgreSQL),
   # created if missing (as root, as CI runs).
   def service_user(name = 'rbtrace-real')
-    Etc.getpwnam(name)
-  rescue ArgumentError
-    ok = system('useradd', '--system', '--no-create-home', '--home-dir', '/nonexistent',
-                '--shell', '/usr/sbin/nologin', name)
-    raise "useradd #{name} failed (#{$?.inspect}): run the real-apps suite as root" unless ok || $?.exitstatus == 9
-
-    Etc.getpwnam(name)
+    RBTraceSpec.system_user(name)
   end
 
   # Commands missing from PATH, for a clear message naming the packages.
