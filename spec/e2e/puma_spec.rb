@@ -1,5 +1,5 @@
 require_relative '../spec_helper'
-require 'socket'
+require_relative '../real/real_helper'
 
 # Issue 5, item 10: a forking server. Debian's puma in cluster mode (two
 # workers, the app preloaded in the master) serves a small Rack app under
@@ -21,21 +21,6 @@ RSpec.describe 'puma cluster under load' do
   # on it alone, which change nothing the app can see.
   UNWRAPPED = '[App.ancestors.index(App), App.instance_method(:meth).owner == App]'.freeze
 
-  # A process that leads a group of its own; kill ends the whole group.
-  Group = Struct.new(:pid) do
-    def kill
-      Process.kill(:KILL, -pid)
-    rescue Errno::ESRCH
-      nil
-    ensure
-      begin
-        Process.wait(pid)
-      rescue Errno::ECHILD
-        nil
-      end
-    end
-  end
-
   before do
     # Debian's puma runs on Debian's Ruby (#!/usr/bin/ruby, and its C
     # extension is built for it): it cannot load the rbtrace built for
@@ -50,16 +35,9 @@ RSpec.describe 'puma cluster under load' do
   let(:dir) { Dir.mktmpdir('rbtrace-puma-spec') }
   after { FileUtils.rm_rf(dir) }
 
-  def free_port
-    server = TCPServer.new('127.0.0.1', 0)
-    server.addr[1]
-  ensure
-    server&.close
-  end
-
   def spawn_group(*cmd, log:, env: {})
     pid = Process.spawn(env, *cmd, chdir: dir, out: log, err: %i[child out], in: :close, pgroup: true)
-    @spec_processes << Group.new(pid)
+    @spec_processes << RealApps::Group.new(pid, cmd.first)
     pid
   end
 
@@ -93,7 +71,7 @@ RSpec.describe 'puma cluster under load' do
   end
 
   it 'traces each worker in turn while wrk loads them: calls shown, no errors, the master never traced' do
-    port = free_port
+    port = RealApps.free_port
     workers = boot_puma(port)
     wrk_out = File.join(dir, 'wrk.out')
     wrk = spawn_group('wrk', '-t', '2', '-c', '8', '-d', "#{WRK_SECONDS}s", "http://127.0.0.1:#{port}/", log: wrk_out)
@@ -140,7 +118,7 @@ RSpec.describe 'puma cluster under load' do
   # Rails shares) and warns of each, for they do not survive the fork.
   # rbtrace's helper is marked fork-safe: a forked child starts its own.
   it 'an app that requires rbtrace as it boots gets no warning of a thread started in app boot' do
-    port = free_port
+    port = RealApps.free_port
     workers = boot_puma(port, config_ru: "require 'rbtrace'\n#{CONFIG_RU}", rubyopt: nil)
     log = File.read(File.join(dir, 'puma.log'))
     expect(log).to include('Preloading application')
