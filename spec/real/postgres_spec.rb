@@ -108,18 +108,20 @@ RSpec.describe 'PostgreSQL with pg and Active Record' do
     # pg 1.4.5 defines exec, exec_params, prepare and exec_prepared in C
     # and async_exec... as their aliases (get_result and reset are Ruby
     # methods, async_get_result and async_reset their aliases): a call
-    # through either name shows under the method's own name, once.
-    expect(round).to match(/^Probe\.step\(name="exec"\) #{PG_T}\n\nPG::Connection#exec #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="async_exec"\) #{PG_T}\n\nPG::Connection#exec #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="exec_params"\) #{PG_T}\n\nPG::Connection#exec_params #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="async_exec_params"\) #{PG_T}\n\nPG::Connection#exec_params #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="prepare"\) #{PG_T}\n\nPG::Connection#prepare #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="async_prepare"\) #{PG_T}\n\nPG::Connection#prepare #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="exec_prepared"\) #{PG_T}\n\nPG::Connection#exec_prepared #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="async_exec_prepared"\) #{PG_T}\n\nPG::Connection#exec_prepared #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="get_result"\) #{PG_T}\n\nPG::Connection#get_result #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="copy_data"\) #{PG_T}\n\nPG::Connection#copy_data\n  PG::Connection#exec #{PG_T}\nPG::Connection#copy_data #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="reset"\) #{PG_T}\n\nPG::Connection#reset #{PG_T}\n/)
+    # through either name shows under the method's own name, once. (A blank
+    # line follows an outermost return only once the trace has shown a
+    # nested call, render.c: a round traced first has none before copy_data.)
+    expect(round).to match(/^Probe\.step\(name="exec"\) #{PG_T}\n+PG::Connection#exec #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="async_exec"\) #{PG_T}\n+PG::Connection#exec #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="exec_params"\) #{PG_T}\n+PG::Connection#exec_params #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="async_exec_params"\) #{PG_T}\n+PG::Connection#exec_params #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="prepare"\) #{PG_T}\n+PG::Connection#prepare #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="async_prepare"\) #{PG_T}\n+PG::Connection#prepare #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="exec_prepared"\) #{PG_T}\n+PG::Connection#exec_prepared #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="async_exec_prepared"\) #{PG_T}\n+PG::Connection#exec_prepared #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="get_result"\) #{PG_T}\n+PG::Connection#get_result #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="copy_data"\) #{PG_T}\n+PG::Connection#copy_data\n  PG::Connection#exec #{PG_T}\nPG::Connection#copy_data #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="reset"\) #{PG_T}\n+PG::Connection#reset #{PG_T}\n/)
     # Active Record's statements with their SQL (a backslash the app sends
     # shows as \\: docs/usage.md), each run by pg once.
     adapter = 'ActiveRecord::ConnectionAdapters::AbstractAdapter#log'
