@@ -104,10 +104,7 @@ def measure(args)
   [before, during, after]
 ensure
   in_w&.close
-  [client, pid].compact.each do |p|
-    Process.kill(:KILL, p) rescue nil
-    Process.wait(p) rescue nil
-  end
+  kill_and_reap(client, pid)
 end
 
 wanted = ENV['BENCH_MODES']&.split(',')

@@ -86,12 +86,7 @@ class App
     @out_r.gets.split.map { |x| Float(x) }
   end
 
-  def stop
-    Process.kill(:KILL, pid)
-    Process.wait(pid)
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
-  end
+  def stop = kill_and_reap(pid)
 end
 
 # A tracer of app, its output thrown away; waits until it has attached.

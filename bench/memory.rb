@@ -105,11 +105,6 @@ def main
        "gave it back (within 256 KiB): **#{after - before <= 256 ? 'yes' : 'no'}**"
   puts "- client under 8 MiB: **#{client_hwm < 8192 ? 'yes' : 'no'}**"
 ensure
-  [client, app].compact.each do |pid|
-    Process.kill(:KILL, pid)
-    Process.wait(pid)
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
-  end
+  kill_and_reap(client, app)
 end
 main

@@ -176,12 +176,9 @@ def measure(setup, body)
   lost = stats[/events received, (\d+) lost/, 1]
   [untraced, floor, traced, received.positive? ? read.to_f / received : nil, lost]
 ensure
-  Process.kill(:KILL, client) rescue nil if client
+  kill_and_reap(client)
   in_w&.close
-  if pid
-    Process.kill(:KILL, pid) rescue nil
-    Process.wait(pid) rescue nil
-  end
+  kill_and_reap(pid)
 end
 
 puts "Per-call cost under --firehose: (traced - untraced) / calls, #{ITERS} calls a run, median of #{RUNS}"

@@ -121,10 +121,7 @@ def count(loop, iters, traced)
   [Integer(File.read(log.path)[/Collected : (\d+)/, 1]), by_function(out.path), lost]
 ensure
   client_err&.close
-  [client, app].compact.each do |pid|
-    Process.kill(:KILL, pid) rescue nil
-    Process.wait(pid) rescue nil
-  end
+  kill_and_reap(client, app)
   out&.close!
   log&.close!
 end

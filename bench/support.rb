@@ -32,6 +32,18 @@ module BenchSupport
 
   def median(values) = values.sort[values.size / 2]
 
+  # Kills each of pids (nil ones skipped) and reaps it: what every script's
+  # ensure does with the app and client it started, pass or fail. One
+  # already gone (or reaped) is passed over.
+  def kill_and_reap(*pids)
+    pids.compact.each do |pid|
+      Process.kill(:KILL, pid)
+      Process.wait(pid)
+    rescue Errno::ESRCH, Errno::ECHILD
+      nil
+    end
+  end
+
   # Builds bench/hook_floor/ (a tiny extension of do-nothing hooks, not part
   # of rbtrace) into tmp/ for this Ruby; returns the directory to load it from.
   def build_hook_floor

@@ -118,7 +118,7 @@ def traced_runs(pid, input, output, way, selector = 'Worker#step', command = 'go
   client = nil
   [traced, err_r.read[/events received, (\d+) lost/, 1], wrapped]
 ensure
-  Process.kill(:KILL, client) rescue nil if client
+  kill_and_reap(client)
 end
 
 in_r, in_w = IO.pipe
@@ -144,8 +144,7 @@ begin
   end
 ensure
   in_w.close
-  Process.kill(:KILL, pid) rescue nil
-  Process.wait(pid) rescue nil
+  kill_and_reap(pid)
 end
 
 ns = ->(t) { t * 1e9 / ITERS }
