@@ -76,10 +76,7 @@ def main
   before = settle(app)
   client_rss = client_hwm = nil
   during = peak_rss(app) do
-    err_r, err_w = IO.pipe
-    client = spawn(CLIENT, '-p', app.to_s, '-f', out: File::NULL, err: err_w)
-    err_w.close
-    nil until err_r.gets.to_s.start_with?('*** attached')
+    client, = spawn_attached([CLIENT, '-p', app.to_s, '-f'])
     sleep SECONDS
     client_rss = kib(client, 'VmRSS')
     client_hwm = kib(client, 'VmHWM')

@@ -105,10 +105,7 @@ end
 # (old or new) set first; and the client's count of lost events.
 def traced_runs(pid, input, output, way, selector = 'Worker#step', command = 'go')
   ask(input, output, way)
-  err_r, err_w = IO.pipe
-  client = spawn(CLIENT, '-p', pid.to_s, '-m', selector, '--stats', out: File::NULL, err: err_w)
-  err_w.close
-  nil until err_r.gets.to_s.start_with?('*** attached')
+  client, err_r = spawn_attached([CLIENT, '-p', pid.to_s, '-m', selector, '--stats'])
   sleep 0.2
   wrapped = ask(input, output, 'ancestors')
   runs(input, output, command) # warm-up: the method named, the clock's rate measured
