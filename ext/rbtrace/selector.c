@@ -15,14 +15,15 @@
  * meant for the user; NotLoaded, NotDefined), and reported here, as an
  * ERROR event naming the selector and saying it is not traced.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "rbtrace.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "selector.h"
 #include <string.h>
 #include <unistd.h>
 
-static ID id_parse_selector, id_selector_class, id_Selector, id_Parsed, id_NamedClass, id_path, id_klass, id_NotLoaded, id_NotDefined, id_at_path, id_at_note;
-static ID id_owner, id_method_name, id_exprs, id_notes, id_ruby_method, id_block_method, id_visibility,
-    id_wrapped_name, id_arity;
+static ID id_parse_selector, id_selector_class, id_Selector, id_Parsed, id_NamedClass, id_path,
+    id_klass, id_NotLoaded, id_NotDefined, id_at_path, id_at_note;
+static ID id_owner, id_method_name, id_exprs, id_notes, id_ruby_method, id_block_method,
+    id_visibility, id_wrapped_name, id_arity;
 
 struct selector_parse_arg {
     VALUE text;
@@ -44,8 +45,10 @@ static VALUE selector_member(VALUE parsed, ID name, int type, const char *want)
     VALUE v = rb_struct_getmember(parsed, name);
 
     if (NIL_P(v) || type == T_NONE || RB_TYPE_P(v, type)) return v;
-    rb_raise(rb_eTypeError, "RBTrace::Selector.parse gave %s a %" PRIsVALUE ", not %s (is "
-             "lib/rbtrace/selector.rb rbtrace's own?)", rb_id2name(name), rb_obj_class(v), want);
+    rb_raise(rb_eTypeError,
+             "RBTrace::Selector.parse gave %s a %" PRIsVALUE ", not %s (is "
+             "lib/rbtrace/selector.rb rbtrace's own?)",
+             rb_id2name(name), rb_obj_class(v), want);
     return Qnil;
 }
 
@@ -62,13 +65,16 @@ static void selector_from_parsed(struct rbtrace_selector *sel, VALUE parsed)
     VALUE owner;
 
     if (!RTEST(rb_obj_is_kind_of(parsed, selector_class(id_Parsed))))
-        rb_raise(rb_eTypeError, "RBTrace::Selector.parse gave a %" PRIsVALUE ", not a "
+        rb_raise(rb_eTypeError,
+                 "RBTrace::Selector.parse gave a %" PRIsVALUE ", not a "
                  "RBTrace::Selector::Parsed (is lib/rbtrace/selector.rb rbtrace's own?)",
                  rb_obj_class(parsed));
     owner = selector_member(parsed, id_owner, T_NONE, NULL);
     if (!NIL_P(owner) && !RB_TYPE_P(owner, T_CLASS) && !RB_TYPE_P(owner, T_MODULE))
-        rb_raise(rb_eTypeError, "RBTrace::Selector.parse gave owner a %" PRIsVALUE ", not a class "
-                 "or module (is lib/rbtrace/selector.rb rbtrace's own?)", rb_obj_class(owner));
+        rb_raise(rb_eTypeError,
+                 "RBTrace::Selector.parse gave owner a %" PRIsVALUE ", not a class "
+                 "or module (is lib/rbtrace/selector.rb rbtrace's own?)",
+                 rb_obj_class(owner));
     sel->owner = NIL_P(owner) ? 0 : owner;
     sel->mid = selector_member_id(parsed, id_method_name);
     sel->exprs = selector_member(parsed, id_exprs, T_ARRAY, "an Array");
@@ -80,7 +86,8 @@ static void selector_from_parsed(struct rbtrace_selector *sel, VALUE parsed)
     sel->arity = 0;
     if (NIL_P(sel->visibility)) return;
     if (!sel->owner || !sel->mid || !sel->wrapped_mid)
-        rb_raise(rb_eTypeError, "RBTrace::Selector.parse gave a wrapped method without its owner or "
+        rb_raise(rb_eTypeError,
+                 "RBTrace::Selector.parse gave a wrapped method without its owner or "
                  "name (is lib/rbtrace/selector.rb rbtrace's own?)");
     sel->arity = NUM2INT(rb_struct_getmember(parsed, id_arity));
 }
@@ -96,8 +103,8 @@ static VALUE selector_parse_i(VALUE p)
     return Qnil;
 }
 
-int rbtrace_selector_parse(VALUE text, enum rbtrace_selector_check check, struct rbtrace_selector *sel,
-                           VALUE *error)
+int rbtrace_selector_parse(VALUE text, enum rbtrace_selector_check check,
+                           struct rbtrace_selector *sel, VALUE *error)
 {
     struct selector_parse_arg a = { text, check, sel };
     int state = 0;
@@ -153,9 +160,8 @@ void rbtrace_report_selector_error(VALUE text, VALUE e)
     VALUE msg = rbtrace_protect(rb_obj_as_string, e, &state, NULL);
 
     if (state) msg = rb_str_new_cstr("invalid selector");
-    rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s: %.*s (not traced)",
-                         (int)RSTRING_LEN(text), RSTRING_PTR(text),
-                         (int)RSTRING_LEN(msg), RSTRING_PTR(msg));
+    rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s: %.*s (not traced)", (int)RSTRING_LEN(text),
+                         RSTRING_PTR(text), (int)RSTRING_LEN(msg), RSTRING_PTR(msg));
 }
 
 int rbtrace_selector_not_defined_p(VALUE error)
@@ -204,11 +210,13 @@ static int selector_report_missing_i(VALUE path, VALUE entry, VALUE arg)
 
     (void)arg;
     if (n == 1)
-        rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s: no such class or module %.*s%s%.*s%s (not traced)",
-                             (int)RSTRING_LEN(first), RSTRING_PTR(first),
-                             (int)RSTRING_LEN(path), RSTRING_PTR(path), open, note_len, note_ptr, close);
+        rbtrace_emit_message(RBTRACE_EV_ERROR,
+                             "%.*s: no such class or module %.*s%s%.*s%s (not traced)",
+                             (int)RSTRING_LEN(first), RSTRING_PTR(first), (int)RSTRING_LEN(path),
+                             RSTRING_PTR(path), open, note_len, note_ptr, close);
     else
-        rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s is not loaded in process %d (no such class "
+        rbtrace_emit_message(RBTRACE_EV_ERROR,
+                             "%.*s is not loaded in process %d (no such class "
                              "or module%s%.*s): its %ld selectors are not traced",
                              (int)RSTRING_LEN(path), RSTRING_PTR(path), (int)getpid(),
                              note_len ? "; " : "", note_len, note_ptr, n);

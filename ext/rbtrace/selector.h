@@ -17,20 +17,24 @@
  * rbtrace_tracer_mark; --slow's filters, rbtrace_slow_mark).
  */
 struct rbtrace_selector {
-    VALUE owner;          /* the class or module calls must be of, or 0 for any */
-    ID mid;               /* the method's original name (as the VM names its
-                             calls), or 0 for any */
-    VALUE exprs;          /* trace expressions (a frozen Array of Strings), or Qnil */
-    VALUE notes;          /* messages of the expressions the check left out (an
-                             Array of Strings), or Qnil */
-    VALUE ruby_method;    /* the UnboundMethod of a method defined in Ruby (a
-                             TracePoint targets its bytecode alone), or Qnil */
-    int block_method;     /* ruby_method is a block's (define_method) */
-    VALUE visibility;     /* a C method traced by a wrapper (wrapper.c): the
-                             wrapper's visibility Symbol; else Qnil */
-    ID wrapped_mid;       /* ... the name the wrapper takes (an alias's, for the
-                             calls through it) */
-    int arity;            /* ... and its arity (the method's own) */
+    /* The class or module calls must be of, or 0 for any. */
+    VALUE owner;
+    /* The method's original name (as the VM names its calls), or 0 for any. */
+    ID mid;
+    /* Trace expressions (a frozen Array of Strings), or Qnil. */
+    VALUE exprs;
+    /* Messages of the expressions the check left out (Strings), or Qnil. */
+    VALUE notes;
+    /* The UnboundMethod of a method defined in Ruby (a TracePoint targets
+     * its bytecode alone), or Qnil; whether it is a block's (define_method). */
+    VALUE ruby_method;
+    int block_method;
+    /* A C method traced by a wrapper (wrapper.c): the wrapper's visibility
+     * (a Symbol; Qnil: not wrapped), the name it takes (an alias's, for the
+     * calls through it) and its arity (the method's own). */
+    VALUE visibility;
+    ID wrapped_mid;
+    int arity;
 };
 
 /* Whether rbtrace_selector_parse checks the expressions against the method
@@ -40,8 +44,8 @@ enum rbtrace_selector_check { RBTRACE_SELECTOR_AS_IS = 0, RBTRACE_SELECTOR_CHECK
 
 /* Parses text into *sel: 1, or 0 with the error (an exception whose
  * message is meant for the user) in *error. */
-int rbtrace_selector_parse(VALUE text, enum rbtrace_selector_check check, struct rbtrace_selector *sel,
-                           VALUE *error);
+int rbtrace_selector_parse(VALUE text, enum rbtrace_selector_check check,
+                           struct rbtrace_selector *sel, VALUE *error);
 
 /* Whether sel's method is traced by a wrapper (wrapper.c). */
 static inline int rbtrace_selector_wrapped(const struct rbtrace_selector *sel)
