@@ -10,6 +10,7 @@
  * Each file's one job: docs/DESIGN.md, "Files".
  */
 #include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "selector.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -195,11 +196,11 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     Init_rbtrace_session(rbtrace_mRBTrace);
     Init_rbtrace_tracer(rbtrace_mRBTrace);
     Init_rbtrace_wrapper(rbtrace_mRBTrace);
+    Init_rbtrace_selector(rbtrace_mRBTrace);
     Init_rbtrace_slow(rbtrace_mRBTrace);
     Init_rbtrace_gcwatch(rbtrace_mRBTrace);
     Init_rbtrace_raisewatch(rbtrace_mRBTrace);
     Init_rbtrace_gvlwatch(rbtrace_mRBTrace);
-    Init_rbtrace_devmode(rbtrace_mRBTrace);
     Init_rbtrace_ractors(rbtrace_mRBTrace);
     rbtrace_inplace_install();
     rbtrace_clock_init();

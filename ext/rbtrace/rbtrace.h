@@ -320,8 +320,6 @@ void rbtrace_tracer_firehose(void);
 void rbtrace_tracer_slow(uint64_t threshold_ns, int cpu, VALUE selectors);
 void rbtrace_tracer_gc(void);
 void rbtrace_tracer_raise(void);
-void rbtrace_report_selector_error(VALUE selector, VALUE error);
-VALUE rbtrace_selector_error(ID name);
 void rbtrace_tracer_clear(void);
 int rbtrace_tracer_evaluating(void);
 void rbtrace_tracer_after_fork(void);
@@ -359,7 +357,6 @@ void rbtrace_devmode_traced(VALUE selector);
 void rbtrace_devmode_failed(VALUE selector, VALUE error);
 void rbtrace_devmode_stop(void);
 void rbtrace_devmode_mark(void);
-void Init_rbtrace_devmode(VALUE mod);
 
 /* ractors.c: the main Ractor alone is traced */
 #ifdef RBTRACE_HAVE_RACTORS

@@ -27,6 +27,7 @@
  * thread's CPU time (CLOCK_THREAD_CPUTIME_ID) for the duration.
  */
 #include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "selector.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -69,7 +70,7 @@ static struct {
 /* Why calls went unwatched (slow_unwatched), each said once a session. */
 enum { SLOW_UNWATCHED_DEEP, SLOW_UNWATCHED_THREAD, SLOW_UNWATCHED_MEMORY };
 
-static ID id_parse_selector, id_slow_stack;
+static ID id_slow_stack;
 
 static uint64_t slow_cpu_ns(void)
 {
@@ -262,11 +263,6 @@ __attribute__((noinline)) void rbtrace_slow_event(rb_event_flag_t ev, VALUE klas
     else slow_pop(s, klass, mid);
 }
 
-static VALUE slow_parse_i(VALUE selector)
-{
-    return rb_funcall(rbtrace_mRBTrace, id_parse_selector, 1, selector);
-}
-
 /* Starts watching: threshold, clock, and the selectors (an empty Array:
  * every method). A bad selector is reported and skipped. Returns 1 if
  * watching started (the caller installs the hook). */
@@ -278,22 +274,21 @@ int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors)
     slow.threshold_ns = threshold_ns;
     slow.cpu = cpu;
     for (i = 0; i < n && slow.n_filters < RBTRACE_SELECTORS_MAX; i++) {
-        VALUE sel = RARRAY_AREF(selectors, i), parsed, err = Qnil;
+        VALUE text = RARRAY_AREF(selectors, i), err = Qnil;
+        struct rbtrace_selector sel;
         struct slow_filter *f;
-        int state = 0;
 
-        parsed = rbtrace_protect(slow_parse_i, sel, &state, &err);
-        if (state) {
-            rbtrace_report_selector_error(sel, err);
+        if (!rbtrace_selector_parse(text, RBTRACE_SELECTOR_AS_IS, &sel, &err)) {
+            rbtrace_report_selector_error(text, err);
             continue;
         }
-        if (!NIL_P(RARRAY_AREF(parsed, 2)))
+        if (!NIL_P(sel.exprs))
             rbtrace_emit_message(RBTRACE_EV_NOTICE, "%.*s: --slow-methods shows no trace "
                                  "expressions; the method is watched without them",
-                                 (int)RSTRING_LEN(sel), RSTRING_PTR(sel));
+                                 (int)RSTRING_LEN(text), RSTRING_PTR(text));
         f = &slow.filters[slow.n_filters++];
-        f->klass = NIL_P(RARRAY_AREF(parsed, 0)) ? 0 : RARRAY_AREF(parsed, 0);
-        f->mid = rbtrace_method_id_of(RARRAY_AREF(parsed, 1));
+        f->klass = sel.owner;
+        f->mid = sel.mid;
     }
     if (n > 0 && slow.n_filters == 0) {
         rbtrace_emit_message(RBTRACE_EV_ERROR, "no --slow-methods selector could be used: "
@@ -329,7 +324,6 @@ void rbtrace_slow_mark(void)
 void Init_rbtrace_slow(VALUE mod)
 {
     (void)mod;
-    id_parse_selector = rb_intern("parse_selector");
     /* No `@`: a Thread's instance_variables do not list it. */
     id_slow_stack = rb_intern("__rbtrace_slow_stack__");
 }

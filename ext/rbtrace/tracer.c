@@ -1,9 +1,9 @@
 /*
  * tracer.c - method selectors and the VM event hook that watches them.
  *
- * Selectors are parsed and resolved in Ruby (RBTrace.parse_selector in
- * lib/rbtrace/selector.rb): class names by constant lookup, never by evaluating
- * text. Each becomes an (owner, method name) pair: the owner a VALUE,
+ * Selectors are parsed by selector.c (resolved in Ruby: class names by
+ * constant lookup, never by evaluating text), into a struct rbtrace_selector.
+ * Each becomes an (owner, method name) pair: the owner a VALUE,
  * pinned against compaction, the name an ID (as the VM names a call's
  * method), that the hook compares against every call: an unmatched call
  * costs a few comparisons and no allocation.
@@ -27,10 +27,9 @@
  * nothing of it reaches the hook. Two selectors of one method make one
  * tracer, with the expressions of both.
  */
-#include <string.h>
-#include <unistd.h>
 #include "rbtrace.h"
 #include "emit_call.h"
+#include "selector.h"
 
 /* RAW_ARG hooks take (data, trace_arg); the API types them as the old
  * five-argument hook, so the cast goes through a generic function type. */
@@ -38,7 +37,7 @@
 
 #define TRACER_EVENTS (RUBY_EVENT_CALL | RUBY_EVENT_RETURN | RUBY_EVENT_C_CALL | RUBY_EVENT_C_RETURN)
 
-static ID id_parse_traced_selector, id_trace_exprs, id_enable_targeted, id_Selector, id_NotLoaded, id_at_path, id_at_note;
+static ID id_trace_exprs, id_enable_targeted;
 
 /* The tracer of (klass, mid) among those the global hook watches. */
 static const struct rbtrace_tracer *tracer_match(VALUE klass, ID mid)
@@ -378,20 +377,6 @@ static void tracer_merge_exprs(struct rbtrace_tracer *t, VALUE exprs)
     t->exprs = rb_ary_freeze(merged);
 }
 
-/* Reports the expressions the check left out (notes: Array of String, or
- * nil), each once, as the selector is added. */
-static void tracer_report_notes(VALUE notes)
-{
-    long i;
-
-    if (!RB_TYPE_P(notes, T_ARRAY)) return;
-    for (i = 0; i < RARRAY_LEN(notes); i++) {
-        VALUE note = RARRAY_AREF(notes, i);
-        if (!RB_TYPE_P(note, T_STRING)) continue;
-        rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s", (int)RSTRING_LEN(note), RSTRING_PTR(note));
-    }
-}
-
 /* Whether a selector the global hook watches has trace expressions,
  * evaluated only where --firehose is off (tracer_hook_i). */
 static int tracer_hook_needs_targ(void)
@@ -432,78 +417,23 @@ static void tracer_install(void)
                              "slower after detach, until it restarts");
 }
 
-static VALUE tracer_parse_i(VALUE selector)
+/* sel's method wrapped (wrapper.c); may raise (a frozen class). */
+static VALUE tracer_wrap_i(VALUE p)
 {
-    return rb_funcall(rbtrace_mRBTrace, id_parse_traced_selector, 1, selector);
-}
+    const struct rbtrace_selector *sel = (const struct rbtrace_selector *)p;
 
-static VALUE tracer_wrap_i(VALUE parsed)
-{
-    rbtrace_wrapper_add(RARRAY_AREF(parsed, 0), RARRAY_AREF(parsed, 8), RARRAY_AREF(parsed, 1),
-                        RARRAY_AREF(parsed, 3), RARRAY_AREF(parsed, 5));
+    rbtrace_wrapper_add(sel->owner, ID2SYM(sel->wrapped_mid), ID2SYM(sel->mid), sel->visibility,
+                        INT2NUM(sel->arity));
     return Qnil;
 }
 
-void rbtrace_report_selector_error(VALUE selector, VALUE e)
+/* A selector that is not traced: its error stored in *error when error is
+ * not NULL, else reported. Returns 0 (not traced). */
+static int tracer_failed(VALUE text, VALUE err, VALUE *error)
 {
-    int state = 0;
-    VALUE msg = rbtrace_protect(rb_obj_as_string, e, &state, NULL);
-
-    if (state) msg = rb_str_new_cstr("invalid selector");
-    rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s: %.*s (not traced)",
-                         (int)RSTRING_LEN(selector), RSTRING_PTR(selector),
-                         (int)RSTRING_LEN(msg), RSTRING_PTR(msg));
-}
-
-/* RBTrace::Selector's error class name (NotLoaded, NotDefined), for
- * telling a selector's errors apart. */
-VALUE rbtrace_selector_error(ID name)
-{
-    return rb_const_get_at(rb_const_get_at(rbtrace_mRBTrace, id_Selector), name);
-}
-
-/*
- * A tracer file names classes of libraries the process may not use
- * (-c pg in an app without pg): one line per missing class, not one per
- * selector. missing maps a class path to [note, selectors that name it...]:
- * the note ("Sidekiq is sidekiq 6.4.1", or nil) names the library of the
- * namespace that is defined (NotLoaded#note, lib/rbtrace/selector.rb).
- */
-static int tracer_report_missing_i(VALUE path, VALUE entry, VALUE arg)
-{
-    VALUE note = RARRAY_AREF(entry, 0), first = RARRAY_AREF(entry, 1);
-    long n = RARRAY_LEN(entry) - 1;
-    const char *open = RB_TYPE_P(note, T_STRING) ? " (" : "", *close = *open ? ")" : "";
-    int note_len = RB_TYPE_P(note, T_STRING) ? (int)RSTRING_LEN(note) : 0;
-    const char *note_ptr = note_len ? RSTRING_PTR(note) : "";
-
-    (void)arg;
-    if (n == 1)
-        rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s: no such class or module %.*s%s%.*s%s (not traced)",
-                             (int)RSTRING_LEN(first), RSTRING_PTR(first),
-                             (int)RSTRING_LEN(path), RSTRING_PTR(path), open, note_len, note_ptr, close);
-    else
-        rbtrace_emit_message(RBTRACE_EV_ERROR, "%.*s is not loaded in process %d (no such class "
-                             "or module%s%.*s): its %ld selectors are not traced",
-                             (int)RSTRING_LEN(path), RSTRING_PTR(path), (int)getpid(),
-                             note_len ? "; " : "", note_len, note_ptr, n);
-    return ST_CONTINUE;
-}
-
-static void tracer_note_missing(VALUE missing, VALUE sel, VALUE err)
-{
-    VALUE path = rb_ivar_get(err, id_at_path), entry;
-
-    if (!RB_TYPE_P(path, T_STRING)) {
-        rbtrace_report_selector_error(sel, err);
-        return;
-    }
-    entry = rb_hash_lookup(missing, path);
-    if (NIL_P(entry)) {
-        entry = rb_ary_new_from_args(1, rb_ivar_get(err, id_at_note));
-        rb_hash_aset(missing, path, entry);
-    }
-    rb_ary_push(entry, sel);
+    if (error) *error = err;
+    else rbtrace_report_selector_error(text, err);
+    return 0;
 }
 
 /* Forgets the hooked tracers made from selector (--devmode re-adds it). */
@@ -527,71 +457,53 @@ static void tracer_remove(VALUE selector)
  * in Ruby, whose calls the hook would otherwise show as the app's).
  * A bad selector is skipped: reported, or its error stored in *error when
  * error is not NULL. Returns 1 if the selector is traced. */
-static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
+static int tracer_add_one(VALUE text, VALUE *error, int *hook)
 {
-    VALUE parsed, err = Qnil, ruby, klass;
+    struct rbtrace_selector sel;
     struct rbtrace_tracer *t;
-    ID mid;
+    VALUE err = Qnil;
     int state = 0;
 
-    parsed = rbtrace_protect(tracer_parse_i, sel, &state, &err);
-    if (!state && RARRAY_LEN(parsed) > 7) tracer_report_notes(RARRAY_AREF(parsed, 7));
-    /* A C method another selector's expressions already have the hook
-     * watch: a wrapper too would show each call twice, and the hook's
-     * event, nested in the wrapper's, without the expressions. */
-    if (!state && !NIL_P(RARRAY_AREF(parsed, 3)) && !NIL_P(RARRAY_AREF(parsed, 0)) &&
-        tracer_of_method(RARRAY_AREF(parsed, 0), rbtrace_method_id_of(RARRAY_AREF(parsed, 1))))
-        return 1;
-    if (!state && !NIL_P(RARRAY_AREF(parsed, 3))) {
-        /* parsed is [owner or nil, method Symbol or nil, expressions or nil,
-         * visibility Symbol if the method (a C one) is wrapped instead of
-         * hooked, the UnboundMethod if it is a Ruby one, the wrapper's
-         * arity, whether it is a block's method, the messages of the
-         * expressions left out or nil, the name the wrapper takes (an
-         * alias's, for the calls through it)]. Wrapping can fail (a frozen
-         * class): that selector alone. */
+    if (!rbtrace_selector_parse(text, RBTRACE_SELECTOR_CHECKED, &sel, &err))
+        return tracer_failed(text, err, error);
+    rbtrace_selector_report_notes(&sel);
+    if (rbtrace_selector_wrapped(&sel)) {
+        /* A C method another selector's expressions already have the hook
+         * watch: a wrapper too would show each call twice, and the hook's
+         * event, nested in the wrapper's, without the expressions. */
+        if (tracer_of_method(sel.owner, sel.mid)) return 1;
         /* The global hook shows its calls already (another selector named
          * it through an alias): a wrapper would show each a second time. */
-        if (tracer_match(RARRAY_AREF(parsed, 0), rbtrace_method_id_of(RARRAY_AREF(parsed, 1))))
-            return 1;
-        rbtrace_protect(tracer_wrap_i, parsed, &state, &err);
-        if (!state) return 1;
+        if (tracer_match(sel.owner, sel.mid)) return 1;
+        /* Wrapping can fail (a frozen class): that selector alone. */
+        rbtrace_protect(tracer_wrap_i, (VALUE)&sel, &state, &err);
+        return state ? tracer_failed(text, err, error) : 1;
     }
-    if (state) {
-        if (error) *error = err;
-        else rbtrace_report_selector_error(sel, err);
-        return 0;
-    }
-    tracer_remove(sel);
+    tracer_remove(text);
     if (rbtrace.n_tracers >= RBTRACE_SELECTORS_MAX) {
         rbtrace_emit_message(RBTRACE_EV_ERROR, "too many selectors (at most %d): %.*s is not "
-                             "traced", RBTRACE_SELECTORS_MAX, (int)RSTRING_LEN(sel),
-                             RSTRING_PTR(sel));
+                             "traced", RBTRACE_SELECTORS_MAX, (int)RSTRING_LEN(text),
+                             RSTRING_PTR(text));
         return 0;
     }
-    ruby = RARRAY_LEN(parsed) > 4 ? RARRAY_AREF(parsed, 4) : Qnil;
-    klass = NIL_P(RARRAY_AREF(parsed, 0)) ? 0 : RARRAY_AREF(parsed, 0);
-    /* A name the user typed stays in the symbol table (rbtrace_method_id_of):
-     * no method of that name may exist yet. */
-    mid = rbtrace_method_id_of(RARRAY_AREF(parsed, 1));
-    if ((t = tracer_of_method(klass, mid)) != NULL) {
-        tracer_merge_exprs(t, RARRAY_AREF(parsed, 2));
+    if ((t = tracer_of_method(sel.owner, sel.mid)) != NULL) {
+        tracer_merge_exprs(t, sel.exprs);
         /* The hook swaps to the kind that evaluates expressions. */
         if (!t->tp) *hook = 1;
         return 1;
     }
     t = &rbtrace.tracers[rbtrace.n_tracers++];
-    t->klass = klass;
-    t->mid = mid;
-    t->exprs = RARRAY_AREF(parsed, 2);
-    t->selector = sel;
+    t->klass = sel.owner;
+    t->mid = sel.mid;
+    t->exprs = sel.exprs;
+    t->selector = text;
     t->tp = t->tp_return = 0;
     /* A Ruby method gets TracePoints of its own; anything else (or a Ruby
      * method whose TracePoint the VM refused), the global hook. */
-    if (NIL_P(ruby) || !tracer_targeted(t, ruby, RARRAY_LEN(parsed) > 6 && RTEST(RARRAY_AREF(parsed, 6)))) {
+    if (NIL_P(sel.ruby_method) || !tracer_targeted(t, sel.ruby_method, sel.block_method)) {
         *hook = 1;
         /* The hook sees the calls of a wrapped method too. */
-        rbtrace_wrapper_shadow(klass, mid);
+        rbtrace_wrapper_shadow(sel.owner, sel.mid);
     }
     return 1;
 }
@@ -604,16 +516,6 @@ int rbtrace_tracer_add_one(VALUE sel, VALUE *error)
     return traced;
 }
 
-/* Whether a selector's text ends in a list of trace expressions. */
-static int tracer_has_exprs(VALUE sel)
-{
-    const char *p = RSTRING_PTR(sel);
-    long n = RSTRING_LEN(sel);
-
-    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
-    return n > 0 && p[n - 1] == ')' && memchr(p, '(', (size_t)n) != NULL;
-}
-
 /* Adds one tracer per selector; a bad selector is reported and skipped
  * (with --devmode, one whose class or method is not defined yet waits).
  * The selectors with expressions go first: a C method that one of them
@@ -621,7 +523,7 @@ static int tracer_has_exprs(VALUE sel)
  * a selector without any (tracer_add_one). */
 void rbtrace_tracer_add(VALUE selectors)
 {
-    VALUE not_loaded = rbtrace_selector_error(id_NotLoaded), missing = rb_hash_new();
+    VALUE errors = rbtrace_selector_errors_new();
     long i, k, n = RARRAY_LEN(selectors);
     int hook = 0;
 
@@ -629,20 +531,17 @@ void rbtrace_tracer_add(VALUE selectors)
         VALUE sel, err = Qnil;
 
         i = k % n;
-        if (tracer_has_exprs(RARRAY_AREF(selectors, i)) != (k < n)) continue;
+        if (rbtrace_selector_has_exprs(RARRAY_AREF(selectors, i)) != (k < n)) continue;
         sel = rb_str_new_frozen(RARRAY_AREF(selectors, i));
         if (rbtrace_devmode_watch(sel)) {
             if (tracer_add_one(sel, &err, &hook)) rbtrace_devmode_traced(sel);
             else rbtrace_devmode_failed(sel, err);
         } else if (!tracer_add_one(sel, &err, &hook)) {
-            if (RTEST(rb_obj_is_kind_of(err, not_loaded)))
-                tracer_note_missing(missing, sel, err);
-            else
-                rbtrace_report_selector_error(sel, err);
+            rbtrace_selector_errors_add(errors, sel, err);
         }
     }
-    rb_hash_foreach(missing, tracer_report_missing_i, Qnil);
-    RB_GC_GUARD(missing);
+    rbtrace_selector_errors_report(errors);
+    RB_GC_GUARD(errors);
     if (hook) tracer_install();
 }
 
@@ -711,11 +610,6 @@ void rbtrace_tracer_mark(void)
 
 void Init_rbtrace_tracer(VALUE mod)
 {
-    id_parse_traced_selector = rb_intern("parse_traced_selector");
     id_trace_exprs = rb_intern("trace_exprs");
     id_enable_targeted = rb_intern("enable_targeted");
-    id_Selector = rb_intern("Selector");
-    id_NotLoaded = rb_intern("NotLoaded");
-    id_at_path = rb_intern("@path");
-    id_at_note = rb_intern("@note");
 }
