@@ -392,8 +392,8 @@ static VALUE channel_helper_loop_m(VALUE self)
 
         channel_unblocked = 0;
         /* rbtrace_nogvl says when this thread starts waiting for the GVL. */
-        state = rbtrace_nogvl(channel_wait_nogvl, NULL, channel_unblock, NULL);
-        if (state) rb_jump_tag(state);   /* Thread#kill, exit */
+        if (rbtrace_nogvl(channel_wait_nogvl, NULL, channel_unblock, NULL, &state) != 0)
+            rb_jump_tag(state);   /* Thread#kill, exit */
         rb_thread_check_ints();
         do channel_service();
         while ((rbtrace.pending || rbtrace.deferred) && !rbtrace.servicing);

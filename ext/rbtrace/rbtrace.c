@@ -126,19 +126,21 @@ static VALUE rbtrace_nogvl_i(VALUE p)
 
 /*
  * Runs func without the GVL. An interrupt for this thread (Thread#kill at
- * exit, Thread#raise) may be raised before or after func; it is caught and
- * its state returned, so that the caller finishes what it was doing (a
- * detach, an event) and then re-raises it with rb_jump_tag. func may not
- * have run at all: callers check.
+ * exit, Thread#raise) may be raised before or after func; it is caught:
+ * -1, its state in *state, so that the caller finishes what it was doing (a
+ * detach, an event) and then re-raises it with rb_jump_tag
+ * (docs/DESIGN.md, "Errors"). 0 when none came. func may not have run at
+ * all: callers check.
  */
-int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg)
+int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg,
+                  int *state)
 {
     struct rbtrace_nogvl_call c = { func, arg, ubf, ubf_arg };
-    int state = 0;
 
-    rb_protect(rbtrace_nogvl_i, (VALUE)&c, &state);
+    *state = 0;
+    rb_protect(rbtrace_nogvl_i, (VALUE)&c, state);
     rbtrace_handoff_done();   /* also when an interrupt was raised */
-    return state;
+    return *state ? -1 : 0;
 }
 
 /*

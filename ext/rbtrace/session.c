@@ -181,8 +181,8 @@ void rbtrace_session_detach(int tell_client)
     if (!rbtrace.attached) return;
     rbtrace_emit_end_calls();
     rbtrace_tracer_clear();
-    if (tell_client && !rbtrace.peer_gone) state = rbtrace_emit_detached();
-    stop_state = rbtrace_writer_stop();
+    if (tell_client && !rbtrace.peer_gone) rbtrace_emit_detached(&state);
+    rbtrace_writer_stop(&stop_state);
     if (state == 0) state = stop_state;
     rbtrace.attached = 0;
     close(rbtrace.sock);
@@ -425,7 +425,9 @@ static VALUE session_client_gone_p_m(VALUE self)
  */
 static void session_end_proc(VALUE unused)
 {
-    if (rbtrace.attached && !rbtrace.peer_gone) rbtrace_writer_stop();
+    int state;
+
+    if (rbtrace.attached && !rbtrace.peer_gone) rbtrace_writer_stop(&state);
 }
 
 void Init_rbtrace_session(VALUE mod)

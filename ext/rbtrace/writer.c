@@ -209,21 +209,22 @@ static void *writer_join_nogvl(void *joined)
 
 /*
  * Asks the writer to deliver what is left (for at most WRITER_DRAIN_MS)
- * and waits for it, without the GVL so the app runs meanwhile. Returns the
- * state of an interrupt that arrived meanwhile (0 if none), for the caller
- * to re-raise once the detach is complete; the join is then finished with
- * the GVL held.
+ * and waits for it, without the GVL so the app runs meanwhile. Returns 0,
+ * or -1 when an interrupt arrived meanwhile: its state in *state, for the
+ * caller to re-raise once the detach is complete; the join is then
+ * finished with the GVL held.
  */
-int rbtrace_writer_stop(void)
+int rbtrace_writer_stop(int *state)
 {
-    int joined = 0, state;
+    int joined = 0, rc;
 
+    *state = 0;
     if (!rbtrace.writer_running) return 0;
     rbtrace.writer_stop = 1;
     rbtrace_writer_nudge();
     rbtrace.writer_running = 0;
-    state = rbtrace_nogvl(writer_join_nogvl, &joined, NULL, NULL);
+    rc = rbtrace_nogvl(writer_join_nogvl, &joined, NULL, NULL, state);
     if (!joined) writer_join_nogvl(&joined);
     writer_close_wake_fd();
-    return state;
+    return rc;
 }
