@@ -155,7 +155,8 @@ static void session_attach(const struct rbtrace_command *cmd)
     rbtrace.client_pid = (pid_t)cmd->client_pid;
     rbtrace.clock_origin_ns = rbtrace_clock_ns();
     rbtrace.attached = 1;
-    if ((err = rbtrace_writer_start()) != 0) {
+    if (rbtrace_writer_start() != 0) {
+        err = errno;
         fprintf(stderr, "rbtrace: cannot start the writer thread: %s\n", strerror(err));
         snprintf(why, sizeof(why), "process %d cannot start its writer thread: %s (short of "
                  "file descriptors or threads? try again once it has fewer)", (int)getpid(),
