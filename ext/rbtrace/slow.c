@@ -268,8 +268,9 @@ static VALUE slow_parse_i(VALUE selector)
 }
 
 /* Starts watching: threshold, clock, and the selectors (an empty Array:
- * every method). A bad selector is reported and skipped. Returns 1 if
- * watching started (the caller installs the hook). */
+ * every method). A bad selector is reported and skipped. Returns 0 if
+ * watching started (the caller installs the hook), -1 if no selector could
+ * be used (reported). */
 int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors)
 {
     long i, n = RARRAY_LEN(selectors);
@@ -298,9 +299,9 @@ int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors)
     if (n > 0 && slow.n_filters == 0) {
         rbtrace_emit_message(RBTRACE_EV_ERROR, "no --slow-methods selector could be used: "
                              "slow calls are not watched");
-        return 0;
+        return -1;
     }
-    return 1;
+    return 0;
 }
 
 /* Forgets every frame and selector. The stacks stay with their threads,

@@ -319,16 +319,16 @@ static VALUE tracer_targeted_tracepoint(VALUE method, rb_event_flag_t events, rb
     return state ? 0 : a.tp;
 }
 
-/* t's TracePoints on method, of calls and of returns; 0 (none) if the VM
- * refuses (the caller then uses the global hook). A block's method
+/* Gives t TracePoints on method, of calls and of returns: 0, or -1 (none)
+ * if the VM refuses (the caller then uses the global hook). A block's method
  * (define_method) gets one of both events: Ruby fires no call event for
  * it to a second TracePoint targeted at it (spec/e2e/methods_spec.rb). */
-static int tracer_targeted(struct rbtrace_tracer *t, VALUE method, int block_method)
+static int tracer_target(struct rbtrace_tracer *t, VALUE method, int block_method)
 {
     if (block_method) {
         t->tp = tracer_targeted_tracepoint(method, RUBY_EVENT_CALL | RUBY_EVENT_RETURN, 0);
         t->tp_return = 0;
-        return t->tp != 0;
+        return t->tp ? 0 : -1;
     }
     t->tp = tracer_targeted_tracepoint(method, RUBY_EVENT_CALL, RUBY_EVENT_CALL);
     t->tp_return = t->tp ? tracer_targeted_tracepoint(method, RUBY_EVENT_RETURN, RUBY_EVENT_RETURN) : 0;
@@ -336,7 +336,7 @@ static int tracer_targeted(struct rbtrace_tracer *t, VALUE method, int block_met
         rb_tracepoint_disable(t->tp);
         t->tp = 0;
     }
-    return t->tp != 0;
+    return t->tp ? 0 : -1;
 }
 
 /* Stops t's TracePoints, if it has any. */
@@ -526,7 +526,7 @@ static void tracer_remove(VALUE selector)
  * selector of the command is in (the selectors after this one are parsed
  * in Ruby, whose calls the hook would otherwise show as the app's).
  * A bad selector is skipped: reported, or its error stored in *error when
- * error is not NULL. Returns 1 if the selector is traced. */
+ * error is not NULL. Returns 0 if the selector is traced, else -1. */
 static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
 {
     VALUE parsed, err = Qnil, ruby, klass;
@@ -541,7 +541,7 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
      * event, nested in the wrapper's, without the expressions. */
     if (!state && !NIL_P(RARRAY_AREF(parsed, 3)) && !NIL_P(RARRAY_AREF(parsed, 0)) &&
         tracer_of_method(RARRAY_AREF(parsed, 0), rbtrace_method_id_of(RARRAY_AREF(parsed, 1))))
-        return 1;
+        return 0;
     if (!state && !NIL_P(RARRAY_AREF(parsed, 3))) {
         /* parsed is [owner or nil, method Symbol or nil, expressions or nil,
          * visibility Symbol if the method (a C one) is wrapped instead of
@@ -553,21 +553,21 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
         /* The global hook shows its calls already (another selector named
          * it through an alias): a wrapper would show each a second time. */
         if (tracer_match(RARRAY_AREF(parsed, 0), rbtrace_method_id_of(RARRAY_AREF(parsed, 1))))
-            return 1;
+            return 0;
         rbtrace_protect(tracer_wrap_i, parsed, &state, &err);
-        if (!state) return 1;
+        if (!state) return 0;
     }
     if (state) {
         if (error) *error = err;
         else rbtrace_report_selector_error(sel, err);
-        return 0;
+        return -1;
     }
     tracer_remove(sel);
     if (rbtrace.n_tracers >= RBTRACE_SELECTORS_MAX) {
         rbtrace_emit_message(RBTRACE_EV_ERROR, "too many selectors (at most %d): %.*s is not "
                              "traced", RBTRACE_SELECTORS_MAX, (int)RSTRING_LEN(sel),
                              RSTRING_PTR(sel));
-        return 0;
+        return -1;
     }
     ruby = RARRAY_LEN(parsed) > 4 ? RARRAY_AREF(parsed, 4) : Qnil;
     klass = NIL_P(RARRAY_AREF(parsed, 0)) ? 0 : RARRAY_AREF(parsed, 0);
@@ -578,7 +578,7 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
         tracer_merge_exprs(t, RARRAY_AREF(parsed, 2));
         /* The hook swaps to the kind that evaluates expressions. */
         if (!t->tp) *hook = 1;
-        return 1;
+        return 0;
     }
     t = &rbtrace.tracers[rbtrace.n_tracers++];
     t->klass = klass;
@@ -588,20 +588,20 @@ static int tracer_add_one(VALUE sel, VALUE *error, int *hook)
     t->tp = t->tp_return = 0;
     /* A Ruby method gets TracePoints of its own; anything else (or a Ruby
      * method whose TracePoint the VM refused), the global hook. */
-    if (NIL_P(ruby) || !tracer_targeted(t, ruby, RARRAY_LEN(parsed) > 6 && RTEST(RARRAY_AREF(parsed, 6)))) {
+    if (NIL_P(ruby) || tracer_target(t, ruby, RARRAY_LEN(parsed) > 6 && RTEST(RARRAY_AREF(parsed, 6))) != 0) {
         *hook = 1;
         /* The hook sees the calls of a wrapped method too. */
         rbtrace_wrapper_shadow(klass, mid);
     }
-    return 1;
+    return 0;
 }
 
 int rbtrace_tracer_add_one(VALUE sel, VALUE *error)
 {
-    int hook = 0, traced = tracer_add_one(sel, error, &hook);
+    int hook = 0, rc = tracer_add_one(sel, error, &hook);
 
     if (hook) tracer_install();
-    return traced;
+    return rc;
 }
 
 /* Whether a selector's text ends in a list of trace expressions. */
@@ -631,10 +631,10 @@ void rbtrace_tracer_add(VALUE selectors)
         i = k % n;
         if (tracer_has_exprs(RARRAY_AREF(selectors, i)) != (k < n)) continue;
         sel = rb_str_new_frozen(RARRAY_AREF(selectors, i));
-        if (rbtrace_devmode_watch(sel)) {
-            if (tracer_add_one(sel, &err, &hook)) rbtrace_devmode_traced(sel);
+        if (rbtrace_devmode_watch(sel) == 0) {
+            if (tracer_add_one(sel, &err, &hook) == 0) rbtrace_devmode_traced(sel);
             else rbtrace_devmode_failed(sel, err);
-        } else if (!tracer_add_one(sel, &err, &hook)) {
+        } else if (tracer_add_one(sel, &err, &hook) != 0) {
             if (RTEST(rb_obj_is_kind_of(err, not_loaded)))
                 tracer_note_missing(missing, sel, err);
             else
@@ -656,7 +656,7 @@ void rbtrace_tracer_firehose(void)
 void rbtrace_tracer_slow(uint64_t threshold_ns, int cpu, VALUE selectors)
 {
     rbtrace.slow = 0;
-    if (!rbtrace_slow_start(threshold_ns, cpu, selectors)) return;
+    if (rbtrace_slow_start(threshold_ns, cpu, selectors) != 0) return;
     rbtrace.slow = 1;
     tracer_install();
 }
