@@ -330,15 +330,23 @@ static VALUE session_dispatch_i(VALUE p)
  * is plain C; an ATTACH while attached (refused: a connect, which may
  * wait), and any after one that was left, go to the helper thread in
  * order. The queue brings no other command (rbtrace_session_execute).
+ * Whether cmd is one to leave so (session_defer leaves it).
  */
-static int session_defer(const struct rbtrace_command *cmd, const char *buf, size_t len)
+static int session_must_defer(const struct rbtrace_command *cmd)
+{
+    if (!rbtrace.in_job) return 0;
+    if (cmd->type == RBTRACE_CMD_ATTACH && !rbtrace.attached && rbtrace.deferred == NULL) return 0;
+    return 1;
+}
+
+/* Leaves a command (its msgpack bytes) for the helper thread: 0, or -1 if
+ * no memory was left (it is dropped; the client times out and says so). */
+static int session_defer(const char *buf, size_t len)
 {
     struct rbtrace_deferred *d;
 
-    if (!rbtrace.in_job) return 0;
-    if (cmd->type == RBTRACE_CMD_ATTACH && !rbtrace.attached && rbtrace.deferred == NULL) return 0;
     d = malloc(sizeof(*d) + len);
-    if (d == NULL) return 1;   /* dropped; the client times out and says so */
+    if (d == NULL) return -1;
     d->next = NULL;
     d->len = len;
     memcpy(d->data, buf, len);
@@ -346,7 +354,7 @@ static int session_defer(const struct rbtrace_command *cmd, const char *buf, siz
     *rbtrace.deferred_tail = d;
     rbtrace.deferred_tail = &d->next;
     rbtrace_channel_wake();
-    return 1;
+    return 0;
 }
 
 /* Carries out the commands a postponed job left. Helper thread only. */
@@ -391,7 +399,10 @@ void rbtrace_session_execute(const char *buf, size_t len, int from_socket)
         goto destroy_zone;
     }
     if (!from_socket && cmd.type != RBTRACE_CMD_ATTACH) goto destroy_zone;   /* not the client's */
-    if (!from_socket && session_defer(&cmd, buf, len)) goto destroy_zone;
+    if (!from_socket && session_must_defer(&cmd)) {
+        (void)session_defer(buf, len);   /* -1: dropped, said by the client's time-out */
+        goto destroy_zone;
+    }
     rbtrace_protect(session_dispatch_i, (VALUE)&arg, &state, &e);
     if (state) {
         if (rbtrace.attached) {
