@@ -200,9 +200,10 @@ static void channel_bad_frame(uint32_t len)
 
 /*
  * Reads toward the next whole command: its length, then its bytes, never
- * more than RBTRACE_COMMAND_MAX of them. 1 when one is whole (in
- * rbtrace.command, command_len bytes), 0 when the socket has nothing more
- * for now, -1 when the session ended (hang-up, or a broken stream).
+ * more than RBTRACE_COMMAND_MAX of them. Returns the whole commands read:
+ * 1 (in rbtrace.command, command_len bytes), or 0 when the socket has
+ * nothing more for now; -1 when the session ended (hang-up, or a broken
+ * stream).
  */
 static int channel_read_frame(void)
 {

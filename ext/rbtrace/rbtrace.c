@@ -84,7 +84,8 @@ static void rbtrace_mn_threads_init(void)
  * rb_protect that lets a thread die: it returns a raised exception (state
  * set, errinfo cleared, for the caller to report), but re-throws a
  * Thread#kill or process exit. Swallowing those would leave a thread the
- * VM is waiting for at exit alive, and the process hung.
+ * VM is waiting for at exit alive, and the process hung. The caller turns
+ * the exception into words for the client (docs/DESIGN.md, "Errors").
  */
 VALUE rbtrace_protect(VALUE (*func)(VALUE), VALUE arg, int *state, VALUE *error)
 {
