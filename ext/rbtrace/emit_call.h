@@ -125,8 +125,8 @@ rbtrace_emit_call(rb_event_flag_t event, VALUE klass, ID mid, uint64_t now)
 
 /*
  * --firehose's way, for a hook that found rbtrace_firehose_only: a CALL or
- * RETURN of a method met lately, encoded in place now: 0, or -1 (nothing
- * done) where anything more is needed (a method not met lately, a loss report
+ * RETURN of a method met lately, encoded in place now. 0 (nothing done)
+ * where anything more is needed (a method not met lately, a loss report
  * due, the ring's limit passed): the caller's general way then does it.
  * No call but a tail call (a clock without the TSC, or its anchor due):
  * the hook needs no stack frame for this. klass and mid are not both 0
@@ -141,13 +141,13 @@ rbtrace_emit_recent_call(rb_event_flag_t event, VALUE klass, ID mid)
 
     if (r->mid != mid || r->klass != klass || rbtrace.lost ||
         !rbtrace_ring_fits_quick(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX))
-        return -1;
+        return 0;
     out = rbtrace_ring_at_head(&rbtrace.ring);
-    if (rbtrace_clock_ns_quick(&now) == 0)
+    if (rbtrace_clock_ns_quick(&now))
         rbtrace_emit_call_at(out, rbtrace_call_event_type(event), r->id, now - rbtrace.clock_origin_ns);
     else
         rbtrace_emit_call_at_now(out, rbtrace_call_event_type(event), r->id);
-    return 0;
+    return 1;
 }
 
 #endif

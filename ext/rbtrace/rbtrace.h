@@ -240,8 +240,8 @@ static inline uint64_t rbtrace_clock_ns(void)
     return rbtrace_clock_renew();
 }
 
-/* rbtrace_clock_ns without a call: 0, or -1 (nothing in *now) where it
- * needs one (the anchor is due, or there is no TSC). */
+/* rbtrace_clock_ns without a call: 0 (nothing in *now) where it needs one
+ * (the anchor is due, or there is no TSC). */
 static inline int rbtrace_clock_ns_quick(uint64_t *now)
 {
 #ifdef RBTRACE_HAVE_TSC
@@ -249,11 +249,11 @@ static inline int rbtrace_clock_ns_quick(uint64_t *now)
 
     if (rbtrace_clock_fresh(&rbtrace_clock, tsc)) {
         *now = rbtrace_clock_ns_at(&rbtrace_clock, tsc);
-        return 0;
+        return 1;
     }
 #endif
     (void)now;
-    return -1;
+    return 0;
 }
 VALUE rbtrace_protect(VALUE (*func)(VALUE), VALUE arg, int *state, VALUE *error);
 int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg,

@@ -210,7 +210,7 @@ static __attribute__((noinline)) void tracer_hook_named(rb_event_flag_t ev, VALU
 static inline __attribute__((always_inline)) void
 tracer_hook_known(rb_event_flag_t ev, VALUE klass, ID mid)
 {
-    if (rbtrace_firehose_only() && rbtrace_emit_recent_call(ev, klass, mid) == 0) return;
+    if (rbtrace_firehose_only() && rbtrace_emit_recent_call(ev, klass, mid)) return;
     tracer_hook_named(ev, klass, mid);
 }
 
