@@ -240,8 +240,9 @@ static inline uint64_t rbtrace_clock_ns(void)
     return rbtrace_clock_renew();
 }
 
-/* rbtrace_clock_ns without a call: 0 (nothing in *now) where it needs one
- * (the anchor is due, or there is no TSC). */
+/* rbtrace_clock_ns without a call. Returns the times it read: 1 (in *now),
+ * or 0 (not a failure) where it needs a call (the anchor is due, or there
+ * is no TSC). */
 static inline int rbtrace_clock_ns_quick(uint64_t *now)
 {
 #ifdef RBTRACE_HAVE_TSC
