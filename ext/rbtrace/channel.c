@@ -200,9 +200,10 @@ static void channel_bad_frame(uint32_t len)
 
 /*
  * Reads toward the next whole command: its length, then its bytes, never
- * more than RBTRACE_COMMAND_MAX of them. 1 when one is whole (in
- * rbtrace.command, command_len bytes), 0 when the socket has nothing more
- * for now, -1 when the session ended (hang-up, or a broken stream).
+ * more than RBTRACE_COMMAND_MAX of them. Returns the whole commands read:
+ * 1 (in rbtrace.command, command_len bytes), or 0 when the socket has
+ * nothing more for now; -1 when the session ended (hang-up, or a broken
+ * stream).
  */
 static int channel_read_frame(void)
 {
@@ -392,8 +393,8 @@ static VALUE channel_helper_loop_m(VALUE self)
 
         channel_unblocked = 0;
         /* rbtrace_nogvl says when this thread starts waiting for the GVL. */
-        state = rbtrace_nogvl(channel_wait_nogvl, NULL, channel_unblock, NULL);
-        if (state) rb_jump_tag(state);   /* Thread#kill, exit */
+        if (rbtrace_nogvl(channel_wait_nogvl, NULL, channel_unblock, NULL, &state) != 0)
+            rb_jump_tag(state);   /* Thread#kill, exit */
         rb_thread_check_ints();
         do channel_service();
         while ((rbtrace.pending || rbtrace.deferred) && !rbtrace.servicing);

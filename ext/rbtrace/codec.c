@@ -662,7 +662,8 @@ static uint64_t codec_be(const unsigned char *q, size_t bytes)
 
 /*
  * A msgpack unsigned integer at *p (any width: peers may not pack in the
- * shortest form). 1 and *p past it; 0 for another type; -1 if cut short.
+ * shortest form). Returns the integers read: 1, *p past it, or 0 for
+ * another type; -1 if cut short.
  */
 static int codec_get_uint(const unsigned char **p, const unsigned char *end, uint64_t *out)
 {

@@ -316,10 +316,10 @@ int rbtrace_event_decode(const msgpack_object *obj, struct rbtrace_event *ev, ch
  * The client's fast path for its hottest events: decodes the CALL, RETURN,
  * CALL_NEXT or RETURN_NEXT at the start of buf straight from its bytes
  * (as rbtrace_event_decode would: a _NEXT as it is, unresolved), with no msgpack
- * objects. Returns 1 when it did, having set only ev->type, thread_id,
- * time_ns and method_id, and *used to the message's length; 0 when the
- * message is something else, or encoded in a way this does not handle
- * (decode it with rbtrace_event_decode); -1 when buf ends before the
+ * objects. Returns the events it decoded: 1, having set only ev->type,
+ * thread_id, time_ns and method_id, and *used to the message's length; or
+ * 0 when the message is something else, or encoded in a way this does not
+ * handle (decode it with rbtrace_event_decode); -1 when buf ends before the
  * message does. Only a return of 1 touches ev and *used.
  */
 int rbtrace_event_decode_call_bytes(const char *buf, size_t len, struct rbtrace_event *ev,

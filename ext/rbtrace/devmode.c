@@ -52,7 +52,7 @@ static void devmode_hook_i(VALUE data, rb_trace_arg_t *targ)
         VALUE e = RARRAY_AREF(dev.entries, i), sel = RARRAY_AREF(e, 1);
         if (RARRAY_AREF(e, 2) == klass || rb_str_equal(RARRAY_AREF(e, 0), name) != Qtrue) continue;
         /* Not complete yet (the method comes later): wait for another end. */
-        if (!rbtrace_tracer_add_one(sel, &err)) continue;
+        if (rbtrace_tracer_add_one(sel, &err) != 0) continue;
         rb_ary_store(e, 2, klass);
         rbtrace_emit_message(RBTRACE_EV_NOTICE, "%.*s (re)defined: tracing %.*s on it",
                              (int)RSTRING_LEN(name), RSTRING_PTR(name),
@@ -71,17 +71,17 @@ void rbtrace_devmode_start(void)
                          "(reloaded or defined later)");
 }
 
-/* Remembers a selector that names a class (1), to be traced through
- * rbtrace_devmode_traced or _failed; 0 when devmode is off or the selector
+/* Remembers a selector that names a class (0), to be traced through
+ * rbtrace_devmode_traced or _failed; -1 when devmode is off or the selector
  * names no class (it is then traced the usual way). */
 int rbtrace_devmode_watch(VALUE sel)
 {
     VALUE path, klass;
 
-    if (!dev.active) return 0;
-    if (!rbtrace_selector_class(sel, &path, &klass)) return 0;
+    if (!dev.active) return -1;
+    if (rbtrace_selector_class(sel, &path, &klass) != 0) return -1;
     rb_ary_push(dev.entries, rb_ary_new_from_args(3, path, sel, Qnil));
-    return 1;
+    return 0;
 }
 
 /* The selector is traced on the class its name now denotes. */
@@ -90,7 +90,7 @@ void rbtrace_devmode_traced(VALUE sel)
     VALUE e = devmode_entry(sel), path, klass;
 
     if (NIL_P(e)) return;
-    if (rbtrace_selector_class(sel, &path, &klass)) rb_ary_store(e, 2, klass);
+    if (rbtrace_selector_class(sel, &path, &klass) == 0) rb_ary_store(e, 2, klass);
 }
 
 /* The selector could not be traced now: a class or method not defined yet

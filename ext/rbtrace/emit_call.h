@@ -125,9 +125,10 @@ rbtrace_emit_call(rb_event_flag_t event, VALUE klass, ID mid, uint64_t now)
 
 /*
  * --firehose's way, for a hook that found rbtrace_firehose_only: a CALL or
- * RETURN of a method met lately, encoded in place now. 0 (nothing done)
- * where anything more is needed (a method not met lately, a loss report
- * due, the ring's limit passed): the caller's general way then does it.
+ * RETURN of a method met lately, encoded in place now. Returns the events
+ * it wrote: 1, or 0 (not a failure) where anything more is needed (a
+ * method not met lately, a loss report due, the ring's limit passed): the
+ * caller's general way then does it.
  * No call but a tail call (a clock without the TSC, or its anchor due):
  * the hook needs no stack frame for this. klass and mid are not both 0
  * (an empty slot's pair).

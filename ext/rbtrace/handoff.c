@@ -76,13 +76,13 @@ void rbtrace_handoff_report_unavailable(const char *what, int err)
 
 void rbtrace_handoff_install(void)
 {
-    handoff_ready = rbtrace_handoff_ask_install();
+    handoff_ready = rbtrace_handoff_ask_install() == 0;
 }
 
 void rbtrace_handoff_after_fork(void)
 {
     rbtrace_handoff.wanted = 0;
-    if (handoff_ready) handoff_ready = rbtrace_handoff_ask_after_fork();
+    if (handoff_ready) handoff_ready = rbtrace_handoff_ask_after_fork() == 0;
 }
 
 /*

@@ -36,14 +36,14 @@ int rbtrace_handoff_own_thread_p(void);
  * costs: no asking, the GVL comes at Ruby's next time slice. */
 void rbtrace_handoff_report_unavailable(const char *what, int err);
 
-/* Sets the way up, once, GVL held. Returns 1 if it can work here. */
+/* Sets the way up, once, GVL held. Returns 0 if it can work here, else -1. */
 int rbtrace_handoff_ask_install(void);
 /* rbtrace_handoff.wanted was just set: start asking. Any thread, no GVL. */
 void rbtrace_handoff_ask_start(void);
 /* ... and was just cleared (GVL held, by the thread that waited). */
 void rbtrace_handoff_ask_stop(void);
-/* A forked child: what the parent's threads held is gone. Returns 1 if
- * the way still works. */
+/* A forked child: what the parent's threads held is gone. Returns 0 if
+ * the way still works, else -1. */
 int rbtrace_handoff_ask_after_fork(void);
 /* The app's thread that waits in the job now for ours to take the GVL,
  * or nil. Its status reads 'sleep' meanwhile. */

@@ -85,7 +85,8 @@ static void rbtrace_mn_threads_init(void)
  * rb_protect that lets a thread die: it returns a raised exception (state
  * set, errinfo cleared, for the caller to report), but re-throws a
  * Thread#kill or process exit. Swallowing those would leave a thread the
- * VM is waiting for at exit alive, and the process hung.
+ * VM is waiting for at exit alive, and the process hung. The caller turns
+ * the exception into words for the client (docs/DESIGN.md, "Errors").
  */
 VALUE rbtrace_protect(VALUE (*func)(VALUE), VALUE arg, int *state, VALUE *error)
 {
@@ -127,19 +128,21 @@ static VALUE rbtrace_nogvl_i(VALUE p)
 
 /*
  * Runs func without the GVL. An interrupt for this thread (Thread#kill at
- * exit, Thread#raise) may be raised before or after func; it is caught and
- * its state returned, so that the caller finishes what it was doing (a
- * detach, an event) and then re-raises it with rb_jump_tag. func may not
- * have run at all: callers check.
+ * exit, Thread#raise) may be raised before or after func; it is caught:
+ * -1, its state in *state, so that the caller finishes what it was doing (a
+ * detach, an event) and then re-raises it with rb_jump_tag
+ * (docs/DESIGN.md, "Errors"). 0 when none came. func may not have run at
+ * all: callers check.
  */
-int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg)
+int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg,
+                  int *state)
 {
     struct rbtrace_nogvl_call c = { func, arg, ubf, ubf_arg };
-    int state = 0;
 
-    rb_protect(rbtrace_nogvl_i, (VALUE)&c, &state);
+    *state = 0;
+    rb_protect(rbtrace_nogvl_i, (VALUE)&c, state);
     rbtrace_handoff_done();   /* also when an interrupt was raised */
-    return state;
+    return *state ? -1 : 0;
 }
 
 /*

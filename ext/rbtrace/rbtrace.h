@@ -240,8 +240,9 @@ static inline uint64_t rbtrace_clock_ns(void)
     return rbtrace_clock_renew();
 }
 
-/* rbtrace_clock_ns without a call: 0 (nothing in *now) where it needs one
- * (the anchor is due, or there is no TSC). */
+/* rbtrace_clock_ns without a call. Returns the times it read: 1 (in *now),
+ * or 0 (not a failure) where it needs a call (the anchor is due, or there
+ * is no TSC). */
 static inline int rbtrace_clock_ns_quick(uint64_t *now)
 {
 #ifdef RBTRACE_HAVE_TSC
@@ -256,7 +257,8 @@ static inline int rbtrace_clock_ns_quick(uint64_t *now)
     return 0;
 }
 VALUE rbtrace_protect(VALUE (*func)(VALUE), VALUE arg, int *state, VALUE *error);
-int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg);
+int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg,
+                  int *state);
 
 /* channel.c: signal, queue, the socket's commands */
 void rbtrace_channel_init(void);
@@ -289,7 +291,7 @@ void Init_rbtrace_session(VALUE mod);
 
 /* writer.c: ring -> socket */
 int rbtrace_writer_start(void);
-int rbtrace_writer_stop(void);
+int rbtrace_writer_stop(int *state);
 void rbtrace_writer_nudge(void);
 void rbtrace_writer_after_fork(void);
 
@@ -310,7 +312,7 @@ void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location
 /* No Ruby call, no allocation: gvlwatch.c's thread hook, GVL just taken. */
 void rbtrace_emit_gvl(uint64_t thread, uint64_t start_ns, uint64_t wait_ns);
 void rbtrace_emit_attached(void);
-int rbtrace_emit_detached(void);
+int rbtrace_emit_detached(int *state);
 void rbtrace_emit_end_calls(void);
 
 /* tracer.c: selectors and hooks */

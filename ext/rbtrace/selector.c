@@ -113,7 +113,7 @@ int rbtrace_selector_parse(VALUE text, enum rbtrace_selector_check check,
     memset(sel, 0, sizeof(*sel));
     sel->exprs = sel->notes = sel->ruby_method = sel->visibility = Qnil;
     rbtrace_protect(selector_parse_i, (VALUE)&a, &state, error);
-    return state == 0;
+    return state ? -1 : 0;
 }
 
 static VALUE selector_class_i(VALUE text)
@@ -127,10 +127,10 @@ int rbtrace_selector_class(VALUE text, VALUE *path, VALUE *klass)
     int state = 0;
 
     named = rbtrace_protect(selector_class_i, text, &state, &err);
-    if (state || !RTEST(rb_obj_is_kind_of(named, selector_class(id_NamedClass)))) return 0;
+    if (state || !RTEST(rb_obj_is_kind_of(named, selector_class(id_NamedClass)))) return -1;
     *path = rb_struct_getmember(named, id_path);
     *klass = rb_struct_getmember(named, id_klass);
-    return RB_TYPE_P(*path, T_STRING);
+    return RB_TYPE_P(*path, T_STRING) ? 0 : -1;
 }
 
 int rbtrace_selector_has_exprs(VALUE text)

@@ -42,7 +42,7 @@ struct rbtrace_selector {
  * expressions. */
 enum rbtrace_selector_check { RBTRACE_SELECTOR_AS_IS = 0, RBTRACE_SELECTOR_CHECKED = 1 };
 
-/* Parses text into *sel: 1, or 0 with the error (an exception whose
+/* Parses text into *sel: 0, or -1 with the error (an exception whose
  * message is meant for the user) in *error. */
 int rbtrace_selector_parse(VALUE text, enum rbtrace_selector_check check,
                            struct rbtrace_selector *sel, VALUE *error);
@@ -58,8 +58,8 @@ static inline int rbtrace_selector_wrapped(const struct rbtrace_selector *sel)
 int rbtrace_selector_has_exprs(VALUE text);
 
 /* The class a selector names, for --devmode, without resolving its method:
- * 1 with the class's path (a frozen String) in *path and the class in
- * *klass (Qnil while it is not defined); 0 for a selector that names no
+ * 0 with the class's path (a frozen String) in *path and the class in
+ * *klass (Qnil while it is not defined); -1 for a selector that names no
  * class (sleep), or that cannot be read. */
 int rbtrace_selector_class(VALUE text, VALUE *path, VALUE *klass);
 

@@ -155,7 +155,8 @@ static void session_attach(const struct rbtrace_command *cmd)
     rbtrace.client_pid = (pid_t)cmd->client_pid;
     rbtrace.clock_origin_ns = rbtrace_clock_ns();
     rbtrace.attached = 1;
-    if ((err = rbtrace_writer_start()) != 0) {
+    if (rbtrace_writer_start() != 0) {
+        err = errno;
         fprintf(stderr, "rbtrace: cannot start the writer thread: %s\n", strerror(err));
         snprintf(why, sizeof(why), "process %d cannot start its writer thread: %s (short of "
                  "file descriptors or threads? try again once it has fewer)", (int)getpid(),
@@ -181,8 +182,8 @@ void rbtrace_session_detach(int tell_client)
     if (!rbtrace.attached) return;
     rbtrace_emit_end_calls();
     rbtrace_tracer_clear();
-    if (tell_client && !rbtrace.peer_gone) state = rbtrace_emit_detached();
-    stop_state = rbtrace_writer_stop();
+    if (tell_client && !rbtrace.peer_gone) rbtrace_emit_detached(&state);
+    rbtrace_writer_stop(&stop_state);
     if (state == 0) state = stop_state;
     rbtrace.attached = 0;
     close(rbtrace.sock);
@@ -329,15 +330,23 @@ static VALUE session_dispatch_i(VALUE p)
  * is plain C; an ATTACH while attached (refused: a connect, which may
  * wait), and any after one that was left, go to the helper thread in
  * order. The queue brings no other command (rbtrace_session_execute).
+ * Whether cmd is one to leave so (session_defer leaves it).
  */
-static int session_defer(const struct rbtrace_command *cmd, const char *buf, size_t len)
+static int session_must_defer(const struct rbtrace_command *cmd)
+{
+    if (!rbtrace.in_job) return 0;
+    if (cmd->type == RBTRACE_CMD_ATTACH && !rbtrace.attached && rbtrace.deferred == NULL) return 0;
+    return 1;
+}
+
+/* Leaves a command (its msgpack bytes) for the helper thread: 0, or -1 if
+ * no memory was left (it is dropped; the client times out and says so). */
+static int session_defer(const char *buf, size_t len)
 {
     struct rbtrace_deferred *d;
 
-    if (!rbtrace.in_job) return 0;
-    if (cmd->type == RBTRACE_CMD_ATTACH && !rbtrace.attached && rbtrace.deferred == NULL) return 0;
     d = malloc(sizeof(*d) + len);
-    if (d == NULL) return 1;   /* dropped; the client times out and says so */
+    if (d == NULL) return -1;
     d->next = NULL;
     d->len = len;
     memcpy(d->data, buf, len);
@@ -345,7 +354,7 @@ static int session_defer(const struct rbtrace_command *cmd, const char *buf, siz
     *rbtrace.deferred_tail = d;
     rbtrace.deferred_tail = &d->next;
     rbtrace_channel_wake();
-    return 1;
+    return 0;
 }
 
 /* Carries out the commands a postponed job left. Helper thread only. */
@@ -390,7 +399,10 @@ void rbtrace_session_execute(const char *buf, size_t len, int from_socket)
         goto destroy_zone;
     }
     if (!from_socket && cmd.type != RBTRACE_CMD_ATTACH) goto destroy_zone;   /* not the client's */
-    if (!from_socket && session_defer(&cmd, buf, len)) goto destroy_zone;
+    if (!from_socket && session_must_defer(&cmd)) {
+        (void)session_defer(buf, len);   /* -1: dropped, said by the client's time-out */
+        goto destroy_zone;
+    }
     rbtrace_protect(session_dispatch_i, (VALUE)&arg, &state, &e);
     if (state) {
         if (rbtrace.attached) {
@@ -425,7 +437,9 @@ static VALUE session_client_gone_p_m(VALUE self)
  */
 static void session_end_proc(VALUE unused)
 {
-    if (rbtrace.attached && !rbtrace.peer_gone) rbtrace_writer_stop();
+    int state;
+
+    if (rbtrace.attached && !rbtrace.peer_gone) rbtrace_writer_stop(&state);
 }
 
 void Init_rbtrace_session(VALUE mod)

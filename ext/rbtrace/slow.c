@@ -264,8 +264,9 @@ __attribute__((noinline)) void rbtrace_slow_event(rb_event_flag_t ev, VALUE klas
 }
 
 /* Starts watching: threshold, clock, and the selectors (an empty Array:
- * every method). A bad selector is reported and skipped. Returns 1 if
- * watching started (the caller installs the hook). */
+ * every method). A bad selector is reported and skipped. Returns 0 if
+ * watching started (the caller installs the hook), -1 if no selector could
+ * be used (reported). */
 int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors)
 {
     long i, n = RARRAY_LEN(selectors);
@@ -278,7 +279,7 @@ int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors)
         struct rbtrace_selector sel;
         struct slow_filter *f;
 
-        if (!rbtrace_selector_parse(text, RBTRACE_SELECTOR_AS_IS, &sel, &err)) {
+        if (rbtrace_selector_parse(text, RBTRACE_SELECTOR_AS_IS, &sel, &err) != 0) {
             rbtrace_report_selector_error(text, err);
             continue;
         }
@@ -293,9 +294,9 @@ int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors)
     if (n > 0 && slow.n_filters == 0) {
         rbtrace_emit_message(RBTRACE_EV_ERROR, "no --slow-methods selector could be used: "
                              "slow calls are not watched");
-        return 0;
+        return -1;
     }
-    return 1;
+    return 0;
 }
 
 /* Forgets every frame and selector. The stacks stay with their threads,

@@ -318,16 +318,16 @@ static VALUE tracer_targeted_tracepoint(VALUE method, rb_event_flag_t events, rb
     return state ? 0 : a.tp;
 }
 
-/* t's TracePoints on method, of calls and of returns; 0 (none) if the VM
- * refuses (the caller then uses the global hook). A block's method
+/* Gives t TracePoints on method, of calls and of returns: 0, or -1 (none)
+ * if the VM refuses (the caller then uses the global hook). A block's method
  * (define_method) gets one of both events: Ruby fires no call event for
  * it to a second TracePoint targeted at it (spec/e2e/methods_spec.rb). */
-static int tracer_targeted(struct rbtrace_tracer *t, VALUE method, int block_method)
+static int tracer_target(struct rbtrace_tracer *t, VALUE method, int block_method)
 {
     if (block_method) {
         t->tp = tracer_targeted_tracepoint(method, RUBY_EVENT_CALL | RUBY_EVENT_RETURN, 0);
         t->tp_return = 0;
-        return t->tp != 0;
+        return t->tp ? 0 : -1;
     }
     t->tp = tracer_targeted_tracepoint(method, RUBY_EVENT_CALL, RUBY_EVENT_CALL);
     t->tp_return = t->tp ? tracer_targeted_tracepoint(method, RUBY_EVENT_RETURN, RUBY_EVENT_RETURN) : 0;
@@ -335,7 +335,7 @@ static int tracer_targeted(struct rbtrace_tracer *t, VALUE method, int block_met
         rb_tracepoint_disable(t->tp);
         t->tp = 0;
     }
-    return t->tp != 0;
+    return t->tp ? 0 : -1;
 }
 
 /* Stops t's TracePoints, if it has any. */
@@ -433,7 +433,7 @@ static int tracer_failed(VALUE text, VALUE err, VALUE *error)
 {
     if (error) *error = err;
     else rbtrace_report_selector_error(text, err);
-    return 0;
+    return -1;
 }
 
 /* Forgets the hooked tracers made from selector (--devmode re-adds it). */
@@ -456,7 +456,7 @@ static void tracer_remove(VALUE selector)
  * selector of the command is in (the selectors after this one are parsed
  * in Ruby, whose calls the hook would otherwise show as the app's).
  * A bad selector is skipped: reported, or its error stored in *error when
- * error is not NULL. Returns 1 if the selector is traced. */
+ * error is not NULL. Returns 0 if the selector is traced, else -1. */
 static int tracer_add_one(VALUE text, VALUE *error, int *hook)
 {
     struct rbtrace_selector sel;
@@ -464,33 +464,33 @@ static int tracer_add_one(VALUE text, VALUE *error, int *hook)
     VALUE err = Qnil;
     int state = 0;
 
-    if (!rbtrace_selector_parse(text, RBTRACE_SELECTOR_CHECKED, &sel, &err))
+    if (rbtrace_selector_parse(text, RBTRACE_SELECTOR_CHECKED, &sel, &err) != 0)
         return tracer_failed(text, err, error);
     rbtrace_selector_report_notes(&sel);
     if (rbtrace_selector_wrapped(&sel)) {
         /* A C method another selector's expressions already have the hook
          * watch: a wrapper too would show each call twice, and the hook's
          * event, nested in the wrapper's, without the expressions. */
-        if (tracer_of_method(sel.owner, sel.mid)) return 1;
+        if (tracer_of_method(sel.owner, sel.mid)) return 0;
         /* The global hook shows its calls already (another selector named
          * it through an alias): a wrapper would show each a second time. */
-        if (tracer_match(sel.owner, sel.mid)) return 1;
+        if (tracer_match(sel.owner, sel.mid)) return 0;
         /* Wrapping can fail (a frozen class): that selector alone. */
         rbtrace_protect(tracer_wrap_i, (VALUE)&sel, &state, &err);
-        return state ? tracer_failed(text, err, error) : 1;
+        return state ? tracer_failed(text, err, error) : 0;
     }
     tracer_remove(text);
     if (rbtrace.n_tracers >= RBTRACE_SELECTORS_MAX) {
         rbtrace_emit_message(RBTRACE_EV_ERROR, "too many selectors (at most %d): %.*s is not "
                              "traced", RBTRACE_SELECTORS_MAX, (int)RSTRING_LEN(text),
                              RSTRING_PTR(text));
-        return 0;
+        return -1;
     }
     if ((t = tracer_of_method(sel.owner, sel.mid)) != NULL) {
         tracer_merge_exprs(t, sel.exprs);
         /* The hook swaps to the kind that evaluates expressions. */
         if (!t->tp) *hook = 1;
-        return 1;
+        return 0;
     }
     t = &rbtrace.tracers[rbtrace.n_tracers++];
     t->klass = sel.owner;
@@ -500,20 +500,20 @@ static int tracer_add_one(VALUE text, VALUE *error, int *hook)
     t->tp = t->tp_return = 0;
     /* A Ruby method gets TracePoints of its own; anything else (or a Ruby
      * method whose TracePoint the VM refused), the global hook. */
-    if (NIL_P(sel.ruby_method) || !tracer_targeted(t, sel.ruby_method, sel.block_method)) {
+    if (NIL_P(sel.ruby_method) || tracer_target(t, sel.ruby_method, sel.block_method) != 0) {
         *hook = 1;
         /* The hook sees the calls of a wrapped method too. */
         rbtrace_wrapper_shadow(sel.owner, sel.mid);
     }
-    return 1;
+    return 0;
 }
 
 int rbtrace_tracer_add_one(VALUE sel, VALUE *error)
 {
-    int hook = 0, traced = tracer_add_one(sel, error, &hook);
+    int hook = 0, rc = tracer_add_one(sel, error, &hook);
 
     if (hook) tracer_install();
-    return traced;
+    return rc;
 }
 
 /* Adds one tracer per selector; a bad selector is reported and skipped
@@ -533,10 +533,10 @@ void rbtrace_tracer_add(VALUE selectors)
         i = k % n;
         if (rbtrace_selector_has_exprs(RARRAY_AREF(selectors, i)) != (k < n)) continue;
         sel = rb_str_new_frozen(RARRAY_AREF(selectors, i));
-        if (rbtrace_devmode_watch(sel)) {
-            if (tracer_add_one(sel, &err, &hook)) rbtrace_devmode_traced(sel);
+        if (rbtrace_devmode_watch(sel) == 0) {
+            if (tracer_add_one(sel, &err, &hook) == 0) rbtrace_devmode_traced(sel);
             else rbtrace_devmode_failed(sel, err);
-        } else if (!tracer_add_one(sel, &err, &hook)) {
+        } else if (tracer_add_one(sel, &err, &hook) != 0) {
             rbtrace_selector_errors_add(errors, sel, err);
         }
     }
@@ -555,7 +555,7 @@ void rbtrace_tracer_firehose(void)
 void rbtrace_tracer_slow(uint64_t threshold_ns, int cpu, VALUE selectors)
 {
     rbtrace.slow = 0;
-    if (!rbtrace_slow_start(threshold_ns, cpu, selectors)) return;
+    if (rbtrace_slow_start(threshold_ns, cpu, selectors) != 0) return;
     rbtrace.slow = 1;
     tracer_install();
 }
