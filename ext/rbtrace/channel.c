@@ -67,12 +67,6 @@ static void channel_sigurg(int sig, siginfo_t *info, void *ctx)
     errno = saved;
 }
 
-/* Wakes the helper thread from any thread (used by the writer too). */
-void rbtrace_channel_wake(void)
-{
-    sem_post(&rbtrace.wake);
-}
-
 /* ---- the queue ---- */
 
 static int channel_queue_trusted(int qid)
@@ -151,15 +145,6 @@ static void channel_report_errno(const char *what)
 }
 
 /* ---- the attached client's socket ---- */
-
-/* Forgets a half-read command: a new session starts afresh. */
-void rbtrace_channel_reset_socket(void)
-{
-    rbtrace.command_len = 0;
-    rbtrace.frame_header_len = 0;
-    rbtrace.frame_len = 0;
-    rbtrace.sock_readable = 0;
-}
 
 /* Makes room for len more bytes of the command. Returns 0, or -1. */
 static int channel_command_grow(size_t len)

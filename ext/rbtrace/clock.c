@@ -39,9 +39,19 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 struct rbtrace_clock rbtrace_clock;
+
+/* clock_gettime(CLOCK_MONOTONIC), any thread. */
+uint64_t rbtrace_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 #ifdef RBTRACE_HAVE_TSC
 #include <cpuid.h>

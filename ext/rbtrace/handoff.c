@@ -64,6 +64,49 @@ void rbtrace_handoff_done(void)
     rbtrace_handoff_ask_stop();
 }
 
+struct rbtrace_nogvl_call {
+    void *(*func)(void *);
+    void *arg;
+    rb_unblock_function_t *ubf;
+    void *ubf_arg;
+};
+
+/* func, then a word that this thread now waits for the GVL (handoff.c). */
+static void *rbtrace_nogvl_body(void *p)
+{
+    struct rbtrace_nogvl_call *c = p;
+
+    c->func(c->arg);
+    rbtrace_handoff_request();
+    return NULL;
+}
+
+static VALUE rbtrace_nogvl_i(VALUE p)
+{
+    struct rbtrace_nogvl_call *c = (struct rbtrace_nogvl_call *)p;
+
+    rb_thread_call_without_gvl(rbtrace_nogvl_body, c, c->ubf, c->ubf_arg);
+    rbtrace_handoff_done();
+    return Qnil;
+}
+
+/*
+ * Runs func without the GVL. An interrupt for this thread (Thread#kill at
+ * exit, Thread#raise) may be raised before or after func; it is caught and
+ * its state returned, so that the caller finishes what it was doing (a
+ * detach, an event) and then re-raises it with rb_jump_tag. func may not
+ * have run at all: callers check.
+ */
+int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg)
+{
+    struct rbtrace_nogvl_call c = { func, arg, ubf, ubf_arg };
+    int state = 0;
+
+    rb_protect(rbtrace_nogvl_i, (VALUE)&c, &state);
+    rbtrace_handoff_done();   /* also when an interrupt was raised */
+    return state;
+}
+
 void rbtrace_handoff_report_unavailable(const char *what, int err)
 {
     static int reported;

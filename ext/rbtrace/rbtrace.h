@@ -257,6 +257,7 @@ static inline int rbtrace_clock_ns_quick(uint64_t *now)
 }
 VALUE rbtrace_protect(VALUE (*func)(VALUE), VALUE arg, int *state, VALUE *error);
 int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg);
+void rbtrace_mn_threads_init(void);
 
 /* channel.c: signal, queue, the socket's commands */
 void rbtrace_channel_init(void);

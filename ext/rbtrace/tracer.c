@@ -92,18 +92,6 @@ static VALUE tracer_exprs_i(VALUE p)
  * computed first, then the event is encoded, all with the GVL held).
  */
 
-/* Whether the current thread is evaluating trace expressions. Out of
- * line: only reached while some thread evaluates (rbtrace_expr_call_p). */
-__attribute__((noinline)) int rbtrace_tracer_evaluating(void)
-{
-    uint64_t self = rbtrace_thread_id();
-    const struct rbtrace_evaluator *e;
-
-    for (e = rbtrace.evaluators; e; e = e->next)
-        if (e->thread == self) return 1;
-    return 0;
-}
-
 /* Evaluations end in any order (threads take turns): unlinked by address. */
 static void tracer_evaluator_unlink(const struct rbtrace_evaluator *me)
 {
