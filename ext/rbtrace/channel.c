@@ -35,7 +35,12 @@
  * nothing to others. If another user's queue already sits under our key,
  * we never read it: a private queue serves instead (channel_queue_private).
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "channel.h"
+#include "emit.h"
+#include "handoff.h"
+#include "protocol.h"
+#include "session.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

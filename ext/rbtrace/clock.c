@@ -35,7 +35,8 @@
  * Only threads holding the GVL stamp events (the hooks, the wrappers, GC
  * and raise events), so the state needs no lock.
  */
-#include "rbtrace.h"
+#include "clock.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock_tsc.h"
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>

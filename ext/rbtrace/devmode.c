@@ -13,7 +13,10 @@
  *
  * Classes built without a class body (Class.new, const_set) are not seen.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "devmode.h"
+#include "emit.h"
+#include "tracer.h"
 
 #define DEVMODE_HOOK ((rb_event_hook_func_t)(void (*)(void))devmode_hook_i)
 

@@ -2,7 +2,7 @@
  * emit.c - turns what the hooks and commands saw into protocol events in
  * the ring buffer that the writer thread drains.
  *
- * The hot path (rbtrace_emit_call, inline from emit_call.h) runs inside
+ * The hot path (rbtrace_emit_call, inline from emit.h) runs inside
  * the app's traced calls: it encodes a CALL or RETURN by hand, in place in
  * the ring. No malloc, no Ruby allocation, no syscall, no lock but the GVL
  * the caller holds. Rarer events of the hot path (names, expressions) are
@@ -18,8 +18,16 @@
  * event is dropped and counted; the count goes out as a LOST event before
  * the next event that fits.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
-#include "emit_call.h"
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock.h"
+#include "codec.h"
+#include "emit.h"
+#include "gcwatch.h"
+#include "gvlwatch.h"
+#include "handoff.h"
+#include "ractors.h"
+#include "ring.h"
+#include "writer.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -249,7 +257,7 @@ static VALUE emit_key_of(VALUE klass, VALUE *kept)
     return klass;
 }
 
-/* rbtrace_emit_method_id (emit_call.h) when the pair is not a recent
+/* rbtrace_emit_method_id (emit.h) when the pair is not a recent
  * one: the table, or a new name. Out of line, so that the hot path keeps
  * no name buffer (and no stack protector) of its own. */
 __attribute__((noinline)) uint32_t rbtrace_emit_method_id_lookup(VALUE klass, ID mid)
@@ -306,7 +314,7 @@ __attribute__((noinline)) void rbtrace_emit_call_at_now(char *out, enum rbtrace_
     rbtrace_emit_call_at(out, type, id, rbtrace_clock_ns() - rbtrace.clock_origin_ns);
 }
 
-/* A CALL or RETURN that cannot be encoded in place (emit_call.h). A full
+/* A CALL or RETURN that cannot be encoded in place (emit.h). A full
  * ring (a client that stopped reading) costs no encoding. */
 __attribute__((noinline)) void rbtrace_emit_call_pushed(enum rbtrace_event_type type,
                                                         uint64_t time, uint32_t id)

@@ -25,8 +25,7 @@
  * An app that is not busy never sees any of it: the GVL is free, and ours
  * has it before the delay is over.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
-#include "handoff.h"
+#include "handoff.h"  /* first: ruby.h sets _GNU_SOURCE */
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>

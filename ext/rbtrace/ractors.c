@@ -38,7 +38,7 @@
  * the app's own global TracePoints too, as any attach or detach of rbtrace
  * always did.
  */
-#include "rbtrace.h"
+#include "ractors.h"  /* first: ruby.h sets _GNU_SOURCE */
 
 #ifdef RBTRACE_HAVE_RACTORS
 rb_ractor_local_key_t rbtrace_main_ractor_key;

@@ -10,7 +10,22 @@
  *
  * Each file's one job: docs/DESIGN.md, "Files".
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "channel.h"
+#include "clock.h"
+#include "devmode.h"
+#include "emit.h"
+#include "gcwatch.h"
+#include "gvlwatch.h"
+#include "handoff.h"
+#include "inplace.h"
+#include "protocol.h"
+#include "ractors.h"
+#include "raisewatch.h"
+#include "session.h"
+#include "slow.h"
+#include "tracer.h"
+#include "wrapper.h"
 
 /* The objects the C state refers to (tracers' classes and expressions,
  * wrappers' modules, the classes the session has named) are marked, and

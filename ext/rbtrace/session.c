@@ -8,7 +8,15 @@
  * Every Ruby call is made under rbtrace_protect: an exception must never
  * escape into the helper thread's loop or an app thread.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock.h"
+#include "codec.h"
+#include "devmode.h"
+#include "emit.h"
+#include "gvlwatch.h"
+#include "session.h"
+#include "tracer.h"
+#include "writer.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

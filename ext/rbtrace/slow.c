@@ -26,7 +26,11 @@
  * Time: CLOCK_MONOTONIC (the event's start), and with --slowcpu the
  * thread's CPU time (CLOCK_THREAD_CPUTIME_ID) for the duration.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock.h"
+#include "emit.h"
+#include "slow.h"
+#include "tracer.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>

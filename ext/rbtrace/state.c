@@ -10,7 +10,7 @@
  * below it need them too: they are here, on the state they touch, so that
  * no layer calls up into the channel.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
 #include <stdio.h>
 #include <stdlib.h>
 

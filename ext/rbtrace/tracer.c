@@ -27,10 +27,19 @@
  * nothing of it reaches the hook. Two selectors of one method make one
  * tracer, with the expressions of both.
  */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock.h"
+#include "devmode.h"
+#include "emit.h"
+#include "gcwatch.h"
+#include "gvlwatch.h"
+#include "ractors.h"
+#include "raisewatch.h"
+#include "slow.h"
+#include "tracer.h"
+#include "wrapper.h"
 #include <string.h>
 #include <unistd.h>
-#include "rbtrace.h"
-#include "emit_call.h"
 
 /* RAW_ARG hooks take (data, trace_arg); the API types them as the old
  * five-argument hook, so the cast goes through a generic function type. */

@@ -29,8 +29,11 @@
  * a core class's operator (wrapping `Integer#+` would turn off the VM's
  * fast path for good), nor methods that look at their caller's frame.
  */
-#include "rbtrace.h"
-#include "emit_call.h"
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock.h"
+#include "emit.h"
+#include "ractors.h"
+#include "wrapper.h"
 
 struct wrapper_entry {
     VALUE module;       /* the prepended module holding the wrapper */

@@ -1,6 +1,8 @@
 /*
- * rbtrace.h - the extension's private header: its one global state struct
- * and the functions each file offers the others, grouped by file.
+ * state.h - the bottom of the extension (docs/DESIGN.md, "Layers"): its
+ * one global state struct, the method selectors and evaluators it holds,
+ * which thread runs, and the operations on the state every layer needs
+ * (state.c).
  *
  * Threads and locks: all Ruby-facing state is touched only with the GVL
  * held. The writer pthread (writer.c) shares only the ring buffer (ring.h,
@@ -11,8 +13,8 @@
  * closed once it is joined). A Ruby thread that waits for room in the ring without the
  * GVL (emit.c, emit_wait_nogvl) reads only the consumer's tail.
  */
-#ifndef RBTRACE_H
-#define RBTRACE_H
+#ifndef RBTRACE_STATE_H
+#define RBTRACE_STATE_H
 
 #include <ruby.h>
 #include <ruby/debug.h>
@@ -23,35 +25,8 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "clock_tsc.h"
 #include "codec.h"
 #include "ring.h"
-
-/* A hot function without the stack protector (extconf.rb's check). */
-#ifdef RBTRACE_HAVE_NO_STACK_PROTECTOR
-#define RBTRACE_NO_STACK_PROTECTOR __attribute__((no_stack_protector))
-#else
-#define RBTRACE_NO_STACK_PROTECTOR
-#endif
-
-/* The TSC, where the compiler can read it (clock.c decides if it may). */
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <x86intrin.h>
-#define RBTRACE_HAVE_TSC 1
-#endif
-
-/* Bytes of the event ring between the app's threads and the writer. 2 MiB
- * rather than 1: the lines the app writes were read by the writer a lap
- * before, and the longer the lap, the less often the writer's core still
- * holds them (a firehose call 3-4 ns cheaper, bench/RESULTS.md 2026-11-26
- * 15:40); 4 MiB gained little more. */
-#define RBTRACE_RING_SIZE (1u << 21)
-
-/* Slots of the (class, method) -> method id table, powers of two: it
- * starts with the first and doubles up to the second (768 KiB), then starts
- * afresh (a FORGET event tells the client). */
-#define RBTRACE_METHOD_SLOTS 8192
-#define RBTRACE_METHOD_SLOTS_MAX 32768
 
 /* A command a postponed job left for the helper thread (session.c). */
 struct rbtrace_deferred {
@@ -191,10 +166,7 @@ static inline int rbtrace_firehose_only(void)
 }
 extern VALUE rbtrace_mRBTrace;
 
-/* rbtrace.c */
-uint64_t rbtrace_now_ns(void);   /* clock_gettime(CLOCK_MONOTONIC), any thread */
-
-/* rbtrace.c: whether Ruby threads share native threads (M:N scheduling,
+/* state.c: whether Ruby threads share native threads (M:N scheduling,
  * RUBY_MN_THREADS=1 on 3.3+), and then the Ruby thread that holds the
  * GVL now (its rb_thread_t), which a VM thread hook keeps. */
 extern int rbtrace_mn_threads;
@@ -224,172 +196,26 @@ static inline uint64_t rbtrace_thread_id(void)
 #endif
 }
 
-/* clock.c: the events' time stamps (GVL held), in CLOCK_MONOTONIC ns */
-extern struct rbtrace_clock rbtrace_clock;
-uint64_t rbtrace_clock_renew(void);
-void rbtrace_clock_init(void);
-void Init_rbtrace_clock(VALUE mod);
-
-static inline uint64_t rbtrace_clock_ns(void)
-{
-#ifdef RBTRACE_HAVE_TSC
-    uint64_t tsc = __rdtsc();
-
-    if (rbtrace_clock_fresh(&rbtrace_clock, tsc)) return rbtrace_clock_ns_at(&rbtrace_clock, tsc);
-#endif
-    return rbtrace_clock_renew();
-}
-
-/* rbtrace_clock_ns without a call: 0 (nothing in *now) where it needs one
- * (the anchor is due, or there is no TSC). */
-static inline int rbtrace_clock_ns_quick(uint64_t *now)
-{
-#ifdef RBTRACE_HAVE_TSC
-    uint64_t tsc = __rdtsc();
-
-    if (rbtrace_clock_fresh(&rbtrace_clock, tsc)) {
-        *now = rbtrace_clock_ns_at(&rbtrace_clock, tsc);
-        return 1;
-    }
-#endif
-    (void)now;
-    return 0;
-}
 VALUE rbtrace_protect(VALUE (*func)(VALUE), VALUE arg, int *state, VALUE *error);
-int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg);
 void rbtrace_mn_threads_init(void);
 
-/* channel.c: signal, queue, the socket's commands */
-void rbtrace_channel_init(void);
-void rbtrace_channel_reset_socket(void);
-void rbtrace_channel_after_fork(void);
-void rbtrace_channel_wake(void);
-int rbtrace_channel_handler_installed(void);   /* SIGURG still ours */
-VALUE rbtrace_channel_handler_before(void);    /* what trap('URG') returned before rbtrace */
-void Init_rbtrace_channel(VALUE mod);
+/* The channel's (channel.c), on the state, for the layers below it too. */
+void rbtrace_channel_wake(void);            /* wakes the helper thread, from any thread */
+void rbtrace_channel_reset_socket(void);    /* forgets a half-read command */
 
-/* inplace.c: Kernel#trap, Signal.trap, Process.daemon replaced in place */
-void rbtrace_inplace_install(void);
-
-/* handoff.c: the GVL for our threads while an app thread is busy */
-void rbtrace_handoff_request(void);
-void rbtrace_handoff_done(void);
-void rbtrace_handoff_install(void);
-void rbtrace_handoff_after_fork(void);
-void Init_rbtrace_handoff(VALUE mod);
-
-/* session.c: carrying out commands */
-/* from_socket: the attached client's socket (else the queue: ATTACH only). */
-void rbtrace_session_execute(const char *buf, size_t len, int from_socket);
-void rbtrace_session_run_deferred(void);
-void rbtrace_session_drop_deferred(void);
-void rbtrace_session_detach(int tell_client);
-void rbtrace_session_after_fork(void);
-void rbtrace_session_check_peer(void);
-void Init_rbtrace_session(VALUE mod);
-
-/* writer.c: ring -> socket */
-int rbtrace_writer_start(void);
-int rbtrace_writer_stop(void);
-void rbtrace_writer_nudge(void);
-void rbtrace_writer_after_fork(void);
-
-/* emit.c: encoding events into the ring */
-int rbtrace_emit_open(void);
-void rbtrace_emit_close(void);
-void rbtrace_emit_mark(void);
-/* rbtrace_emit_call: emit_call.h, inline */
-void rbtrace_emit_call_args(VALUE klass, ID mid, uint64_t now, VALUE exprs, VALUE values);
-int rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-void rbtrace_emit_eval_result(uint32_t eval_id, enum rbtrace_eval_status status, VALUE text);
-void rbtrace_emit_slow(VALUE klass, ID mid, uint64_t start_ns, uint64_t duration_ns,
-                       uint32_t depth);
-void rbtrace_emit_gc(uint64_t thread, uint64_t start_ns, uint64_t mark_ns, uint64_t sweep_ns,
-                     const char *major_by, const char *gc_by);
-void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location, uint64_t reraise);
-/* No Ruby call, no allocation: gvlwatch.c's thread hook, GVL just taken. */
-void rbtrace_emit_gvl(uint64_t thread, uint64_t start_ns, uint64_t wait_ns);
-void rbtrace_emit_attached(void);
-int rbtrace_emit_detached(void);
-void rbtrace_emit_end_calls(void);
-
-/* tracer.c: selectors and hooks */
-void rbtrace_tracer_add(VALUE selectors);
-int rbtrace_tracer_add_one(VALUE selector, VALUE *error);
-void rbtrace_tracer_firehose(void);
-void rbtrace_tracer_slow(uint64_t threshold_ns, int cpu, VALUE selectors);
-void rbtrace_tracer_gc(void);
-void rbtrace_tracer_raise(void);
-void rbtrace_report_selector_error(VALUE selector, VALUE error);
-VALUE rbtrace_selector_error(ID name);
-void rbtrace_tracer_clear(void);
+/* Whether the current thread is evaluating trace expressions. */
 int rbtrace_tracer_evaluating(void);
-void rbtrace_tracer_after_fork(void);
-void rbtrace_tracer_mark(void);
-void Init_rbtrace_tracer(VALUE mod);
 
-/* slow.c: --slow, --slowcpu (fed by tracer.c's hook) */
-int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors);
-void rbtrace_slow_event(rb_event_flag_t ev, VALUE klass, ID mid);
-void rbtrace_slow_stop(void);
-void rbtrace_slow_mark(void);
-void Init_rbtrace_slow(VALUE mod);
+/* Whether the current call is rbtrace's own: made by the thread carrying
+ * out a command (channel.c). One load and one compare. */
+#define RBTRACE_OWN_CALL() (rbtrace_thread_id() == rbtrace.servicing_thread)
 
-/* gcwatch.c: --gc */
-void rbtrace_gc_start(void);
-void rbtrace_gc_stop(void);
-uint64_t rbtrace_gc_take_other(void);
-void Init_rbtrace_gcwatch(VALUE mod);
-
-/* raisewatch.c: --raise */
-void rbtrace_raise_start(void);
-void rbtrace_raise_stop(void);
-void Init_rbtrace_raisewatch(VALUE mod);
-
-/* gvlwatch.c: --gvl, each thread's waits for the GVL */
-int rbtrace_gvl_supported(void);   /* this build has the thread event hooks */
-void rbtrace_gvl_start(void);
-void rbtrace_gvl_stop(void);
-void Init_rbtrace_gvlwatch(VALUE mod);
-
-/* devmode.c: --devmode, selectors that follow reloaded classes */
-void rbtrace_devmode_start(void);
-int rbtrace_devmode_watch(VALUE selector);
-void rbtrace_devmode_traced(VALUE selector);
-void rbtrace_devmode_failed(VALUE selector, VALUE error);
-void rbtrace_devmode_stop(void);
-void rbtrace_devmode_mark(void);
-void Init_rbtrace_devmode(VALUE mod);
-
-/* ractors.c: the main Ractor alone is traced */
-#ifdef RBTRACE_HAVE_RACTORS
-#include <ruby/ractor.h>
-extern rb_ractor_local_key_t rbtrace_main_ractor_key;
-
-/* Whether the running thread is the main Ractor's: a call into Ruby, which
- * answers for the main Ractor with two loads. */
-static inline int rbtrace_main_ractor_p(void)
+/* Whether the current call is one that trace expressions make, on the
+ * thread evaluating them (tracer.c): rbtrace's work, not the app's. While
+ * no thread evaluates, one test of a byte. */
+static inline int rbtrace_expr_call_p(void)
 {
-    return rb_ractor_local_storage_ptr(rbtrace_main_ractor_key) != NULL;
+    return rbtrace.in_expr && rbtrace_tracer_evaluating();
 }
-#else
-static inline int rbtrace_main_ractor_p(void)
-{
-    return 1;
-}
-#endif
-void rbtrace_ractors_count_other(void);
-uint64_t rbtrace_ractors_take_other(void);
-void rbtrace_ractors_restore_hooks(void);
-void Init_rbtrace_ractors(VALUE mod);
-
-/* wrapper.c: tracing one method by wrapping it */
-void rbtrace_wrapper_add(VALUE owner, VALUE name, VALUE mid, VALUE visibility, VALUE arity);
-int rbtrace_wrapper_module_p(VALUE klass);
-void rbtrace_wrapper_shadow(VALUE klass, ID mid);
-void rbtrace_wrapper_clear(void);
-void rbtrace_wrapper_mark(void);
-void Init_rbtrace_wrapper(VALUE mod);
 
 #endif
