@@ -24,8 +24,8 @@
  * the handler also triggers a preregistered job, which drains the queue at
  * the next safe point of a busy app without waiting for a GVL hand-off. It
  * runs on an app thread, so it carries out only a first ATTACH (plain C)
- * and leaves every other command to the helper thread (session.c,
- * session_defer). Before 3.3 the handler registers no job at all: rb_postponed_job_
+ * and leaves every other command to the helper thread (command.c,
+ * command_defer). Before 3.3 the handler registers no job at all: rb_postponed_job_
  * register_one called from a signal handler can race with a flush running
  * on another thread (https://bugs.ruby-lang.org/issues/19991) and corrupt
  * the job list, so there the helper thread alone serves commands.
@@ -40,7 +40,7 @@
 #include "emit.h"
 #include "handoff.h"
 #include "protocol.h"
-#include "session.h"
+#include "command.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,7 +185,7 @@ static void channel_bad_frame(uint32_t len)
     rbtrace_emit_message(RBTRACE_EV_ERROR, "a command of %u bytes on the socket (at most %d): "
                          "the client's stream is broken; detaching", (unsigned)len,
                          RBTRACE_COMMAND_MAX);
-    rbtrace_session_detach(1);
+    rbtrace_command_detach(1);
 }
 
 /*
@@ -217,7 +217,7 @@ static int channel_read_frame(void)
         if (channel_command_grow(len) != 0) {
             rbtrace_emit_message(RBTRACE_EV_ERROR, "out of memory for a command of %u bytes; "
                                  "detaching", (unsigned)len);
-            rbtrace_session_detach(1);
+            rbtrace_command_detach(1);
             return -1;
         }
     }
@@ -248,10 +248,10 @@ static void channel_read_socket(void)
             return;
         }
         if (r < 0) {
-            if (rbtrace.attached) rbtrace_session_detach(0);   /* hung up */
+            if (rbtrace.attached) rbtrace_command_detach(0);   /* hung up */
             return;
         }
-        rbtrace_session_execute(rbtrace.command, rbtrace.command_len, 1);
+        rbtrace_command_execute(rbtrace.command, rbtrace.command_len, 1);
     }
 }
 
@@ -277,15 +277,15 @@ static void channel_drain(void)
         }
         /* A part of a longer command (protocol 3's chunks) is not one. */
         if (n < 2 || msg.mtext[0] != RBTRACE_CHUNK_FIRST) continue;
-        rbtrace_session_execute((const char *)msg.mtext + 1, (size_t)n - 1, 0);
+        rbtrace_command_execute((const char *)msg.mtext + 1, (size_t)n - 1, 0);
     }
 }
 
 static VALUE channel_service_body(VALUE unused)
 {
     if (!rbtrace.in_job) {
-        rbtrace_session_check_peer();
-        rbtrace_session_run_deferred();
+        rbtrace_command_check_peer();
+        rbtrace_command_run_deferred();
         channel_read_socket();
     }
     if (rbtrace.pending) {

@@ -1,6 +1,6 @@
 /*
  * emit.h - encoding events into the ring (emit.c), and the hot path: a
- * CALL or RETURN encoded straight into the ring, inline in the event hook (tracer.c) and the wrappers (wrapper.c),
+ * CALL or RETURN encoded straight into the ring, inline in the event hook (trace.c) and the wrappers (wrapper.c),
  * so that an event costs no call of ours and no second stack frame.
  * Everything rarer is out of line in emit.c: a method not among the recent
  * ones, an event that cannot be encoded in place.

@@ -78,7 +78,7 @@ if have_func('rb_internal_thread_add_event_hook', 'ruby/thread.h') &&
   $defs << '-DRBTRACE_GVL_TABLE' if ENV['RBTRACE_GVL_TABLE'] == '1'
 end
 
-# The hook's frame lookup for Ruby methods (tracer.c) without the stack
+# The hook's frame lookup for Ruby methods (trace.c) without the stack
 # protector's canary, which Debian's CFLAGS put in every function that takes
 # a local's address: ~5 instructions an event there, guarding no buffer.
 if checking_for('__attribute__((no_stack_protector))') do

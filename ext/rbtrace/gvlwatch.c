@@ -39,7 +39,7 @@
  * known limit (docs/limits.md).
  *
  * The hook is removed at detach, when the client goes away, and in a
- * forked child (rbtrace_tracer_clear): Ruby then calls nothing of ours.
+ * forked child (rbtrace_trace_clear): Ruby then calls nothing of ours.
  */
 #include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
 #include "emit.h"

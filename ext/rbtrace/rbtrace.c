@@ -22,17 +22,17 @@
 #include "protocol.h"
 #include "ractors.h"
 #include "raisewatch.h"
-#include "session.h"
+#include "command.h"
 #include "slow.h"
-#include "tracer.h"
+#include "trace.h"
 #include "wrapper.h"
 
-/* The objects the C state refers to (tracers' classes and expressions,
+/* The objects the C state refers to (selections' classes and expressions,
  * wrappers' modules, the classes the session has named) are marked, and
  * pinned, through this one object. */
 static void rbtrace_roots_mark(void *unused)
 {
-    rbtrace_tracer_mark();
+    rbtrace_trace_mark();
     rbtrace_wrapper_mark();
     rbtrace_emit_mark();
 }
@@ -53,8 +53,8 @@ static VALUE rbtrace_roots;
  */
 static VALUE rbtrace_after_fork_child_m(VALUE self)
 {
-    rbtrace_session_after_fork();
-    rbtrace_tracer_after_fork();
+    rbtrace_command_after_fork();
+    rbtrace_trace_after_fork();
     rbtrace_channel_after_fork();
     rbtrace_handoff_after_fork();
     return Qnil;
@@ -96,8 +96,8 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     Init_rbtrace_channel(rbtrace_mRBTrace);
     Init_rbtrace_handoff(rbtrace_mRBTrace);
     Init_rbtrace_clock(rbtrace_mRBTrace);
-    Init_rbtrace_session(rbtrace_mRBTrace);
-    Init_rbtrace_tracer(rbtrace_mRBTrace);
+    Init_rbtrace_command(rbtrace_mRBTrace);
+    Init_rbtrace_trace(rbtrace_mRBTrace);
     Init_rbtrace_wrapper(rbtrace_mRBTrace);
     Init_rbtrace_slow(rbtrace_mRBTrace);
     Init_rbtrace_gcwatch(rbtrace_mRBTrace);

@@ -1,5 +1,5 @@
 /*
- * slow.h - --slow, --slowcpu, fed by tracer.c's hook (slow.c).
+ * slow.h - --slow, --slowcpu, fed by trace.c's hook (slow.c).
  */
 #ifndef RBTRACE_SLOW_H
 #define RBTRACE_SLOW_H

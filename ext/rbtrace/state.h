@@ -28,15 +28,16 @@
 #include "codec.h"
 #include "ring.h"
 
-/* A command a postponed job left for the helper thread (session.c). */
+/* A command a postponed job left for the helper thread (command.c). */
 struct rbtrace_deferred {
     struct rbtrace_deferred *next;
     size_t len;
     char data[];        /* the command's msgpack bytes */
 };
 
-/* One method selector the user asked for (-m). */
-struct rbtrace_tracer {
+/* A selection: one method selector the user asked for (-m, -c), as it is
+ * traced (trace.c). */
+struct rbtrace_selection {
     VALUE klass;        /* owner to match, or 0 for any */
     ID mid;             /* method name to match, or 0 for any */
     VALUE exprs;        /* Array of expression Strings, or Qnil */
@@ -60,7 +61,7 @@ static inline int rbtrace_selects(VALUE want_klass, ID want_mid, VALUE klass, ID
     return (want_mid == 0 || want_mid == mid) && (want_klass == 0 || want_klass == klass);
 }
 
-/* A thread evaluating trace expressions (tracer.c): a node on the stack of
+/* A thread evaluating trace expressions (trace.c): a node on the stack of
  * its evaluation, linked into rbtrace.evaluators while it lasts. Several
  * threads may evaluate at once: the VM switches threads inside Ruby code. */
 struct rbtrace_evaluator {
@@ -105,10 +106,10 @@ struct rbtrace_state {
      */
     union {
         struct {
-            uint8_t attached;        /* session.c: a client is attached */
-            uint8_t firehose;        /* tracer.c: --firehose */
-            uint8_t slow;            /* tracer.c: --slow: the hook feeds slow.c */
-            uint8_t in_expr;         /* tracer.c: a thread evaluates trace expressions
+            uint8_t attached;        /* command.c: a client is attached */
+            uint8_t firehose;        /* trace.c: --firehose */
+            uint8_t slow;            /* trace.c: --slow: the hook feeds slow.c */
+            uint8_t in_expr;         /* trace.c: a thread evaluates trace expressions
                                         (rbtrace.evaluators is not empty) */
             uint8_t big_event;       /* emit.c: a large event is being pushed */
             uint8_t sealed;          /* emit.c: DETACHED is in the ring: nothing may follow */
@@ -117,7 +118,7 @@ struct rbtrace_state {
         uint64_t event_flags;   /* the bytes above, all at once */
     };
 
-    /* session (session.c) */
+    /* session (command.c) */
     pid_t client_pid;
     int sock;                        /* the client's socket, or -1 */
     uint64_t clock_origin_ns;
@@ -139,12 +140,12 @@ struct rbtrace_state {
     uint32_t forget_from;            /* a FORGET of ids below this is due (0: none) */
     struct rbtrace_call_chain chain; /* the last call event in the ring */
 
-    /* tracing (tracer.c) */
+    /* tracing (trace.c) */
     int hook_installed;
     int hook_raw;                    /* ... the RAW_ARG kind (trace expressions) */
     struct rbtrace_evaluator *evaluators;   /* threads evaluating expressions, or NULL */
-    struct rbtrace_tracer tracers[RBTRACE_SELECTORS_MAX];
-    uint32_t n_tracers;
+    struct rbtrace_selection selections[RBTRACE_SELECTORS_MAX];
+    uint32_t n_selections;
 };
 
 extern struct rbtrace_state rbtrace;
@@ -204,18 +205,18 @@ void rbtrace_channel_wake(void);            /* wakes the helper thread, from any
 void rbtrace_channel_reset_socket(void);    /* forgets a half-read command */
 
 /* Whether the current thread is evaluating trace expressions. */
-int rbtrace_tracer_evaluating(void);
+int rbtrace_trace_evaluating(void);
 
 /* Whether the current call is rbtrace's own: made by the thread carrying
  * out a command (channel.c). One load and one compare. */
 #define RBTRACE_OWN_CALL() (rbtrace_thread_id() == rbtrace.servicing_thread)
 
 /* Whether the current call is one that trace expressions make, on the
- * thread evaluating them (tracer.c): rbtrace's work, not the app's. While
+ * thread evaluating them (trace.c): rbtrace's work, not the app's. While
  * no thread evaluates, one test of a byte. */
 static inline int rbtrace_expr_call_p(void)
 {
-    return rbtrace.in_expr && rbtrace_tracer_evaluating();
+    return rbtrace.in_expr && rbtrace_trace_evaluating();
 }
 
 #endif

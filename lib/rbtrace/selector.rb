@@ -101,7 +101,7 @@ module RBTrace
 
     # Whether a Ruby method is a block's (define_method with a block): Ruby
     # (3.1 to 3.3 at least) fires no call event for one to a second TracePoint
-    # targeted at it, so ext/rbtrace/tracer.c gives it one TracePoint of both
+    # targeted at it, so ext/rbtrace/trace.c gives it one TracePoint of both
     # events instead of one for calls and one for returns.
     def block_method?(method)
       return false unless method
@@ -249,12 +249,12 @@ module RBTrace
     Selector.parse(text)
   end
 
-  # -m and -c (ext/rbtrace/tracer.c): parsed, and its expressions checked.
+  # -m and -c (ext/rbtrace/trace.c): parsed, and its expressions checked.
   def self.parse_traced_selector(text)
     Selector.parse(text, check: true)
   end
 
-  # ext/rbtrace/tracer.c: a TracePoint on one Ruby method's bytecode only.
+  # ext/rbtrace/trace.c: a TracePoint on one Ruby method's bytecode only.
   def self.enable_targeted(tracepoint, method)
     tracepoint.enable(target: method)
   end
