@@ -172,12 +172,10 @@ RSpec.describe 'the layers in docs/DESIGN.md' do
   # variables, macros, struct, enum and union tags (inline bodies, indented,
   # are uses, not declarations).
   declared_in = lambda do |header|
+    forms = [/\A#\s*define\s+(\w+)/, /\A(?:typedef\s+)?(?:struct|enum|union)\s+(\w+)\s*\{/,
+             /\A[A-Za-z_][^;{(]*?\b(\w+)\s*[(\[;]/]
     code_of.call(header).lines.filter_map do |line|
-      case line
-      when /\A#\s*define\s+(\w+)/ then Regexp.last_match(1)
-      when /\A(?:typedef\s+)?(?:struct|enum|union)\s+(\w+)\s*\{/ then Regexp.last_match(1)
-      when /\A[A-Za-z_][^;{(]*?\b(\w+)\s*[(\[;]/ then Regexp.last_match(1)
-      end
+      forms.lazy.filter_map { |form| line[form, 1] }.first
     end.uniq - ["RBTRACE_#{name_of.call(header).upcase}_H"]
   end
 
