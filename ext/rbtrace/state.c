@@ -89,7 +89,7 @@ void rbtrace_channel_reset_socket(void)
 
 /* Whether the current thread is evaluating trace expressions. Out of
  * line: only reached while some thread evaluates (rbtrace_expr_call_p). */
-__attribute__((noinline)) int rbtrace_trace_evaluating(void)
+__attribute__((noinline)) int rbtrace_evaluating(void)
 {
     uint64_t self = rbtrace_thread_id();
     const struct rbtrace_evaluator *e;

@@ -200,12 +200,14 @@ static inline uint64_t rbtrace_thread_id(void)
 VALUE rbtrace_protect(VALUE (*func)(VALUE), VALUE arg, int *state, VALUE *error);
 void rbtrace_mn_threads_init(void);
 
-/* The channel's (channel.c), on the state, for the layers below it too. */
+/* The channel's (channel.c), but the writer, emit and the commands below it
+ * call them too: here, on the state they touch (docs/DESIGN.md, "Layers"). */
 void rbtrace_channel_wake(void);            /* wakes the helper thread, from any thread */
 void rbtrace_channel_reset_socket(void);    /* forgets a half-read command */
 
-/* Whether the current thread is evaluating trace expressions. */
-int rbtrace_trace_evaluating(void);
+/* Whether the current thread is evaluating trace expressions (the list
+ * trace.c keeps in rbtrace.evaluators). Out of line. */
+int rbtrace_evaluating(void);
 
 /* Whether the current call is rbtrace's own: made by the thread carrying
  * out a command (channel.c). One load and one compare. */
@@ -216,7 +218,7 @@ int rbtrace_trace_evaluating(void);
  * no thread evaluates, one test of a byte. */
 static inline int rbtrace_expr_call_p(void)
 {
-    return rbtrace.in_expr && rbtrace_trace_evaluating();
+    return rbtrace.in_expr && rbtrace_evaluating();
 }
 
 #endif
