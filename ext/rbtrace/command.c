@@ -11,10 +11,11 @@
 #include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
 #include "clock.h"
 #include "codec.h"
+#include "command.h"
 #include "devmode.h"
 #include "emit.h"
+#include "gcwatch.h"
 #include "gvlwatch.h"
-#include "command.h"
 #include "trace.h"
 #include "writer.h"
 #include <errno.h>
@@ -174,7 +175,7 @@ static void command_attach(const struct rbtrace_command *cmd)
         command_refuse(fd, RBTRACE_REFUSED_PEER, 0, why);
         return;
     }
-    rbtrace_emit_attached();
+    rbtrace_emit_attached(rbtrace_gvl_supported() ? RBTRACE_FEATURE_GVL : 0);
 }
 
 /* ---- detach ---- */
@@ -189,7 +190,7 @@ void rbtrace_command_detach(int tell_client)
     if (!rbtrace.attached) return;
     rbtrace_emit_end_calls();
     rbtrace_trace_clear();
-    if (tell_client && !rbtrace.peer_gone) state = rbtrace_emit_detached();
+    if (tell_client && !rbtrace.peer_gone) state = rbtrace_emit_detached(rbtrace_gc_take_other());
     stop_state = rbtrace_writer_stop();
     if (state == 0) state = stop_state;
     rbtrace.attached = 0;

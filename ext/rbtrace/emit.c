@@ -22,8 +22,6 @@
 #include "clock.h"
 #include "codec.h"
 #include "emit.h"
-#include "gcwatch.h"
-#include "gvlwatch.h"
 #include "handoff.h"
 #include "ractors.h"
 #include "ring.h"
@@ -583,7 +581,9 @@ void rbtrace_emit_gvl(uint64_t thread, uint64_t start_ns, uint64_t wait_ns)
     emit_push(buf, rbtrace_event_encode_gvl(buf, thread, at, wait_ns));
 }
 
-void rbtrace_emit_attached(void)
+/* ATTACHED, with the features the session can offer (RBTRACE_FEATURE_*),
+ * which the commands (command.c) know from the modes above. */
+void rbtrace_emit_attached(uint32_t features)
 {
     struct timespec wall;
     uint64_t wall_ns = 0;
@@ -593,7 +593,7 @@ void rbtrace_emit_attached(void)
     emit_begin();
     rbtrace_event_pack_attached_features(&scratch_pk, (uint32_t)getpid(), ruby_description,
                                          rbtrace.clock_origin_ns, wall_ns,
-                                         rbtrace_gvl_supported() ? RBTRACE_FEATURE_GVL : 0);
+                                         features);
     if (emit_commit() == 0) rbtrace_writer_nudge();
 }
 
@@ -615,15 +615,17 @@ void rbtrace_emit_end_calls(void)
  * writer drains (its join gives up the GVL), and a call that entered a
  * wrapper before the detach would otherwise still record its return,
  * after DETACHED, and without the calls it made once the wrappers were
- * gone. Returns the state of an interrupt to re-raise after the detach.
+ * gone. other_gcs: the collections other Ractors ran meanwhile, unseen
+ * (gcwatch.c, told by the caller). Returns the state of an interrupt to
+ * re-raise after the detach.
  */
-int rbtrace_emit_detached(void)
+int rbtrace_emit_detached(uint64_t other_gcs)
 {
     msgpack_sbuffer sb;
     msgpack_packer pk;
     int state;
 
-    uint64_t other = rbtrace_ractors_take_other(), other_gcs = rbtrace_gc_take_other();
+    uint64_t other = rbtrace_ractors_take_other();
     char text[160];
     int n;
 

@@ -47,8 +47,8 @@ void rbtrace_emit_gc(uint64_t thread, uint64_t start_ns, uint64_t mark_ns, uint6
 void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location, uint64_t reraise);
 /* No Ruby call, no allocation: gvlwatch.c's thread hook, GVL just taken. */
 void rbtrace_emit_gvl(uint64_t thread, uint64_t start_ns, uint64_t wait_ns);
-void rbtrace_emit_attached(void);
-int rbtrace_emit_detached(void);
+void rbtrace_emit_attached(uint32_t features);
+int rbtrace_emit_detached(uint64_t other_gcs);
 void rbtrace_emit_end_calls(void);
 
 /* The pairs asked for lately, direct-mapped by a cheap hash: the few
