@@ -384,12 +384,12 @@ void rbtrace_event_pack_gvl(msgpack_packer *pk, uint64_t thread_id, uint64_t tim
 }
 
 void rbtrace_event_pack_refused(msgpack_packer *pk, enum rbtrace_refusal reason,
-                                uint32_t tracer_pid, const char *message)
+                                uint32_t client_pid, const char *message)
 {
     msgpack_pack_array(pk, 4);
     msgpack_pack_uint32(pk, RBTRACE_EV_REFUSED);
     msgpack_pack_uint32(pk, reason);
-    msgpack_pack_uint32(pk, tracer_pid);
+    msgpack_pack_uint32(pk, client_pid);
     pack_cstr(pk, message);
 }
 

@@ -56,7 +56,7 @@ struct rbtrace_event {
     uint64_t number;             /* ATTACHED: protocol version; LOST: count;
                                     REFUSED: reason; EVAL_RESULT: eval id;
                                     RAISE: reraise (0: a first raise) */
-    uint64_t pid;                /* ATTACHED: target pid; REFUSED: tracer pid */
+    uint64_t pid;                /* ATTACHED: target pid; REFUSED: client pid */
     uint64_t clock_origin_ns;    /* ATTACHED */
     uint64_t wall_origin_ns;     /* ATTACHED */
     uint64_t features;           /* ATTACHED: RBTRACE_FEATURE_* bits (0 if absent) */
@@ -116,7 +116,7 @@ void rbtrace_event_pack_attached_features(msgpack_packer *pk, uint32_t target_pi
                                           const char *ruby_version, uint64_t clock_origin_ns,
                                           uint64_t wall_origin_ns, uint64_t features);
 void rbtrace_event_pack_refused(msgpack_packer *pk, enum rbtrace_refusal reason,
-                                uint32_t tracer_pid, const char *message);
+                                uint32_t client_pid, const char *message);
 void rbtrace_event_pack_detached(msgpack_packer *pk);
 void rbtrace_event_pack_method(msgpack_packer *pk, uint64_t method_id,
                                const char *name, size_t name_len);

@@ -13,8 +13,11 @@
  *
  * Classes built without a class body (Class.new, const_set) are not seen.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "devmode.h"
+#include "emit.h"
 #include "selector.h"
+#include "trace.h"
 
 #define DEVMODE_HOOK ((rb_event_hook_func_t)(void (*)(void))devmode_hook_i)
 
@@ -52,7 +55,7 @@ static void devmode_hook_i(VALUE data, rb_trace_arg_t *targ)
         VALUE e = RARRAY_AREF(dev.entries, i), sel = RARRAY_AREF(e, 1);
         if (RARRAY_AREF(e, 2) == klass || rb_str_equal(RARRAY_AREF(e, 0), name) != Qtrue) continue;
         /* Not complete yet (the method comes later): wait for another end. */
-        if (rbtrace_tracer_add_one(sel, &err) != 0) continue;
+        if (rbtrace_trace_add_one(sel, &err) != 0) continue;
         rb_ary_store(e, 2, klass);
         rbtrace_emit_message(RBTRACE_EV_NOTICE, "%.*s (re)defined: tracing %.*s on it",
                              (int)RSTRING_LEN(name), RSTRING_PTR(name),

@@ -2,7 +2,7 @@
  * emit.c - turns what the hooks and commands saw into protocol events in
  * the ring buffer that the writer thread drains.
  *
- * The hot path (rbtrace_emit_call, inline from emit_call.h) runs inside
+ * The hot path (rbtrace_emit_call, inline from emit.h) runs inside
  * the app's traced calls: it encodes a CALL or RETURN by hand, in place in
  * the ring. No malloc, no Ruby allocation, no syscall, no lock but the GVL
  * the caller holds. Rarer events of the hot path (names, expressions) are
@@ -18,8 +18,14 @@
  * event is dropped and counted; the count goes out as a LOST event before
  * the next event that fits.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
-#include "emit_call.h"
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock.h"
+#include "codec.h"
+#include "emit.h"
+#include "handoff.h"
+#include "ractors.h"
+#include "ring.h"
+#include "writer.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -249,7 +255,7 @@ static VALUE emit_key_of(VALUE klass, VALUE *kept)
     return klass;
 }
 
-/* rbtrace_emit_method_id (emit_call.h) when the pair is not a recent
+/* rbtrace_emit_method_id (emit.h) when the pair is not a recent
  * one: the table, or a new name. Out of line, so that the hot path keeps
  * no name buffer (and no stack protector) of its own. */
 __attribute__((noinline)) uint32_t rbtrace_emit_method_id_lookup(VALUE klass, ID mid)
@@ -306,7 +312,7 @@ __attribute__((noinline)) void rbtrace_emit_call_at_now(char *out, enum rbtrace_
     rbtrace_emit_call_at(out, type, id, rbtrace_clock_ns() - rbtrace.clock_origin_ns);
 }
 
-/* A CALL or RETURN that cannot be encoded in place (emit_call.h). A full
+/* A CALL or RETURN that cannot be encoded in place (emit.h). A full
  * ring (a client that stopped reading) costs no encoding. */
 __attribute__((noinline)) void rbtrace_emit_call_pushed(enum rbtrace_event_type type,
                                                         uint64_t time, uint32_t id)
@@ -580,7 +586,9 @@ void rbtrace_emit_gvl(uint64_t thread, uint64_t start_ns, uint64_t wait_ns)
     emit_push(buf, rbtrace_event_encode_gvl(buf, thread, at, wait_ns));
 }
 
-void rbtrace_emit_attached(void)
+/* ATTACHED, with the features the session can offer (RBTRACE_FEATURE_*),
+ * which the commands (command.c) know from the modes above. */
+void rbtrace_emit_attached(uint32_t features)
 {
     struct timespec wall;
     uint64_t wall_ns = 0;
@@ -590,7 +598,7 @@ void rbtrace_emit_attached(void)
     emit_begin();
     rbtrace_event_pack_attached_features(&scratch_pk, (uint32_t)getpid(), ruby_description,
                                          rbtrace.clock_origin_ns, wall_ns,
-                                         rbtrace_gvl_supported() ? RBTRACE_FEATURE_GVL : 0);
+                                         features);
     if (emit_commit() == 0) rbtrace_writer_nudge();
 }
 
@@ -612,16 +620,17 @@ void rbtrace_emit_end_calls(void)
  * writer drains (its join gives up the GVL), and a call that entered a
  * wrapper before the detach would otherwise still record its return,
  * after DETACHED, and without the calls it made once the wrappers were
- * gone. Returns 0, or -1 when an interrupt came while waiting for room:
- * its state in *state, to re-raise after the detach.
+ * gone. other_gcs: the collections other Ractors ran meanwhile, unseen
+ * (gcwatch.c, told by the caller). Returns 0, or -1 when an interrupt came
+ * while waiting for room: its state in *state, to re-raise after the detach.
  */
-int rbtrace_emit_detached(int *state)
+int rbtrace_emit_detached(uint64_t other_gcs, int *state)
 {
     msgpack_sbuffer sb;
     msgpack_packer pk;
     int rc;
 
-    uint64_t other = rbtrace_ractors_take_other(), other_gcs = rbtrace_gc_take_other();
+    uint64_t other = rbtrace_ractors_take_other();
     char text[160];
     int n;
 

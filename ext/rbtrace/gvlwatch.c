@@ -39,9 +39,11 @@
  * known limit (docs/limits.md).
  *
  * The hook is removed at detach, when the client goes away, and in a
- * forked child (rbtrace_tracer_clear): Ruby then calls nothing of ours.
+ * forked child (rbtrace_trace_clear): Ruby then calls nothing of ours.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "emit.h"
+#include "gvlwatch.h"
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -121,7 +123,7 @@ struct gvl_slot {
 
 static struct gvl_slot gvl_slots[GVL_SLOTS];
 
-/* The native thread: its thread pointer (rbtrace.h, rbtrace_thread_id). */
+/* The native thread: its thread pointer (state.h, rbtrace_thread_id). */
 static inline uint64_t gvl_native_thread(void)
 {
 #ifdef RBTRACE_HAVE_THREAD_POINTER
@@ -170,7 +172,7 @@ static inline uint64_t gvl_ready_take(const rb_internal_thread_event_data_t *dat
 }
 #endif
 
-/* The thread an event is of, as the call events name it (rbtrace.h). */
+/* The thread an event is of, as the call events name it (state.h). */
 static inline uint64_t gvl_thread_id(const rb_internal_thread_event_data_t *data)
 {
 #if defined(RBTRACE_HAVE_MN_THREAD_HOOK)

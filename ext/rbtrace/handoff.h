@@ -1,15 +1,29 @@
 /*
- * handoff.h - what handoff.c shares with handoff_job.c, the way of asking
- * the thread that holds the GVL to pass it on (Ruby 3.3 and later; before,
- * its stubs ask nothing). It defines the rbtrace_handoff_ask_* functions
- * below.
+ * handoff.h - the GVL for rbtrace's own threads while an app thread is
+ * busy (handoff.c), and calls without the GVL that ask for it back
+ * (rbtrace_nogvl); then what handoff.c shares with handoff_job.c, the way
+ * of asking the thread that holds the GVL to pass it on (Ruby 3.3 and
+ * later; before, its stubs ask nothing), which defines the
+ * rbtrace_handoff_ask_* functions below.
  */
 #ifndef RBTRACE_HANDOFF_H
 #define RBTRACE_HANDOFF_H
 
+#include <ruby.h>
+#include <ruby/thread.h>
 #include <signal.h>
 #include <sys/types.h>
-#include <ruby.h>
+
+/* handoff.c: the GVL for our threads while an app thread is busy */
+void rbtrace_handoff_request(void);
+void rbtrace_handoff_done(void);
+void rbtrace_handoff_install(void);
+void rbtrace_handoff_after_fork(void);
+void Init_rbtrace_handoff(VALUE mod);
+int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg,
+                  int *state);
+
+/* What handoff.c shares with handoff_job.c: */
 
 /* How long a thread asked to pass the GVL on keeps waiting for ours to
  * take it, at most, per asking. */

@@ -25,8 +25,7 @@
  * busy thread passes the GVL on, not only the main one. A thread inside one
  * long C call that keeps the GVL runs the job only when the call returns.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
-#include "handoff.h"
+#include "handoff.h"  /* first: ruby.h sets _GNU_SOURCE */
 
 #ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
 #include <errno.h>

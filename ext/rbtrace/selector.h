@@ -14,7 +14,7 @@
  * One parsed selector. It lives on its caller's stack while the selector is
  * put in place (the GC scans the stack: its VALUEs need no marking there);
  * what outlives that is copied into a struct that is marked (the tracer's,
- * rbtrace_tracer_mark; --slow's filters, rbtrace_slow_mark).
+ * rbtrace_trace_mark; --slow's filters, rbtrace_slow_mark).
  */
 struct rbtrace_selector {
     /* The class or module calls must be of, or 0 for any. */

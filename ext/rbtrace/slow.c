@@ -2,7 +2,7 @@
  * slow.c - --slow and --slowcpu: report the calls that took longer than a
  * threshold, with the nesting of the watched calls around them.
  *
- * Fed by the global call/return hook (tracer.c). Each thread has a stack
+ * Fed by the global call/return hook (trace.c). Each thread has a stack
  * of the watched calls it has open: a call pushes (class, method, start),
  * its return pops and, if it took at least the threshold, sends a SLOW
  * event with its depth. Only slow calls cost an event; every other call
@@ -26,7 +26,10 @@
  * Time: CLOCK_MONOTONIC (the event's start), and with --slowcpu the
  * thread's CPU time (CLOCK_THREAD_CPUTIME_ID) for the duration.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock.h"
+#include "emit.h"
+#include "slow.h"
 #include "selector.h"
 #include <stdlib.h>
 #include <string.h>

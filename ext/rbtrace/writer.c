@@ -18,7 +18,11 @@
  * nudge it awake through an eventfd, so that they do not wait out the
  * sleep: up to a millisecond each, three times in every `rbtrace -e`.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock.h"
+#include "handoff.h"
+#include "ring.h"
+#include "writer.h"
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>

@@ -121,7 +121,7 @@ module RBTrace
 
     # Whether a Ruby method is a block's (define_method with a block): Ruby
     # (3.1 to 3.3 at least) fires no call event for one to a second TracePoint
-    # targeted at it, so ext/rbtrace/tracer.c gives it one TracePoint of both
+    # targeted at it, so ext/rbtrace/trace.c gives it one TracePoint of both
     # events instead of one for calls and one for returns.
     def block_method?(method)
       return false unless method
@@ -271,7 +271,7 @@ module RBTrace
     Selector.parse(text, check: check)
   end
 
-  # ext/rbtrace/tracer.c: a TracePoint on one Ruby method's bytecode only.
+  # ext/rbtrace/trace.c: a TracePoint on one Ruby method's bytecode only.
   def self.enable_targeted(tracepoint, method)
     tracepoint.enable(target: method)
   end

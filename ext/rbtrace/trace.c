@@ -1,5 +1,6 @@
 /*
- * tracer.c - method selectors and the VM event hook that watches them.
+ * trace.c - what is traced: method selectors (each put in place as a
+ * selection), --firehose, the modes started, and the VM event hook.
  *
  * Selectors are parsed by selector.c (resolved in Ruby: class names by
  * constant lookup, never by evaluating text), into a struct rbtrace_selector.
@@ -25,53 +26,64 @@
  * cannot work on its method (a parameter the library renamed) is reported
  * and left out as the selector is parsed (lib/rbtrace/expression_check.rb):
  * nothing of it reaches the hook. Two selectors of one method make one
- * tracer, with the expressions of both.
+ * selection, with the expressions of both.
  */
-#include "rbtrace.h"
-#include "emit_call.h"
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock.h"
+#include "devmode.h"
+#include "emit.h"
+#include "gcwatch.h"
+#include "gvlwatch.h"
+#include "ractors.h"
+#include "raisewatch.h"
 #include "selector.h"
+#include "slow.h"
+#include "trace.h"
+#include "wrapper.h"
+#include <string.h>
+#include <unistd.h>
 
 /* RAW_ARG hooks take (data, trace_arg); the API types them as the old
  * five-argument hook, so the cast goes through a generic function type. */
-#define TRACER_RAW_HOOK ((rb_event_hook_func_t)(void (*)(void))tracer_raw_hook_i)
+#define TRACE_RAW_HOOK ((rb_event_hook_func_t)(void (*)(void))trace_raw_hook_i)
 
-#define TRACER_EVENTS (RUBY_EVENT_CALL | RUBY_EVENT_RETURN | RUBY_EVENT_C_CALL | RUBY_EVENT_C_RETURN)
+#define TRACE_EVENTS (RUBY_EVENT_CALL | RUBY_EVENT_RETURN | RUBY_EVENT_C_CALL | RUBY_EVENT_C_RETURN)
 
 static ID id_trace_exprs, id_enable_targeted;
 
-/* The tracer of (klass, mid) among those the global hook watches. */
-static const struct rbtrace_tracer *tracer_match(VALUE klass, ID mid)
+/* The selection of (klass, mid) among those the global hook watches. */
+static const struct rbtrace_selection *trace_match(VALUE klass, ID mid)
 {
     uint32_t i;
 
-    for (i = 0; i < rbtrace.n_tracers; i++) {
-        const struct rbtrace_tracer *t = &rbtrace.tracers[i];
+    for (i = 0; i < rbtrace.n_selections; i++) {
+        const struct rbtrace_selection *t = &rbtrace.selections[i];
         if (t->tp) continue;
         if (rbtrace_selects(t->klass, t->mid, klass, mid)) return t;
     }
     return NULL;
 }
 
-/* The tracer whose TracePoint (of calls or of returns) tpval is. */
-static const struct rbtrace_tracer *tracer_of_tracepoint(VALUE tpval)
+/* The selection whose TracePoint (of calls or of returns) tpval is. */
+static const struct rbtrace_selection *trace_of_tracepoint(VALUE tpval)
 {
     uint32_t i;
 
-    for (i = 0; i < rbtrace.n_tracers; i++) {
-        const struct rbtrace_tracer *t = &rbtrace.tracers[i];
+    for (i = 0; i < rbtrace.n_selections; i++) {
+        const struct rbtrace_selection *t = &rbtrace.selections[i];
         if (t->tp == tpval || t->tp_return == tpval) return t;
     }
     return NULL;
 }
 
-struct tracer_expr_arg {
+struct trace_expr_arg {
     rb_trace_arg_t *targ;
     VALUE exprs;
 };
 
-static VALUE tracer_exprs_i(VALUE p)
+static VALUE trace_exprs_i(VALUE p)
 {
-    struct tracer_expr_arg *arg = (struct tracer_expr_arg *)p;
+    struct trace_expr_arg *arg = (struct trace_expr_arg *)p;
     rb_event_flag_t ev = rb_tracearg_event_flag(arg->targ);
     VALUE binding = (ev & RUBY_EVENT_CALL) ? rb_tracearg_binding(arg->targ) : Qnil;
 
@@ -91,20 +103,8 @@ static VALUE tracer_exprs_i(VALUE p)
  * computed first, then the event is encoded, all with the GVL held).
  */
 
-/* Whether the current thread is evaluating trace expressions. Out of
- * line: only reached while some thread evaluates (rbtrace_expr_call_p). */
-__attribute__((noinline)) int rbtrace_tracer_evaluating(void)
-{
-    uint64_t self = rbtrace_thread_id();
-    const struct rbtrace_evaluator *e;
-
-    for (e = rbtrace.evaluators; e; e = e->next)
-        if (e->thread == self) return 1;
-    return 0;
-}
-
 /* Evaluations end in any order (threads take turns): unlinked by address. */
-static void tracer_evaluator_unlink(const struct rbtrace_evaluator *me)
+static void trace_evaluator_unlink(const struct rbtrace_evaluator *me)
 {
     struct rbtrace_evaluator **p;
 
@@ -119,7 +119,7 @@ static void tracer_evaluator_unlink(const struct rbtrace_evaluator *me)
 
 /* In a forked child only the forking thread lives on: another's evaluation
  * never ends there, and its node would leave in_expr set for good. */
-void rbtrace_tracer_after_fork(void)
+void rbtrace_trace_after_fork(void)
 {
     uint64_t self = rbtrace_thread_id();
     struct rbtrace_evaluator **p = &rbtrace.evaluators;
@@ -133,10 +133,10 @@ void rbtrace_tracer_after_fork(void)
 
 /* A call with trace expressions: evaluate them (slow path; allocates).
  * Out of line, for the same reason as rbtrace_slow_event. */
-static __attribute__((noinline)) void tracer_call_with_exprs(rb_trace_arg_t *targ, VALUE klass, ID mid,
+static __attribute__((noinline)) void trace_call_with_exprs(rb_trace_arg_t *targ, VALUE klass, ID mid,
                                    VALUE exprs, uint64_t now)
 {
-    struct tracer_expr_arg arg = { targ, exprs };
+    struct trace_expr_arg arg = { targ, exprs };
     struct rbtrace_evaluator me = { rbtrace_thread_id(), rbtrace.evaluators };
     VALUE values;
     int state = 0;
@@ -145,8 +145,8 @@ static __attribute__((noinline)) void tracer_call_with_exprs(rb_trace_arg_t *tar
      * node is always unlinked before its stack frame goes. */
     rbtrace.evaluators = &me;
     rbtrace.in_expr = 1;
-    values = rb_protect(tracer_exprs_i, (VALUE)&arg, &state);
-    tracer_evaluator_unlink(&me);
+    values = rb_protect(trace_exprs_i, (VALUE)&arg, &state);
+    trace_evaluator_unlink(&me);
     /* Expressions that raise are rescued in Ruby; what escapes is the app's
      * own interrupt (Thread#raise, Timeout, kill), deferred past the
      * evaluation by trace_exprs: it goes on to the app as it would have. */
@@ -159,36 +159,36 @@ static __attribute__((noinline)) void tracer_call_with_exprs(rb_trace_arg_t *tar
 }
 
 static inline __attribute__((always_inline)) void
-tracer_event(rb_trace_arg_t *targ, rb_event_flag_t ev, const struct rbtrace_tracer *t,
+trace_event(rb_trace_arg_t *targ, rb_event_flag_t ev, const struct rbtrace_selection *t,
              VALUE klass, ID mid);
 
 /* What both global hooks do with an event once they know its method:
  * --slow's bookkeeping, then the selectors (or --firehose). targ is NULL
  * for the plain hook, which records a call without its selector's
  * expressions: a selector with some is only watched by it between being
- * added and tracer_install swapping the hooks. */
+ * added and trace_install swapping the hooks. */
 static inline __attribute__((always_inline)) void
-tracer_hooked(rb_trace_arg_t *targ, rb_event_flag_t ev, VALUE klass, ID mid)
+trace_hooked(rb_trace_arg_t *targ, rb_event_flag_t ev, VALUE klass, ID mid)
 {
-    const struct rbtrace_tracer *t = NULL;
+    const struct rbtrace_selection *t = NULL;
 
     /* A wrapper's own method (wrapper.c, a C method) is rbtrace's: not
      * shown, nor named, so never among the recent methods either. */
     if ((ev & (RUBY_EVENT_C_CALL | RUBY_EVENT_C_RETURN)) && rbtrace_wrapper_module_p(klass)) return;
     if (rbtrace.slow) rbtrace_slow_event(ev, klass, mid);
-    if (!rbtrace.firehose && (t = tracer_match(klass, mid)) == NULL) return;
-    tracer_event(targ, ev, targ ? t : NULL, klass, mid);
+    if (!rbtrace.firehose && (t = trace_match(klass, mid)) == NULL) return;
+    trace_event(targ, ev, targ ? t : NULL, klass, mid);
 }
 
 /* The plain hook's events past --firehose's way: the method's owner as
  * rb_tracearg_defined_class gives it (a module's method is its module's,
- * not the class that includes it; Qnil if unknown), then tracer_hooked.
+ * not the class that includes it; Qnil if unknown), then trace_hooked.
  * Out of line, so that the firehose's way keeps a small frame. */
-static __attribute__((noinline)) void tracer_hook_named(rb_event_flag_t ev, VALUE klass, ID mid)
+static __attribute__((noinline)) void trace_hook_named(rb_event_flag_t ev, VALUE klass, ID mid)
 {
     if (!klass || !mid) klass = Qnil;
     else if (RB_TYPE_P(klass, T_ICLASS)) klass = RBASIC(klass)->klass;
-    tracer_hooked(NULL, ev, klass, mid);
+    trace_hooked(NULL, ev, klass, mid);
 }
 
 /*
@@ -207,44 +207,44 @@ static __attribute__((noinline)) void tracer_hook_named(rb_event_flag_t ev, VALU
  * (the VM hands over the ICLASS) always takes the general way.
  */
 static inline __attribute__((always_inline)) void
-tracer_hook_known(rb_event_flag_t ev, VALUE klass, ID mid)
+trace_hook_known(rb_event_flag_t ev, VALUE klass, ID mid)
 {
     if (rbtrace_firehose_only() && rbtrace_emit_recent_call(ev, klass, mid)) return;
-    tracer_hook_named(ev, klass, mid);
+    trace_hook_named(ev, klass, mid);
 }
 
 /* A Ruby method's call or return: the method is the current frame's. Out
  * of line, so that a C method's event needs no stack frame for it. No
  * stack protector: its locals are two words, no buffer. */
-static __attribute__((noinline)) RBTRACE_NO_STACK_PROTECTOR void tracer_hook_frame(rb_event_flag_t ev)
+static __attribute__((noinline)) RBTRACE_NO_STACK_PROTECTOR void trace_hook_frame(rb_event_flag_t ev)
 {
     ID mid;
     VALUE klass;
 
     if (!rb_frame_method_id_and_class(&mid, &klass)) {
-        tracer_hook_named(ev, Qnil, 0);
+        trace_hook_named(ev, Qnil, 0);
         return;
     }
-    tracer_hook_known(ev, klass, mid);
+    trace_hook_known(ev, klass, mid);
 }
 
 /* (A hook added by rb_add_event_hook is the main Ractor's alone: other
  * Ractors never run it, ractors.c.) */
-static void tracer_hook_i(rb_event_flag_t ev, VALUE data, VALUE self, ID id, VALUE klass)
+static void trace_hook_i(rb_event_flag_t ev, VALUE data, VALUE self, ID id, VALUE klass)
 {
     /* --firehose alone implies attached: under it a C method's event met
-     * lately costs one test of the flags here (tracer_hook_known's). */
+     * lately costs one test of the flags here (trace_hook_known's). */
     if ((!rbtrace_firehose_only() && !rbtrace.attached) || RBTRACE_OWN_CALL()) return;
-    if (id == 0) tracer_hook_frame(ev);
-    else tracer_hook_known(ev, klass, id);
+    if (id == 0) trace_hook_frame(ev);
+    else trace_hook_known(ev, klass, id);
 }
 
 /* The same hook with the trace arg (RAW_ARG), for selectors with trace
  * expressions, which need the call's receiver and binding. */
-static void tracer_raw_hook_i(VALUE data, rb_trace_arg_t *targ)
+static void trace_raw_hook_i(VALUE data, rb_trace_arg_t *targ)
 {
     if (!rbtrace.attached || RBTRACE_OWN_CALL()) return;
-    tracer_hooked(targ, rb_tracearg_event_flag(targ), rb_tracearg_defined_class(targ),
+    trace_hooked(targ, rb_tracearg_event_flag(targ), rb_tracearg_defined_class(targ),
                   rbtrace_method_id_of(rb_tracearg_method_id(targ)));
 }
 
@@ -252,14 +252,14 @@ static void tracer_raw_hook_i(VALUE data, rb_trace_arg_t *targ)
  * (those need targ). Inline, always (GCC would split it off): under
  * --firehose it runs for every call and return. */
 static inline __attribute__((always_inline)) void
-tracer_event(rb_trace_arg_t *targ, rb_event_flag_t ev, const struct rbtrace_tracer *t,
+trace_event(rb_trace_arg_t *targ, rb_event_flag_t ev, const struct rbtrace_selection *t,
              VALUE klass, ID mid)
 {
     /* The expressions' own calls: never, through the VM's hooks (a thread
      * inside a hook does not enter another), but kept out all the same. */
     if (rbtrace_expr_call_p()) return;
     if (t && t->exprs != Qnil && (ev & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)))
-        tracer_call_with_exprs(targ, klass, mid, t->exprs, rbtrace_clock_ns());
+        trace_call_with_exprs(targ, klass, mid, t->exprs, rbtrace_clock_ns());
     else
         rbtrace_emit_call(ev, klass, mid, rbtrace_clock_ns());
 }
@@ -268,13 +268,13 @@ tracer_event(rb_trace_arg_t *targ, rb_event_flag_t ev, const struct rbtrace_trac
  * The TracePoints on one Ruby method (RBTrace.enable_targeted): only that
  * method's bytecode fires them; nothing else in the process pays. Two of
  * them, one for calls and one for returns, whose data is the event: the
- * method is the tracer's own (its owner and original name, whichever alias
+ * method is the selection's own (its owner and original name, whichever alias
  * was called), so a call needs no question to the VM (each rb_tracearg_*
  * is a call into it) unless it has trace expressions.
  */
-static void tracer_targeted_i(VALUE tpval, void *data)
+static void trace_targeted_i(VALUE tpval, void *data)
 {
-    const struct rbtrace_tracer *t;
+    const struct rbtrace_selection *t;
     rb_event_flag_t ev = (rb_event_flag_t)(uintptr_t)data;
 
     /* A block's method has one TracePoint of both events (data 0). */
@@ -289,32 +289,32 @@ static void tracer_targeted_i(VALUE tpval, void *data)
     }
     /* Under -f the global hook shows every call already. */
     if (rbtrace.firehose || RBTRACE_OWN_CALL()) return;
-    if ((t = tracer_of_tracepoint(tpval)) == NULL) return;
-    tracer_event(t->exprs != Qnil && ev == RUBY_EVENT_CALL ? rb_tracearg_from_tracepoint(tpval) : NULL,
+    if ((t = trace_of_tracepoint(tpval)) == NULL) return;
+    trace_event(t->exprs != Qnil && ev == RUBY_EVENT_CALL ? rb_tracearg_from_tracepoint(tpval) : NULL,
                  ev, t, t->klass, t->mid);
 }
 
-struct tracer_target_arg {
+struct trace_target_arg {
     VALUE tp;
     VALUE method;
 };
 
-static VALUE tracer_enable_targeted_i(VALUE p)
+static VALUE trace_enable_targeted_i(VALUE p)
 {
-    const struct tracer_target_arg *a = (const struct tracer_target_arg *)p;
+    const struct trace_target_arg *a = (const struct trace_target_arg *)p;
     return rb_funcall(rbtrace_mRBTrace, id_enable_targeted, 2, a->tp, a->method);
 }
 
 /* A TracePoint of events for method alone, its data the event when there
  * is one (else 0); 0 if the VM refuses. */
-static VALUE tracer_targeted_tracepoint(VALUE method, rb_event_flag_t events, rb_event_flag_t data)
+static VALUE trace_targeted_tracepoint(VALUE method, rb_event_flag_t events, rb_event_flag_t data)
 {
-    struct tracer_target_arg a;
+    struct trace_target_arg a;
     int state = 0;
 
-    a.tp = rb_tracepoint_new(Qnil, events, tracer_targeted_i, (void *)(uintptr_t)data);
+    a.tp = rb_tracepoint_new(Qnil, events, trace_targeted_i, (void *)(uintptr_t)data);
     a.method = method;
-    rbtrace_protect(tracer_enable_targeted_i, (VALUE)&a, &state, NULL);
+    rbtrace_protect(trace_enable_targeted_i, (VALUE)&a, &state, NULL);
     return state ? 0 : a.tp;
 }
 
@@ -322,15 +322,15 @@ static VALUE tracer_targeted_tracepoint(VALUE method, rb_event_flag_t events, rb
  * if the VM refuses (the caller then uses the global hook). A block's method
  * (define_method) gets one of both events: Ruby fires no call event for
  * it to a second TracePoint targeted at it (spec/e2e/methods_spec.rb). */
-static int tracer_target(struct rbtrace_tracer *t, VALUE method, int block_method)
+static int trace_target(struct rbtrace_selection *t, VALUE method, int block_method)
 {
     if (block_method) {
-        t->tp = tracer_targeted_tracepoint(method, RUBY_EVENT_CALL | RUBY_EVENT_RETURN, 0);
+        t->tp = trace_targeted_tracepoint(method, RUBY_EVENT_CALL | RUBY_EVENT_RETURN, 0);
         t->tp_return = 0;
         return t->tp ? 0 : -1;
     }
-    t->tp = tracer_targeted_tracepoint(method, RUBY_EVENT_CALL, RUBY_EVENT_CALL);
-    t->tp_return = t->tp ? tracer_targeted_tracepoint(method, RUBY_EVENT_RETURN, RUBY_EVENT_RETURN) : 0;
+    t->tp = trace_targeted_tracepoint(method, RUBY_EVENT_CALL, RUBY_EVENT_CALL);
+    t->tp_return = t->tp ? trace_targeted_tracepoint(method, RUBY_EVENT_RETURN, RUBY_EVENT_RETURN) : 0;
     if (t->tp && !t->tp_return) {
         rb_tracepoint_disable(t->tp);
         t->tp = 0;
@@ -339,21 +339,21 @@ static int tracer_target(struct rbtrace_tracer *t, VALUE method, int block_metho
 }
 
 /* Stops t's TracePoints, if it has any. */
-static void tracer_untarget(const struct rbtrace_tracer *t)
+static void trace_untarget(const struct rbtrace_selection *t)
 {
     if (t->tp) rb_tracepoint_disable(t->tp);
     if (t->tp_return) rb_tracepoint_disable(t->tp_return);
 }
 
-/* The tracer that already watches (klass, mid), from another selector
+/* The selection that already watches (klass, mid), from another selector
  * (an alias of the method, or another line naming it); NULL if none. A
- * second tracer would show each call twice. */
-static struct rbtrace_tracer *tracer_of_method(VALUE klass, ID mid)
+ * second selection would show each call twice. */
+static struct rbtrace_selection *trace_of_method(VALUE klass, ID mid)
 {
     uint32_t i;
 
-    for (i = 0; i < rbtrace.n_tracers; i++)
-        if (rbtrace.tracers[i].klass == klass && rbtrace.tracers[i].mid == mid) return &rbtrace.tracers[i];
+    for (i = 0; i < rbtrace.n_selections; i++)
+        if (rbtrace.selections[i].klass == klass && rbtrace.selections[i].mid == mid) return &rbtrace.selections[i];
     return NULL;
 }
 
@@ -361,7 +361,7 @@ static struct rbtrace_tracer *tracer_of_method(VALUE klass, ID mid)
  * with the first selector's expressions, then the others' not already
  * among them. t's Array is frozen (the hook reads it at each call):
  * replaced, never changed. */
-static void tracer_merge_exprs(struct rbtrace_tracer *t, VALUE exprs)
+static void trace_merge_exprs(struct rbtrace_selection *t, VALUE exprs)
 {
     VALUE merged;
     long i;
@@ -378,37 +378,37 @@ static void tracer_merge_exprs(struct rbtrace_tracer *t, VALUE exprs)
 }
 
 /* Whether a selector the global hook watches has trace expressions,
- * evaluated only where --firehose is off (tracer_hook_i). */
-static int tracer_hook_needs_targ(void)
+ * evaluated only where --firehose is off (trace_hook_i). */
+static int trace_hook_needs_targ(void)
 {
     uint32_t i;
 
     if (rbtrace.firehose) return 0;
-    for (i = 0; i < rbtrace.n_tracers; i++)
-        if (!rbtrace.tracers[i].tp && rbtrace.tracers[i].exprs != Qnil) return 1;
+    for (i = 0; i < rbtrace.n_selections; i++)
+        if (!rbtrace.selections[i].tp && rbtrace.selections[i].exprs != Qnil) return 1;
     return 0;
 }
 
-static void tracer_remove_hook(void)
+static void trace_remove_hook(void)
 {
     if (!rbtrace.hook_installed) return;
-    rb_remove_event_hook(rbtrace.hook_raw ? TRACER_RAW_HOOK : tracer_hook_i);
+    rb_remove_event_hook(rbtrace.hook_raw ? TRACE_RAW_HOOK : trace_hook_i);
     rbtrace.hook_installed = 0;
 }
 
 /* Installs the global hook, or swaps it for the kind the selectors now
  * need: the plain one, or the RAW_ARG one for trace expressions. */
-static void tracer_install(void)
+static void trace_install(void)
 {
-    int raw = tracer_hook_needs_targ(), first = !rbtrace.hook_installed;
+    int raw = trace_hook_needs_targ(), first = !rbtrace.hook_installed;
 
     if (rbtrace.hook_installed && rbtrace.hook_raw == raw) return;
-    tracer_remove_hook();
+    trace_remove_hook();
     if (raw)
-        rb_add_event_hook2(TRACER_RAW_HOOK, TRACER_EVENTS, Qnil,
+        rb_add_event_hook2(TRACE_RAW_HOOK, TRACE_EVENTS, Qnil,
                            RUBY_EVENT_HOOK_FLAG_SAFE | RUBY_EVENT_HOOK_FLAG_RAW_ARG);
     else
-        rb_add_event_hook2(tracer_hook_i, TRACER_EVENTS, Qnil, RUBY_EVENT_HOOK_FLAG_SAFE);
+        rb_add_event_hook2(trace_hook_i, TRACE_EVENTS, Qnil, RUBY_EVENT_HOOK_FLAG_SAFE);
     rbtrace.hook_installed = 1;
     rbtrace.hook_raw = raw;
     if (first)
@@ -418,7 +418,7 @@ static void tracer_install(void)
 }
 
 /* sel's method wrapped (wrapper.c); may raise (a frozen class). */
-static VALUE tracer_wrap_i(VALUE p)
+static VALUE trace_wrap_i(VALUE p)
 {
     const struct rbtrace_selector *sel = (const struct rbtrace_selector *)p;
 
@@ -429,70 +429,70 @@ static VALUE tracer_wrap_i(VALUE p)
 
 /* A selector that is not traced: its error stored in *error when error is
  * not NULL, else reported. Returns 0 (not traced). */
-static int tracer_failed(VALUE text, VALUE err, VALUE *error)
+static int trace_failed(VALUE text, VALUE err, VALUE *error)
 {
     if (error) *error = err;
     else rbtrace_report_selector_error(text, err);
     return -1;
 }
 
-/* Forgets the hooked tracers made from selector (--devmode re-adds it). */
-static void tracer_remove(VALUE selector)
+/* Forgets the hooked selections made from selector (--devmode re-adds it). */
+static void trace_remove(VALUE selector)
 {
     uint32_t i, kept = 0;
 
-    for (i = 0; i < rbtrace.n_tracers; i++) {
-        if (rb_str_equal(rbtrace.tracers[i].selector, selector) == Qtrue) {
-            tracer_untarget(&rbtrace.tracers[i]);
+    for (i = 0; i < rbtrace.n_selections; i++) {
+        if (rb_str_equal(rbtrace.selections[i].selector, selector) == Qtrue) {
+            trace_untarget(&rbtrace.selections[i]);
             continue;
         }
-        rbtrace.tracers[kept++] = rbtrace.tracers[i];
+        rbtrace.selections[kept++] = rbtrace.selections[i];
     }
-    rbtrace.n_tracers = kept;
+    rbtrace.n_selections = kept;
 }
 
-/* Adds the tracer of one selector: a wrapper, or an entry for the hook,
+/* Adds the selection of one selector: a wrapper, or an entry for the hook,
  * in which case *hook is set: the caller installs the hook once every
  * selector of the command is in (the selectors after this one are parsed
  * in Ruby, whose calls the hook would otherwise show as the app's).
  * A bad selector is skipped: reported, or its error stored in *error when
  * error is not NULL. Returns 0 if the selector is traced, else -1. */
-static int tracer_add_one(VALUE text, VALUE *error, int *hook)
+static int trace_add_one(VALUE text, VALUE *error, int *hook)
 {
     struct rbtrace_selector sel;
-    struct rbtrace_tracer *t;
+    struct rbtrace_selection *t;
     VALUE err = Qnil;
     int state = 0;
 
     if (rbtrace_selector_parse(text, RBTRACE_SELECTOR_CHECKED, &sel, &err) != 0)
-        return tracer_failed(text, err, error);
+        return trace_failed(text, err, error);
     rbtrace_selector_report_notes(&sel);
     if (rbtrace_selector_wrapped(&sel)) {
         /* A C method another selector's expressions already have the hook
          * watch: a wrapper too would show each call twice, and the hook's
          * event, nested in the wrapper's, without the expressions. */
-        if (tracer_of_method(sel.owner, sel.mid)) return 0;
+        if (trace_of_method(sel.owner, sel.mid)) return 0;
         /* The global hook shows its calls already (another selector named
          * it through an alias): a wrapper would show each a second time. */
-        if (tracer_match(sel.owner, sel.mid)) return 0;
+        if (trace_match(sel.owner, sel.mid)) return 0;
         /* Wrapping can fail (a frozen class): that selector alone. */
-        rbtrace_protect(tracer_wrap_i, (VALUE)&sel, &state, &err);
-        return state ? tracer_failed(text, err, error) : 0;
+        rbtrace_protect(trace_wrap_i, (VALUE)&sel, &state, &err);
+        return state ? trace_failed(text, err, error) : 0;
     }
-    tracer_remove(text);
-    if (rbtrace.n_tracers >= RBTRACE_SELECTORS_MAX) {
+    trace_remove(text);
+    if (rbtrace.n_selections >= RBTRACE_SELECTORS_MAX) {
         rbtrace_emit_message(RBTRACE_EV_ERROR, "too many selectors (at most %d): %.*s is not "
                              "traced", RBTRACE_SELECTORS_MAX, (int)RSTRING_LEN(text),
                              RSTRING_PTR(text));
         return -1;
     }
-    if ((t = tracer_of_method(sel.owner, sel.mid)) != NULL) {
-        tracer_merge_exprs(t, sel.exprs);
+    if ((t = trace_of_method(sel.owner, sel.mid)) != NULL) {
+        trace_merge_exprs(t, sel.exprs);
         /* The hook swaps to the kind that evaluates expressions. */
         if (!t->tp) *hook = 1;
         return 0;
     }
-    t = &rbtrace.tracers[rbtrace.n_tracers++];
+    t = &rbtrace.selections[rbtrace.n_selections++];
     t->klass = sel.owner;
     t->mid = sel.mid;
     t->exprs = sel.exprs;
@@ -500,7 +500,7 @@ static int tracer_add_one(VALUE text, VALUE *error, int *hook)
     t->tp = t->tp_return = 0;
     /* A Ruby method gets TracePoints of its own; anything else (or a Ruby
      * method whose TracePoint the VM refused), the global hook. */
-    if (NIL_P(sel.ruby_method) || tracer_target(t, sel.ruby_method, sel.block_method) != 0) {
+    if (NIL_P(sel.ruby_method) || trace_target(t, sel.ruby_method, sel.block_method) != 0) {
         *hook = 1;
         /* The hook sees the calls of a wrapped method too. */
         rbtrace_wrapper_shadow(sel.owner, sel.mid);
@@ -508,20 +508,20 @@ static int tracer_add_one(VALUE text, VALUE *error, int *hook)
     return 0;
 }
 
-int rbtrace_tracer_add_one(VALUE sel, VALUE *error)
+int rbtrace_trace_add_one(VALUE sel, VALUE *error)
 {
-    int hook = 0, rc = tracer_add_one(sel, error, &hook);
+    int hook = 0, rc = trace_add_one(sel, error, &hook);
 
-    if (hook) tracer_install();
+    if (hook) trace_install();
     return rc;
 }
 
-/* Adds one tracer per selector; a bad selector is reported and skipped
+/* Adds one selection per selector; a bad selector is reported and skipped
  * (with --devmode, one whose class or method is not defined yet waits).
  * The selectors with expressions go first: a C method that one of them
  * names is then watched by the hook, with them, and not also wrapped for
- * a selector without any (tracer_add_one). */
-void rbtrace_tracer_add(VALUE selectors)
+ * a selector without any (trace_add_one). */
+void rbtrace_trace_add(VALUE selectors)
 {
     VALUE errors = rbtrace_selector_errors_new();
     long i, k, n = RARRAY_LEN(selectors);
@@ -534,55 +534,55 @@ void rbtrace_tracer_add(VALUE selectors)
         if (rbtrace_selector_has_exprs(RARRAY_AREF(selectors, i)) != (k < n)) continue;
         sel = rb_str_new_frozen(RARRAY_AREF(selectors, i));
         if (rbtrace_devmode_watch(sel) == 0) {
-            if (tracer_add_one(sel, &err, &hook) == 0) rbtrace_devmode_traced(sel);
+            if (trace_add_one(sel, &err, &hook) == 0) rbtrace_devmode_traced(sel);
             else rbtrace_devmode_failed(sel, err);
-        } else if (tracer_add_one(sel, &err, &hook) != 0) {
+        } else if (trace_add_one(sel, &err, &hook) != 0) {
             rbtrace_selector_errors_add(errors, sel, err);
         }
     }
     rbtrace_selector_errors_report(errors);
     RB_GC_GUARD(errors);
-    if (hook) tracer_install();
+    if (hook) trace_install();
 }
 
-void rbtrace_tracer_firehose(void)
+void rbtrace_trace_firehose(void)
 {
     rbtrace.firehose = 1;
-    tracer_install();
+    trace_install();
 }
 
 /* --slow, --slowcpu: watched through the same hook. */
-void rbtrace_tracer_slow(uint64_t threshold_ns, int cpu, VALUE selectors)
+void rbtrace_trace_slow(uint64_t threshold_ns, int cpu, VALUE selectors)
 {
     rbtrace.slow = 0;
     if (rbtrace_slow_start(threshold_ns, cpu, selectors) != 0) return;
     rbtrace.slow = 1;
-    tracer_install();
+    trace_install();
 }
 
 /* --gc: internal events, no call hook (gcwatch.c). */
-void rbtrace_tracer_gc(void)
+void rbtrace_trace_gc(void)
 {
     rbtrace_gc_start();
 }
 
 /* --raise: a raise hook (raisewatch.c). */
-void rbtrace_tracer_raise(void)
+void rbtrace_trace_raise(void)
 {
     rbtrace_raise_start();
 }
 
-/* Removes every hook and the wrappers, and forgets every tracer. */
-void rbtrace_tracer_clear(void)
+/* Removes every hook and the wrappers, and forgets every selection. */
+void rbtrace_trace_clear(void)
 {
     uint32_t i;
 
-    for (i = 0; i < rbtrace.n_tracers; i++) tracer_untarget(&rbtrace.tracers[i]);
+    for (i = 0; i < rbtrace.n_selections; i++) trace_untarget(&rbtrace.selections[i]);
     rbtrace_wrapper_clear();
-    tracer_remove_hook();
+    trace_remove_hook();
     rbtrace.firehose = 0;
     rbtrace.slow = 0;
-    rbtrace.n_tracers = 0;
+    rbtrace.n_selections = 0;
     rbtrace_slow_stop();
     rbtrace_gc_stop();
     rbtrace_raise_stop();
@@ -593,22 +593,22 @@ void rbtrace_tracer_clear(void)
 /* The hook compares these VALUEs by address: keep them alive and pinned
  * (rb_gc_mark, not rb_gc_mark_movable), or compaction would move them.
  * A method name's ID needs nothing (rbtrace_method_id_of). */
-void rbtrace_tracer_mark(void)
+void rbtrace_trace_mark(void)
 {
     uint32_t i;
 
-    for (i = 0; i < rbtrace.n_tracers; i++) {
-        rb_gc_mark(rbtrace.tracers[i].klass);
-        rb_gc_mark(rbtrace.tracers[i].exprs);
-        rb_gc_mark(rbtrace.tracers[i].selector);
-        rb_gc_mark(rbtrace.tracers[i].tp);
-        rb_gc_mark(rbtrace.tracers[i].tp_return);
+    for (i = 0; i < rbtrace.n_selections; i++) {
+        rb_gc_mark(rbtrace.selections[i].klass);
+        rb_gc_mark(rbtrace.selections[i].exprs);
+        rb_gc_mark(rbtrace.selections[i].selector);
+        rb_gc_mark(rbtrace.selections[i].tp);
+        rb_gc_mark(rbtrace.selections[i].tp_return);
     }
     rbtrace_slow_mark();
     rbtrace_devmode_mark();
 }
 
-void Init_rbtrace_tracer(VALUE mod)
+void Init_rbtrace_trace(VALUE mod)
 {
     id_trace_exprs = rb_intern("trace_exprs");
     id_enable_targeted = rb_intern("enable_targeted");
