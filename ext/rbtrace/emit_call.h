@@ -96,6 +96,8 @@ rbtrace_emit_call_of(rb_event_flag_t event, uint32_t id, uint64_t now)
 {
     char *out;
 
+    /* --alloc: the objects allocated before this event, first. */
+    if (__builtin_expect(rbtrace_alloc_pending != 0, 0)) rbtrace_alloc_flush();
     now -= rbtrace.clock_origin_ns;
     if (!rbtrace.lost && (out = rbtrace_ring_reserve(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) != NULL)
         rbtrace_emit_call_at(out, rbtrace_call_event_type(event), id, now);
@@ -139,7 +141,7 @@ rbtrace_emit_recent_call(rb_event_flag_t event, VALUE klass, ID mid)
     uint64_t now;
     char *out;
 
-    if (r->mid != mid || r->klass != klass || rbtrace.lost ||
+    if (r->mid != mid || r->klass != klass || rbtrace.lost || rbtrace_alloc_pending ||
         !rbtrace_ring_fits_quick(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX))
         return 0;
     out = rbtrace_ring_at_head(&rbtrace.ring);

@@ -27,6 +27,7 @@ static void rbtrace_roots_mark(void *unused)
     rbtrace_tracer_mark();
     rbtrace_wrapper_mark();
     rbtrace_emit_mark();
+    rbtrace_alloc_mark();
 }
 
 static const rb_data_type_t rbtrace_roots_type = {
@@ -199,6 +200,7 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     Init_rbtrace_gcwatch(rbtrace_mRBTrace);
     Init_rbtrace_raisewatch(rbtrace_mRBTrace);
     Init_rbtrace_gvlwatch(rbtrace_mRBTrace);
+    Init_rbtrace_allocwatch(rbtrace_mRBTrace);
     Init_rbtrace_devmode(rbtrace_mRBTrace);
     Init_rbtrace_ractors(rbtrace_mRBTrace);
     rbtrace_inplace_install();

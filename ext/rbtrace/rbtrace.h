@@ -309,6 +309,10 @@ void rbtrace_emit_gc(uint64_t thread, uint64_t start_ns, uint64_t mark_ns, uint6
 void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location, uint64_t reraise);
 /* No Ruby call, no allocation: gvlwatch.c's thread hook, GVL just taken. */
 void rbtrace_emit_gvl(uint64_t thread, uint64_t start_ns, uint64_t wait_ns);
+/* No Ruby call, no allocation: allocwatch.c's hook and the call events. */
+void rbtrace_emit_alloc(uint64_t thread, uint64_t count);
+void rbtrace_emit_alloc_site(uint64_t count, const char *klass, size_t klass_len, const char *path,
+                             size_t path_len, uint64_t line, const char *label, size_t label_len);
 void rbtrace_emit_attached(void);
 int rbtrace_emit_detached(void);
 void rbtrace_emit_end_calls(void);
@@ -351,6 +355,17 @@ int rbtrace_gvl_supported(void);   /* this build has the thread event hooks */
 void rbtrace_gvl_start(void);
 void rbtrace_gvl_stop(void);
 void Init_rbtrace_gvlwatch(VALUE mod);
+
+/* allocwatch.c: --alloc, the objects the app allocates, per thread and
+ * per site. rbtrace_alloc_pending: objects counted (sampled) and not yet
+ * sent in an ALLOC event; the call events send them first (emit_call.h). */
+extern uint64_t rbtrace_alloc_pending;
+void rbtrace_alloc_flush(void);
+void rbtrace_alloc_start(uint64_t sample);
+void rbtrace_alloc_stop(void);
+void rbtrace_alloc_report(int send);   /* the top sites as ALLOC_SITE events if send; forgets them */
+void rbtrace_alloc_mark(void);
+void Init_rbtrace_allocwatch(VALUE mod);
 
 /* devmode.c: --devmode, selectors that follow reloaded classes */
 void rbtrace_devmode_start(void);

@@ -181,6 +181,8 @@ void rbtrace_session_detach(int tell_client)
     if (!rbtrace.attached) return;
     rbtrace_emit_end_calls();
     rbtrace_tracer_clear();
+    /* --alloc's sites, its hook gone: naming them allocates. */
+    rbtrace_alloc_report(tell_client && !rbtrace.peer_gone);
     if (tell_client && !rbtrace.peer_gone) state = rbtrace_emit_detached();
     stop_state = rbtrace_writer_stop();
     if (state == 0) state = stop_state;
@@ -205,6 +207,7 @@ void rbtrace_session_after_fork(void)
     rbtrace_session_drop_deferred();
     if (!rbtrace.attached) return;
     rbtrace_tracer_clear();
+    rbtrace_alloc_report(0);
     rbtrace_writer_after_fork();
     rbtrace.attached = 0;
     close(rbtrace.sock);
@@ -299,6 +302,9 @@ static void session_dispatch(const struct rbtrace_command *cmd, int from_socket)
         break;
     case RBTRACE_CMD_GVL:
         rbtrace_gvl_start();
+        break;
+    case RBTRACE_CMD_ALLOC:
+        rbtrace_alloc_start(cmd->sample);
         break;
     case RBTRACE_CMD_DEVMODE:
         rbtrace_devmode_start();
