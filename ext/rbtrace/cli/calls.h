@@ -19,6 +19,7 @@ struct calls_frame {
     uint64_t start_ns;
     uint64_t child_ns;         /* time spent in the calls it made (for self time) */
     uint64_t gvl_ns;           /* --gvl: its thread's GVL waits inside it, its callees' too */
+    uint64_t alloc;            /* --alloc: objects its thread allocated inside it, callees' too */
     uint32_t node;             /* the format's */
     char *extra;               /* the format's, freed with the frame; or NULL */
     size_t extra_len;
@@ -81,6 +82,10 @@ void calls_pop(struct calls *c, size_t ti, uint64_t duration_ns);
 /* --gvl: thread ti waited wait_ns for the GVL, inside its innermost open
  * call (if any); a call's waits go to its caller as it returns. */
 void calls_add_gvl(struct calls *c, size_t ti, uint64_t wait_ns);
+
+/* --alloc: thread ti allocated count objects, inside its innermost open
+ * call (if any); a call's objects go to its caller as it returns. */
+void calls_add_alloc(struct calls *c, size_t ti, uint64_t count);
 
 /* The index of thread id, or -1 if it was never seen (nothing added). */
 long calls_thread_known(const struct calls *c, uint64_t id);

@@ -175,6 +175,22 @@ static int chrome_call(struct format_chrome *f, const struct rbtrace_event *ev)
 /* Room for a call's event but its name and args. */
 #define CHROME_CALL_FIXED 256
 
+/* The call's args: its expressions' values, and with --alloc its objects
+ * ("alloc", callees included). At most frame->extra_len + 40 bytes. */
+static char *chrome_put_args(struct format_chrome *f, char *p, const struct calls_frame *frame)
+{
+    if (!f->base.opts.text.alloc) return frame->extra ? json_put(p, frame->extra, frame->extra_len) : p;
+    if (frame->extra) {
+        p = json_put(p, frame->extra, frame->extra_len - 1);   /* without its '}' */
+        p = JSON_PUT_LITERAL(p, ",\"alloc\":");
+    } else {
+        p = JSON_PUT_LITERAL(p, ",\"args\":{\"alloc\":");
+    }
+    p = json_put_u64(p, frame->alloc);
+    *p++ = '}';
+    return p;
+}
+
 /* A call's complete event, built whole and written at once: the hot path. */
 static int chrome_return(struct format_chrome *f, const struct rbtrace_event *ev)
 {
@@ -202,7 +218,7 @@ static int chrome_return(struct format_chrome *f, const struct rbtrace_event *ev
     p += json_us(p, frame->start_ns);
     p = JSON_PUT_LITERAL(p, ",\"dur\":");
     p += json_us(p, dur);
-    if (frame->extra) p = json_put(p, frame->extra, frame->extra_len);
+    p = chrome_put_args(f, p, frame);
     *p++ = '}';
     put(f, f->line.p, (size_t)(p - f->line.p));
     calls_pop(&f->calls, (size_t)ti, dur);
@@ -342,6 +358,13 @@ static int chrome_event(struct format *base, const struct rbtrace_event *ev)
     case RBTRACE_EV_GVL:
         calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
         return chrome_gvl(f, ev);
+    case RBTRACE_EV_ALLOC: {
+        /* --alloc: to the calls open on its thread (their "alloc" arg). */
+        long ti = calls_thread_known(&f->calls, ev->thread_id);
+
+        if (ti >= 0) calls_add_alloc(&f->calls, (size_t)ti, ev->count);
+        return CLI_OK;
+    }
     default:
         return CLI_OK;
     }

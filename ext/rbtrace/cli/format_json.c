@@ -164,7 +164,7 @@ static void json_call_head(struct format_json *f, const char *kind, size_t kind_
 }
 
 /* Room for a call line but its name and args. */
-#define JSON_CALL_FIXED 256
+#define JSON_CALL_FIXED 288
 
 /* A call's line, built whole and written at once: the hot path (one line
  * per call of a firehose). */
@@ -201,6 +201,10 @@ static int json_return(struct format_json *f, const struct rbtrace_event *ev)
     if (f->gvl_live && f->base.opts.text.gvl) {
         p = JSON_PUT_LITERAL(p, ",\"gvl\":");
         p = json_put_u64(p, frame->gvl_ns);
+    }
+    if (f->base.opts.text.alloc) {
+        p = JSON_PUT_LITERAL(p, ",\"alloc\":");
+        p = json_put_u64(p, frame->alloc);
     }
     if (frame->extra) p = json_put(p, frame->extra, frame->extra_len);
     p = JSON_PUT_LITERAL(p, "}\n");
@@ -281,6 +285,32 @@ static int json_gvl(struct format_json *f, const struct rbtrace_event *ev)
     return format_check_io(&f->base);
 }
 
+/* --alloc: the objects go to the calls open on their thread ("alloc" of
+ * each call line); those of a thread with no open call to none. */
+static int json_alloc(struct format_json *f, const struct rbtrace_event *ev)
+{
+    long ti = calls_thread_known(&f->calls, ev->thread_id);
+
+    if (ti >= 0) calls_add_alloc(&f->calls, (size_t)ti, ev->count);
+    return CLI_OK;
+}
+
+/* --alloc: one of the sites that allocated most (the target's, at the
+ * detach), a line of its own. */
+static int json_alloc_site(struct format_json *f, const struct rbtrace_event *ev)
+{
+    PUT_NUM(f, "{\"kind\":\"alloc_site\",\"count\":", ev->count);
+    PUT_LITERAL(f, ",\"class\":");
+    if (put_string(f, ev->text, 1) != CLI_OK) return CLI_ERR;
+    PUT_LITERAL(f, ",\"path\":");
+    if (put_string(f, ev->text2, 1) != CLI_OK) return CLI_ERR;
+    PUT_NUM(f, ",\"line\":", ev->line);
+    PUT_LITERAL(f, ",\"label\":");
+    if (put_string(f, ev->text3, 1) != CLI_OK) return CLI_ERR;
+    PUT_LITERAL(f, "}\n");
+    return format_check_io(&f->base);
+}
+
 /* LOST carries no time: the loss is placed after the latest event seen.
  * Calls open then may have lost their returns: they are dropped. */
 static int json_lost(struct format_json *f, const struct rbtrace_event *ev)
@@ -323,6 +353,10 @@ static int json_event(struct format *base, const struct rbtrace_event *ev)
     case RBTRACE_EV_GVL:
         calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
         return json_gvl(f, ev);
+    case RBTRACE_EV_ALLOC:
+        return json_alloc(f, ev);
+    case RBTRACE_EV_ALLOC_SITE:
+        return json_alloc_site(f, ev);
     default:
         return CLI_OK;
     }
