@@ -4,8 +4,8 @@ require_relative '../spec_helper'
 # Ruby's NEWOBJ internal event, counted per traced call (" alloc N" on its
 # line: the objects its thread allocated between its call and its return,
 # its callees' included) and, at the detach, the sites that allocated most
-# (file:line, class) and the traced methods that did. docs/DESIGN.md,
-# "Allocations".
+# (file:line, class) and the traced methods that did.
+# docs/DESIGN.md, "Allocations".
 RSpec.describe 'Allocations (--alloc)' do
   # Maker#strings(n) makes exactly n Strings (String.new, no literal);
   # Outer#run makes 100 Arrays itself, calls Inner#make (200 Hashes) and
