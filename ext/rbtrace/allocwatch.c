@@ -31,8 +31,8 @@
  * allocates. The field is 0 for a hidden object (an internal buffer Ruby
  * may reveal later as a String or an Array): such an object is counted,
  * as "" (the client says "(hidden)"). T_IMEMO objects (the VM's own:
- * environments, caches) use the field for other data and are not the
- * app's objects: they are skipped (not counted; a sample that lands on
+ * environments, caches) use the field for other data and, with T_ICLASS
+ * (a module included somewhere), are not the app's objects: they are skipped (not counted; a sample that lands on
  * one is simply not taken, which leaves the counts of the others
  * unbiased). An object whose class changes later (a singleton class
  * added) is counted as its class at birth.
@@ -43,7 +43,7 @@
  * detach, when the client goes away, and in a forked child
  * (rbtrace_tracer_clear): Ruby then calls nothing of ours.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "rbtrace.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "emit_call.h"
 #include <ruby/debug.h>
 #include <stdio.h>
@@ -62,24 +62,24 @@
 #define ALLOC_SAMPLE_MAX 1000000000ull
 
 struct alloc_site {
-    VALUE frame;               /* rb_profile_frames' (an iseq, or a C method's entry), or 0 */
-    VALUE klass;               /* the object's real class, or 0 (hidden) */
-    int line;                  /* 0: no Ruby frame */
-    uint64_t count;            /* objects (sampled); 0: a free slot */
+    VALUE frame;    /* rb_profile_frames' (an iseq, or a C method's entry), or 0 */
+    VALUE klass;    /* the object's real class, or 0 (hidden) */
+    int line;       /* 0: no Ruby frame */
+    uint64_t count; /* objects (sampled); 0: a free slot */
 };
 
 uint64_t rbtrace_alloc_pending;
 
 static struct {
     int hooked;
-    uint64_t sample;           /* one object in sample counts, as sample */
-    uint64_t countdown;        /* objects to the next sample */
-    uint64_t random;           /* xorshift64's state */
-    uint64_t thread;           /* the thread rbtrace_alloc_pending is of */
-    uint64_t samples;          /* samples taken, ever (RBTrace.alloc_stats) */
-    uint64_t dropped;          /* samples whose site found no slot */
+    uint64_t sample;    /* one object in sample counts, as sample */
+    uint64_t countdown; /* objects to the next sample */
+    uint64_t random;    /* xorshift64's state */
+    uint64_t thread;    /* the thread rbtrace_alloc_pending is of */
+    uint64_t samples;   /* samples taken, ever (RBTrace.alloc_stats) */
+    uint64_t dropped;   /* samples whose site found no slot */
     uint32_t n_used;
-    uint32_t used[ALLOC_SITES];   /* indexes of the slots in use, for marking */
+    uint32_t used[ALLOC_SITES]; /* indexes of the slots in use, for marking */
     struct alloc_site sites[ALLOC_SITES];
 } alloc;
 
@@ -104,6 +104,7 @@ static inline VALUE alloc_class_of(VALUE obj)
     if (RB_SPECIAL_CONST_P(obj)) return Qundef;
     switch (RB_BUILTIN_TYPE(obj)) {
     case RUBY_T_IMEMO:
+    case RUBY_T_ICLASS: /* a module's place in an ancestry: the VM's too */
     case RUBY_T_NONE:
         return Qundef;
     default:
@@ -209,7 +210,8 @@ static void alloc_clear_sites(void)
 {
     uint32_t i;
 
-    for (i = 0; i < alloc.n_used; i++) memset(&alloc.sites[alloc.used[i]], 0, sizeof(alloc.sites[0]));
+    for (i = 0; i < alloc.n_used; i++)
+        memset(&alloc.sites[alloc.used[i]], 0, sizeof(alloc.sites[0]));
     alloc.n_used = 0;
     alloc.dropped = 0;
 }
@@ -217,7 +219,8 @@ static void alloc_clear_sites(void)
 void rbtrace_alloc_start(uint64_t sample)
 {
     if (sample == 0 || sample > ALLOC_SAMPLE_MAX) {
-        rbtrace_emit_message(RBTRACE_EV_ERROR, "--alloc: a sample of %llu objects is out of range "
+        rbtrace_emit_message(RBTRACE_EV_ERROR,
+                             "--alloc: a sample of %llu objects is out of range "
                              "(1 to %llu): allocations are not counted",
                              (unsigned long long)sample, ALLOC_SAMPLE_MAX);
         return;
@@ -230,8 +233,7 @@ void rbtrace_alloc_start(uint64_t sample)
     alloc.countdown = alloc_gap();
     alloc.thread = 0;
     rbtrace_alloc_pending = 0;
-    rb_add_event_hook2(ALLOC_HOOK, RUBY_INTERNAL_EVENT_NEWOBJ, Qnil,
-                       RUBY_EVENT_HOOK_FLAG_RAW_ARG);
+    rb_add_event_hook2(ALLOC_HOOK, RUBY_INTERNAL_EVENT_NEWOBJ, Qnil, RUBY_EVENT_HOOK_FLAG_RAW_ARG);
     alloc.hooked = 1;
 }
 
@@ -246,7 +248,8 @@ void rbtrace_alloc_stop(void)
 
 static int alloc_by_count(const void *a, const void *b)
 {
-    uint64_t x = alloc.sites[*(const uint32_t *)a].count, y = alloc.sites[*(const uint32_t *)b].count;
+    uint64_t x = alloc.sites[*(const uint32_t *)a].count,
+             y = alloc.sites[*(const uint32_t *)b].count;
 
     return x < y ? 1 : x > y ? -1 : 0;
 }
@@ -261,8 +264,7 @@ static size_t alloc_class_name(VALUE klass, char *out, size_t size)
     name = rb_mod_name(klass);
     if (RB_TYPE_P(name, T_STRING))
         n = snprintf(out, size, "%.*s", (int)RSTRING_LEN(name), RSTRING_PTR(name));
-    else
-        n = snprintf(out, size, "#<Class:%p>", (void *)klass);
+    else n = snprintf(out, size, "#<Class:%p>", (void *)klass);
     return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
 }
 
@@ -275,8 +277,9 @@ static void alloc_send_site(const struct alloc_site *s)
     int has_path = RB_TYPE_P(path, T_STRING) && s->line > 0, has_label = RB_TYPE_P(label, T_STRING);
 
     rbtrace_emit_alloc_site(s->count, klass, klass_len, has_path ? RSTRING_PTR(path) : "",
-                            has_path ? (size_t)RSTRING_LEN(path) : 0, has_path ? (uint64_t)s->line : 0,
-                            has_label ? RSTRING_PTR(label) : "", has_label ? (size_t)RSTRING_LEN(label) : 0);
+                            has_path ? (size_t)RSTRING_LEN(path) : 0,
+                            has_path ? (uint64_t)s->line : 0, has_label ? RSTRING_PTR(label) : "",
+                            has_label ? (size_t)RSTRING_LEN(label) : 0);
     RB_GC_GUARD(path);
     RB_GC_GUARD(label);
 }
@@ -295,7 +298,8 @@ void rbtrace_alloc_report(int send)
         qsort(order, n, sizeof(order[0]), alloc_by_count);
         for (i = 0; i < n && i < ALLOC_REPORT_SITES; i++) alloc_send_site(&alloc.sites[order[i]]);
         if (alloc.dropped)
-            rbtrace_emit_message(RBTRACE_EV_NOTICE, "--alloc: %llu sampled objects were of sites "
+            rbtrace_emit_message(RBTRACE_EV_NOTICE,
+                                 "--alloc: %llu sampled objects were of sites "
                                  "beyond the %d the table holds: not among the sites",
                                  (unsigned long long)alloc.dropped, ALLOC_SITES);
     }

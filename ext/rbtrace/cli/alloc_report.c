@@ -32,7 +32,7 @@ void alloc_report_free(struct alloc_report *a)
 
 static uint64_t alloc_report_hash(const char *s, size_t len)
 {
-    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
     size_t i;
 
     for (i = 0; i < len; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
@@ -44,7 +44,8 @@ static size_t alloc_report_slot(const struct alloc_report_method *m, size_t cap,
 {
     size_t i = (size_t)alloc_report_hash(name, len) & (cap - 1);
 
-    while (m[i].name && (m[i].len != len || memcmp(m[i].name, name, len) != 0)) i = (i + 1) & (cap - 1);
+    while (m[i].name && (m[i].len != len || memcmp(m[i].name, name, len) != 0))
+        i = (i + 1) & (cap - 1);
     return i;
 }
 
@@ -101,7 +102,7 @@ int alloc_report_site(struct alloc_report *a, const struct rbtrace_event *ev)
     s->klass = alloc_report_escaped(&ev->text);
     s->path = alloc_report_escaped(&ev->text2);
     s->label = alloc_report_escaped(&ev->text3);
-    a->n_sites++;   /* counted even if short of memory: freed with the rest */
+    a->n_sites++; /* counted even if short of memory: freed with the rest */
     return s->klass && s->path && s->label ? CLI_OK : CLI_ERR;
 }
 
@@ -133,7 +134,8 @@ static void alloc_report_write_methods(const struct alloc_report *a, FILE *out)
     fputs("*** traced methods that allocated most (inside their calls, callees included):\n", out);
     for (i = 0; i < n && i < ALLOC_REPORT_ROWS; i++)
         fprintf(out, "  %12llu  %s  (%llu call%s)\n", (unsigned long long)order[i]->count,
-                order[i]->name, (unsigned long long)order[i]->calls, order[i]->calls == 1 ? "" : "s");
+                order[i]->name, (unsigned long long)order[i]->calls,
+                order[i]->calls == 1 ? "" : "s");
     free(order);
 }
 
@@ -158,10 +160,10 @@ static void alloc_report_write_sites(const struct alloc_report *a, FILE *out)
 void alloc_report_write(const struct alloc_report *a, FILE *out)
 {
     if (!a->n_methods && !a->n_sites) return;
-    if (a->sample == 1)
-        fputs("*** allocations (--alloc-sample 1: every object counted)\n", out);
+    if (a->sample == 1) fputs("*** allocations (--alloc-sample 1: every object counted)\n", out);
     else
-        fprintf(out, "*** allocations (--alloc-sample %lu: one object in %lu seen, counted as %lu)\n",
+        fprintf(out,
+                "*** allocations (--alloc-sample %lu: one object in %lu seen, counted as %lu)\n",
                 a->sample, a->sample, a->sample);
     alloc_report_write_methods(a, out);
     alloc_report_write_sites(a, out);

@@ -27,23 +27,23 @@
 #define ALLOC_REPORT_SITES_MAX 256
 
 struct alloc_report_method {
-    char *name;                /* as the format prints it; NULL for a free slot */
+    char *name; /* as the format prints it; NULL for a free slot */
     size_t len;
     uint64_t count, calls;
 };
 
 struct alloc_report_site {
     uint64_t count, line;
-    char *klass, *path, *label;   /* escaped, NUL-ended */
+    char *klass, *path, *label; /* escaped, NUL-ended */
 };
 
 struct alloc_report {
-    unsigned long sample;      /* --alloc-sample */
-    struct alloc_report_method *methods;   /* open addressing on the name */
+    unsigned long sample;                /* --alloc-sample */
+    struct alloc_report_method *methods; /* open addressing on the name */
     size_t methods_cap, n_methods;
     struct alloc_report_site sites[ALLOC_REPORT_SITES_MAX];
     size_t n_sites;
-    uint64_t total;            /* objects counted in ALLOC events */
+    uint64_t total; /* objects counted in ALLOC events */
 };
 
 void alloc_report_init(struct alloc_report *a, unsigned long sample);

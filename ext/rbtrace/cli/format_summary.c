@@ -185,7 +185,12 @@ static int summary_event(struct format *base, const struct rbtrace_event *ev)
         if (summary_add(f, ev->method_id, dur, dur > frame->child_ns ? dur - frame->child_ns : 0)
             != CLI_OK)
             return CLI_ERR;
-        summary_row(f, ev->method_id)->alloc += frame->alloc;   /* made by summary_add */
+        if (frame->alloc) {   /* --alloc: the row summary_add made */
+            struct summary_row *r = summary_row(f, ev->method_id);
+
+            if (!r) return format_fail(base, "out of memory");
+            r->alloc += frame->alloc;
+        }
         calls_pop(&f->calls, (size_t)ti, dur);
         return CLI_OK;
     case RBTRACE_EV_RAISE: {
