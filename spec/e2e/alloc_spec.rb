@@ -136,6 +136,33 @@ RSpec.describe 'Allocations (--alloc)' do
     expect(out).to match(/^ +\d+  Outer#run  \(\d+ calls?\)\n +\d+  Inner#make  \(\d+ calls?\)$/)
   end
 
+  it "counts each thread's objects into its own calls, the threads taking turns mid-call" do
+    app = start_target(<<~'RUBY').ready
+      class Churner
+        def churn(n)
+          i = 0
+          while i < n
+            String.new
+            i += 1
+            Thread.pass if i % 100 == 0 # the other thread allocates meanwhile
+          end
+        end
+      end
+      puts "ready"
+      2.times.map { |k| Thread.new { loop { Churner.new.churn(3000 + k * 1000) } } }.each(&:join)
+    RUBY
+    out = trace(app, '-m', 'Churner#churn', '--alloc-sample', '1',
+                until_output: ->(o) { o.scan(/alloc \d+$/).size >= 8 }).stdout
+    seen = out.scan(/^\[t(\d+)\] Churner#churn <\d+\.\d{6}> alloc (\d+)$/).map { |t, c| [t, Integer(c)] }
+    expect(seen.size).to be >= 6
+    # Each thread makes one count, 3000 or 4000, every call: whichever it is,
+    # a thread's calls all show it, and the two threads differ.
+    by_thread = seen.group_by(&:first).transform_values { |l| l.map(&:last).uniq }
+    expect(by_thread.size).to eq(2)
+    expect(by_thread.values.map(&:size)).to all(eq(1))
+    expect(by_thread.values.flatten.sort).to eq([3000, 4000])
+  end
+
   it 'reaches --format json (an "alloc" per call, alloc_site lines), chrome ("alloc" args) and --summary' do
     require 'json'
     app = start_app
