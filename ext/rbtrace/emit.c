@@ -315,6 +315,7 @@ __attribute__((noinline)) void rbtrace_emit_call_pushed(enum rbtrace_event_type 
     char bytes[RBTRACE_CALL_EVENT_MAX];
     uint64_t thread = rbtrace_thread_id();
 
+    if (rbtrace_alloc_pending) rbtrace_alloc_flush();   /* --alloc: the objects before it, first */
     if (rbtrace_ring_space(&rbtrace.ring, room) < room) {
         rbtrace.lost++;
         return;

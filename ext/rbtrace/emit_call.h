@@ -96,10 +96,11 @@ rbtrace_emit_call_of(rb_event_flag_t event, uint32_t id, uint64_t now)
 {
     char *out;
 
-    /* --alloc: the objects allocated before this event, first. */
-    if (__builtin_expect(rbtrace_alloc_pending != 0, 0)) rbtrace_alloc_flush();
     now -= rbtrace.clock_origin_ns;
-    if (!rbtrace.lost && (out = rbtrace_ring_reserve(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) != NULL)
+    /* --alloc's objects counted before this event go out first, from the
+     * pushed way (out of line: the fast path only tests the count). */
+    if (!rbtrace.lost && !rbtrace_alloc_pending &&
+        (out = rbtrace_ring_reserve(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) != NULL)
         rbtrace_emit_call_at(out, rbtrace_call_event_type(event), id, now);
     else
         rbtrace_emit_call_pushed(rbtrace_call_event_type(event), now, id);
