@@ -230,6 +230,13 @@ static int event_pack(msgpack_packer *pk, const struct rbtrace_event *ev)
     case RBTRACE_EV_GVL:
         rbtrace_event_pack_gvl(pk, ev->thread_id, ev->time_ns, ev->duration_ns);
         break;
+    case RBTRACE_EV_ALLOC:
+        rbtrace_event_pack_alloc(pk, ev->thread_id, ev->count);
+        break;
+    case RBTRACE_EV_ALLOC_SITE:
+        rbtrace_event_pack_alloc_site(pk, ev->count, ev->text.ptr, ev->text.len, ev->text2.ptr,
+                                      ev->text2.len, ev->line, ev->text3.ptr, ev->text3.len);
+        break;
     default:
         FUZZ_CHECK(!"rbtrace_event_decode accepted an unknown event");
     }

@@ -14,7 +14,7 @@ module CTest
   # Each test and the client sources it links besides ext/rbtrace/codec.c.
   TESTS = {
     'test_codec' => [],
-    'test_render' => %w[cli/render.c cli/escape.c],
+    'test_render' => %w[cli/render.c cli/alloc_report.c cli/escape.c],
     'test_escape' => %w[cli/escape.c],
     'test_options' => %w[cli/options.c cli/tracers.c],
     'test_reports' => %w[cli/reports.c cli/options.c cli/tracers.c],
@@ -26,7 +26,7 @@ module CTest
     'test_convert' => %w[cli/convert.c],
     'test_formats' => %w[cli/stream.c cli/format.c cli/format_text.c cli/format_json.c cli/format_chrome.c
                          cli/format_folded.c cli/format_summary.c cli/calls.c cli/json.c cli/render.c
-                         cli/escape.c]
+                         cli/alloc_report.c cli/escape.c]
   }.freeze
 
   # Compiles sources (with the sanitizers) into bin, linked with msgpack-c.

@@ -105,6 +105,12 @@ int rbtrace_command_encode(msgpack_packer *pk, const struct rbtrace_command *cmd
         msgpack_pack_uint32(pk, cmd->type);
         msgpack_pack_uint32(pk, cmd->client_pid);
         return RBTRACE_OK;
+    case RBTRACE_CMD_ALLOC:
+        msgpack_pack_array(pk, 3);
+        msgpack_pack_uint32(pk, cmd->type);
+        msgpack_pack_uint32(pk, cmd->client_pid);
+        msgpack_pack_uint64(pk, cmd->sample);
+        return RBTRACE_OK;
     case RBTRACE_CMD_METHODS:
         if (cmd->n_selectors > RBTRACE_SELECTORS_MAX) return RBTRACE_ERR;
         msgpack_pack_array(pk, 3);
@@ -192,6 +198,8 @@ static int command_decode_fields(const msgpack_object_array *a,
     case RBTRACE_CMD_RESUME:
     case RBTRACE_CMD_GVL:
         return RBTRACE_OK;
+    case RBTRACE_CMD_ALLOC:
+        return codec_uint(a, 2, &cmd->sample, err);
     case RBTRACE_CMD_METHODS:
         return command_decode_selectors(a, 2, cmd, err);
     case RBTRACE_CMD_SLOW:
@@ -381,6 +389,28 @@ void rbtrace_event_pack_gvl(msgpack_packer *pk, uint64_t thread_id, uint64_t tim
     msgpack_pack_uint64(pk, thread_id);
     msgpack_pack_uint64(pk, time_ns);
     msgpack_pack_uint64(pk, wait_ns);
+}
+
+void rbtrace_event_pack_alloc(msgpack_packer *pk, uint64_t thread_id, uint64_t count)
+{
+    msgpack_pack_array(pk, 3);
+    msgpack_pack_uint32(pk, RBTRACE_EV_ALLOC);
+    msgpack_pack_uint64(pk, thread_id);
+    msgpack_pack_uint64(pk, count);
+}
+
+void rbtrace_event_pack_alloc_site(msgpack_packer *pk, uint64_t count,
+                                   const char *klass, size_t klass_len,
+                                   const char *path, size_t path_len, uint64_t line,
+                                   const char *label, size_t label_len)
+{
+    msgpack_pack_array(pk, 6);
+    msgpack_pack_uint32(pk, RBTRACE_EV_ALLOC_SITE);
+    msgpack_pack_uint64(pk, count);
+    msgpack_pack_str_with_body(pk, klass, klass_len);
+    msgpack_pack_str_with_body(pk, path, path_len);
+    msgpack_pack_uint64(pk, line);
+    msgpack_pack_str_with_body(pk, label, label_len);
 }
 
 void rbtrace_event_pack_refused(msgpack_packer *pk, enum rbtrace_refusal reason,
@@ -618,6 +648,15 @@ static int event_decode_fields(const msgpack_object_array *a, struct rbtrace_eve
         if (codec_uint(a, 1, &ev->thread_id, err) != RBTRACE_OK) return RBTRACE_ERR;
         if (codec_uint(a, 2, &ev->time_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
         return codec_uint(a, 3, &ev->duration_ns, err);
+    case RBTRACE_EV_ALLOC:
+        if (codec_uint(a, 1, &ev->thread_id, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return codec_uint(a, 2, &ev->count, err);
+    case RBTRACE_EV_ALLOC_SITE:
+        if (codec_uint(a, 1, &ev->count, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_str(a, 2, &ev->text, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_str(a, 3, &ev->text2, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_uint(a, 4, &ev->line, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return codec_str(a, 5, &ev->text3, err);
     }
     snprintf(err, RBTRACE_ERRLEN, "unknown event %u", (unsigned)ev->type);
     return RBTRACE_ERR;

@@ -39,6 +39,7 @@ struct rbtrace_command {
     uint32_t timeout_ms;         /* EVAL */
     uint32_t result_format;      /* EVAL: enum rbtrace_result_format, 0 if absent */
     uint64_t threshold_ns;       /* SLOW */
+    uint64_t sample;             /* ALLOC: one object in sample is counted */
     int cpu;                     /* SLOW: CPU time rather than wall time */
     uint32_t n_selectors;        /* METHODS, SLOW */
     struct rbtrace_str selectors[RBTRACE_SELECTORS_MAX];
@@ -61,6 +62,8 @@ struct rbtrace_event {
     uint64_t wall_origin_ns;     /* ATTACHED */
     uint64_t features;           /* ATTACHED: RBTRACE_FEATURE_* bits (0 if absent) */
     uint64_t duration_ns;        /* SLOW, GC; GVL: the wait */
+    uint64_t count;              /* ALLOC, ALLOC_SITE: objects (sampled) */
+    uint64_t line;               /* ALLOC_SITE */
     uint64_t depth;              /* SLOW */
     uint64_t mark_ns;            /* GC */
     uint64_t sweep_ns;           /* GC */
@@ -68,9 +71,10 @@ struct rbtrace_event {
     struct rbtrace_str text;     /* ATTACHED: ruby version; METHOD: name;
                                     REFUSED, ERROR, NOTICE: message;
                                     EVAL_RESULT: result text;
-                                    GC: major_by; RAISE: class */
-    struct rbtrace_str text2;    /* GC: gc_by; RAISE: message */
-    struct rbtrace_str text3;    /* RAISE: location */
+                                    GC: major_by; RAISE: class;
+                                    ALLOC_SITE: class */
+    struct rbtrace_str text2;    /* GC: gc_by; RAISE: message; ALLOC_SITE: path */
+    struct rbtrace_str text3;    /* RAISE: location; ALLOC_SITE: label */
     uint32_t n_exprs;            /* CALL_ARGS */
     struct rbtrace_str exprs[RBTRACE_EXPRS_MAX];
     struct rbtrace_str values[RBTRACE_EXPRS_MAX];
@@ -303,6 +307,25 @@ static inline size_t rbtrace_event_encode_gvl(char *out, uint64_t thread_id, uin
     n += rbtrace_put_uint(out + n, thread_id);
     n += rbtrace_put_uint(out + n, time_ns);
     n += rbtrace_put_uint(out + n, wait_ns);
+    return n;
+}
+void rbtrace_event_pack_alloc(msgpack_packer *pk, uint64_t thread_id, uint64_t count);
+void rbtrace_event_pack_alloc_site(msgpack_packer *pk, uint64_t count,
+                                   const char *klass, size_t klass_len,
+                                   const char *path, size_t path_len, uint64_t line,
+                                   const char *label, size_t label_len);
+
+/* ALLOC, the same bytes as rbtrace_event_pack_alloc, written in place (no
+ * packer: the target's allocation hook runs inside Ruby's allocator). */
+#define RBTRACE_ALLOC_EVENT_MAX 20
+static inline size_t rbtrace_event_encode_alloc(char *out, uint64_t thread_id, uint64_t count)
+{
+    size_t n = 0;
+
+    out[n++] = (char)0x93;               /* fixarray of 3 */
+    out[n++] = (char)RBTRACE_EV_ALLOC;   /* a fixint */
+    n += rbtrace_put_uint(out + n, thread_id);
+    n += rbtrace_put_uint(out + n, count);
     return n;
 }
 /* ERROR or NOTICE */

@@ -16,6 +16,7 @@
 #include "emit.h"
 #include "gcwatch.h"
 #include "gvlwatch.h"
+#include "allocwatch.h"
 #include "trace.h"
 #include "writer.h"
 #include <errno.h>
@@ -191,6 +192,8 @@ void rbtrace_command_detach(int tell_client)
     if (!rbtrace.attached) return;
     rbtrace_emit_end_calls();
     rbtrace_trace_clear();
+    /* --alloc's sites, its hook gone: naming them allocates. */
+    rbtrace_alloc_report(tell_client && !rbtrace.peer_gone);
     if (tell_client && !rbtrace.peer_gone) rbtrace_emit_detached(rbtrace_gc_take_other(), &state);
     rbtrace_writer_stop(&stop_state);
     if (state == 0) state = stop_state;
@@ -215,6 +218,7 @@ void rbtrace_command_after_fork(void)
     rbtrace_command_drop_deferred();
     if (!rbtrace.attached) return;
     rbtrace_trace_clear();
+    rbtrace_alloc_report(0);
     rbtrace_writer_after_fork();
     rbtrace.attached = 0;
     close(rbtrace.sock);
@@ -309,6 +313,9 @@ static void command_dispatch(const struct rbtrace_command *cmd, int from_socket)
         break;
     case RBTRACE_CMD_GVL:
         rbtrace_gvl_start();
+        break;
+    case RBTRACE_CMD_ALLOC:
+        rbtrace_alloc_start(cmd->sample);
         break;
     case RBTRACE_CMD_DEVMODE:
         rbtrace_devmode_start();

@@ -321,6 +321,7 @@ __attribute__((noinline)) void rbtrace_emit_call_pushed(enum rbtrace_event_type 
     char bytes[RBTRACE_CALL_EVENT_MAX];
     uint64_t thread = rbtrace_thread_id();
 
+    if (rbtrace_alloc_pending) rbtrace_emit_alloc_pending();   /* --alloc: the objects before it, first */
     if (rbtrace_ring_space(&rbtrace.ring, room) < room) {
         rbtrace.lost++;
         return;
@@ -341,6 +342,7 @@ void rbtrace_emit_call_args(VALUE klass, ID mid, uint64_t now, VALUE exprs, VALU
     long i, n = RARRAY_LEN(exprs);
 
     if (rbtrace.calls_ended || now < rbtrace.clock_origin_ns) return;
+    if (rbtrace_alloc_pending) rbtrace_emit_alloc_pending();   /* --alloc: the objects before it, first */
     id = rbtrace.attached ? rbtrace_emit_method_id(klass, mid) : 0;
     if (id == 0) {
         rbtrace.lost++;
@@ -584,6 +586,40 @@ void rbtrace_emit_gvl(uint64_t thread, uint64_t start_ns, uint64_t wait_ns)
 
     if (!rbtrace.attached) return;
     emit_push(buf, rbtrace_event_encode_gvl(buf, thread, at, wait_ns));
+}
+
+/*
+ * --alloc: thread allocated count objects (sampled) since its last ALLOC.
+ * Called by allocwatch.c's hook, inside Ruby's allocator, and before a
+ * call event: encoded in place, no Ruby call, no allocation.
+ */
+uint64_t rbtrace_alloc_pending, rbtrace_alloc_pending_thread;
+
+/* The pending count goes out, as its thread's ALLOC. */
+void rbtrace_emit_alloc_pending(void)
+{
+    uint64_t n = rbtrace_alloc_pending;
+
+    rbtrace_alloc_pending = 0;
+    if (n) rbtrace_emit_alloc(rbtrace_alloc_pending_thread, n);
+}
+
+void rbtrace_emit_alloc(uint64_t thread, uint64_t count)
+{
+    char buf[RBTRACE_ALLOC_EVENT_MAX];
+
+    if (!rbtrace.attached) return;
+    emit_push(buf, rbtrace_event_encode_alloc(buf, thread, count));
+}
+
+/* --alloc: one of the top sites, at the detach (hook gone, GVL held). */
+void rbtrace_emit_alloc_site(uint64_t count, const char *klass, size_t klass_len, const char *path,
+                             size_t path_len, uint64_t line, const char *label, size_t label_len)
+{
+    emit_begin();
+    rbtrace_event_pack_alloc_site(&scratch_pk, count, klass, klass_len, path, path_len, line,
+                                  label, label_len);
+    if (emit_commit() == 0) rbtrace_writer_nudge();
 }
 
 /* ATTACHED, with the features the session can offer (RBTRACE_FEATURE_*),

@@ -47,6 +47,16 @@ void rbtrace_emit_gc(uint64_t thread, uint64_t start_ns, uint64_t mark_ns, uint6
 void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location, uint64_t reraise);
 /* No Ruby call, no allocation: gvlwatch.c's thread hook, GVL just taken. */
 void rbtrace_emit_gvl(uint64_t thread, uint64_t start_ns, uint64_t wait_ns);
+/* --alloc (allocwatch.c): objects counted (sampled) and not yet sent in an
+ * ALLOC event, and the thread they are of. Every call event sends them
+ * before itself (rbtrace_emit_alloc_pending), so that a call's objects are
+ * between its CALL and its RETURN; the hot path only tests the count. */
+extern uint64_t rbtrace_alloc_pending, rbtrace_alloc_pending_thread;
+void rbtrace_emit_alloc_pending(void);
+/* No Ruby call, no allocation: allocwatch.c's hook and the call events. */
+void rbtrace_emit_alloc(uint64_t thread, uint64_t count);
+void rbtrace_emit_alloc_site(uint64_t count, const char *klass, size_t klass_len, const char *path,
+                             size_t path_len, uint64_t line, const char *label, size_t label_len);
 void rbtrace_emit_attached(uint32_t features);
 int rbtrace_emit_detached(uint64_t other_gcs, int *state);
 void rbtrace_emit_end_calls(void);
@@ -121,7 +131,10 @@ rbtrace_emit_call_of(rb_event_flag_t event, uint32_t id, uint64_t now)
     char *out;
 
     now -= rbtrace.clock_origin_ns;
-    if (!rbtrace.lost && (out = rbtrace_ring_reserve(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) != NULL)
+    /* --alloc's objects counted before this event go out first, from the
+     * pushed way (out of line: the fast path only tests the count). */
+    if (!rbtrace.lost && !rbtrace_alloc_pending &&
+        (out = rbtrace_ring_reserve(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) != NULL)
         rbtrace_emit_call_at(out, rbtrace_call_event_type(event), id, now);
     else
         rbtrace_emit_call_pushed(rbtrace_call_event_type(event), now, id);
@@ -164,7 +177,7 @@ rbtrace_emit_recent_call(rb_event_flag_t event, VALUE klass, ID mid)
     uint64_t now;
     char *out;
 
-    if (r->mid != mid || r->klass != klass || rbtrace.lost ||
+    if (r->mid != mid || r->klass != klass || rbtrace.lost || rbtrace_alloc_pending ||
         !rbtrace_ring_fits_quick(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX))
         return 0;
     out = rbtrace_ring_at_head(&rbtrace.ring);

@@ -27,10 +27,11 @@
 
 /* 4: commands after ATTACH come over the socket (3 sent them through the
  * queue, in chunks). 5: RAISE says whether it is a re-raise. 6: GVL
- * (the command and the event), ATTACHED's features. A target
+ * (the command and the event), ATTACHED's features. 7: ALLOC (the
+ * command, the ALLOC and ALLOC_SITE events). A target
  * refuses an ATTACH of another version with RBTRACE_REFUSED_VERSION,
  * saying both versions. */
-#define RBTRACE_PROTOCOL_VERSION 6
+#define RBTRACE_PROTOCOL_VERSION 7
 
 /*
  * Text that the extension's library holds (rbtrace.c) and no other: the
@@ -124,7 +125,12 @@ enum rbtrace_command_type {
     /* [11, client_pid]: report each thread's every wait for the GVL (GVL
      * events), where ATTACHED's features have RBTRACE_FEATURE_GVL; a
      * target without it answers with an ERROR. */
-    RBTRACE_CMD_GVL = 11
+    RBTRACE_CMD_GVL = 11,
+    /* [12, client_pid, sample(uint)]: count the objects the app allocates
+     * (ALLOC events), each sampled one (one in sample, at random: 1 counts
+     * every object) counted as sample; at the detach, the sites that
+     * allocated most (ALLOC_SITE events). sample 0 is refused (ERROR). */
+    RBTRACE_CMD_ALLOC = 12
 };
 
 /* ---- events: target -> client ------------------------------------------ */
@@ -199,7 +205,20 @@ enum rbtrace_event_type {
      * call event (the _NEXT chain passes over it). The target answers the
      * GVL command with one of wait 0 once its hook is in place: waits are
      * measured from there on (a target that cannot, sends none). */
-    RBTRACE_EV_GVL = 18
+    RBTRACE_EV_GVL = 18,
+    /* [19, thread_id(uint), count(uint)]: the thread allocated about count
+     * objects (sampled, ALLOC's sample) since its last ALLOC. Sent before
+     * the next call event of any thread, and when another thread starts
+     * allocating: the objects belong to the calls of that thread then
+     * open. Not a call event (the _NEXT chain passes over it). */
+    RBTRACE_EV_ALLOC = 19,
+    /* [20, count(uint), class(str), path(str), line(uint), label(str)]: one
+     * of the sites that allocated most (by count, sampled), sent at the
+     * detach, most first: the object's class ("" when Ruby had not given
+     * it one yet: an internal, hidden object), where (the innermost Ruby
+     * frame: path "" and line 0 if there was none), and that frame's method
+     * ("Foo#bar", "block in Foo#bar"). */
+    RBTRACE_EV_ALLOC_SITE = 20
 };
 
 /* ATTACHED's features: what the target can do beyond every version's. */

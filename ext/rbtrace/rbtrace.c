@@ -16,6 +16,7 @@
 #include "emit.h"
 #include "gcwatch.h"
 #include "gvlwatch.h"
+#include "allocwatch.h"
 #include "handoff.h"
 #include "inplace.h"
 #include "protocol.h"
@@ -35,6 +36,7 @@ static void rbtrace_roots_mark(void *unused)
     rbtrace_trace_mark();
     rbtrace_wrapper_mark();
     rbtrace_emit_mark();
+    rbtrace_alloc_mark();
 }
 
 static const rb_data_type_t rbtrace_roots_type = {
@@ -104,6 +106,7 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     Init_rbtrace_gcwatch(rbtrace_mRBTrace);
     Init_rbtrace_raisewatch(rbtrace_mRBTrace);
     Init_rbtrace_gvlwatch(rbtrace_mRBTrace);
+    Init_rbtrace_allocwatch(rbtrace_mRBTrace);
     Init_rbtrace_ractors(rbtrace_mRBTrace);
     rbtrace_inplace_install();
     rbtrace_clock_init();

@@ -2,7 +2,7 @@
  * selector.h - a method selector (`rbtrace -m` text, a tracer file's line,
  * --slow-methods) parsed once, into named fields; and the selectors' errors,
  * reported in one place. selector.c is the only file that reads a selector's
- * text or what lib/rbtrace/selector.rb makes of it: tracer.c and slow.c
+ * text or what lib/rbtrace/selector.rb makes of it: trace.c and slow.c
  * read this struct.
  */
 #ifndef RBTRACE_SELECTOR_H

@@ -34,6 +34,7 @@
 #include "emit.h"
 #include "gcwatch.h"
 #include "gvlwatch.h"
+#include "allocwatch.h"
 #include "ractors.h"
 #include "raisewatch.h"
 #include "selector.h"
@@ -587,6 +588,7 @@ void rbtrace_trace_clear(void)
     rbtrace_gc_stop();
     rbtrace_raise_stop();
     rbtrace_gvl_stop();
+    rbtrace_alloc_stop();
     rbtrace_devmode_stop();
 }
 

@@ -152,6 +152,9 @@ static void cmd_compare(const struct rbtrace_command *got, const struct rbtrace_
         CHECK(got->protocol_version == want->protocol_version);
         CHECK(got->text.len == want->text.len && !memcmp(got->text.ptr, want->text.ptr, want->text.len));
         break;
+    case RBTRACE_CMD_ALLOC:
+        CHECK(got->sample == want->sample);
+        break;
     case RBTRACE_CMD_METHODS:
         CHECK(got->n_selectors == want->n_selectors);
         for (i = 0; i < want->n_selectors && i < got->n_selectors; i++)
@@ -286,6 +289,12 @@ static void test_commands(void)
     cmd_roundtrip(cmd);
     cmd->type = RBTRACE_CMD_GVL;
     cmd_roundtrip(cmd);
+    cmd->type = RBTRACE_CMD_ALLOC;
+    cmd->sample = 16;
+    cmd_roundtrip(cmd);
+    cmd->sample = UINT64_MAX;
+    cmd_roundtrip(cmd);
+    cmd->sample = 0;
 
     cmd->type = RBTRACE_CMD_SLOW;
     cmd->threshold_ns = 250000000;
@@ -665,6 +674,38 @@ static void test_event_gvl(struct ev_fixture *f)
         CHECK(f->ev.duration_ns == values[(i + 5) % 8]);
         evf_end(f);
     }
+}
+
+/* ALLOC: packed, and written in place by the target's allocation hook, the
+ * same bytes; ALLOC_SITE packed and decoded. */
+static void test_event_alloc(struct ev_fixture *f)
+{
+    static const uint64_t values[] = { 0, 127, 128, 65535, 65536, UINT32_MAX, (uint64_t)UINT32_MAX + 1,
+                                       UINT64_MAX };
+    char buf[RBTRACE_ALLOC_EVENT_MAX];
+    size_t i, n;
+
+    for (i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+        evf_begin(f);
+        rbtrace_event_pack_alloc(&f->pk, values[i], values[(i + 3) % 8]);
+        n = rbtrace_event_encode_alloc(buf, values[i], values[(i + 3) % 8]);
+        CHECK(n <= RBTRACE_ALLOC_EVENT_MAX);
+        CHECK(n == f->sb.size && memcmp(buf, f->sb.data, n) == 0);
+        evf_decode(f);
+        CHECK(f->ev.type == RBTRACE_EV_ALLOC);
+        CHECK(f->ev.thread_id == values[i]);
+        CHECK(f->ev.count == values[(i + 3) % 8]);
+        evf_end(f);
+    }
+    evf_begin(f);
+    rbtrace_event_pack_alloc_site(&f->pk, 3972, "String", 6, "app/report.rb", 13, 8, "Report#render", 13);
+    evf_decode(f);
+    CHECK(f->ev.type == RBTRACE_EV_ALLOC_SITE);
+    CHECK(f->ev.count == 3972 && f->ev.line == 8);
+    CHECK(str_eq(f->ev.text, "String"));
+    CHECK(str_eq(f->ev.text2, "app/report.rb"));
+    CHECK(str_eq(f->ev.text3, "Report#render"));
+    evf_end(f);
 }
 
 static void test_event_refused(struct ev_fixture *f)
@@ -1465,6 +1506,7 @@ int main(void)
     test_event_gc(f);
     test_event_raise(f);
     test_event_gvl(f);
+    test_event_alloc(f);
     test_event_malformed();
     test_fast_call_widths();
     test_fast_call_wide_fields();

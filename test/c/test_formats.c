@@ -295,6 +295,7 @@ static void feed(struct format *f, enum rbtrace_event_type type, uint64_t thread
     ev.thread_id = thread;
     ev.time_ns = time_ns;
     if (type == RBTRACE_EV_GVL) ev.duration_ns = id_or_wait;
+    else if (type == RBTRACE_EV_ALLOC) ev.count = id_or_wait;
     else ev.method_id = id_or_wait;
     if (name) {
         ev.text.ptr = name;
@@ -339,6 +340,96 @@ static void test_json_gvl(void)
         "\"start\":200,\"end\":2400000,\"duration\":2399800,\"self\":2399800,\"depth\":1,\"gvl\":2000000}\n"
         "{\"kind\":\"call\",\"thread\":1,\"name\":\"Foo#run\",\"class\":\"Foo\",\"method\":\"run\","
         "\"start\":100,\"end\":3000000,\"duration\":2999900,\"self\":600100,\"depth\":0,\"gvl\":2000500}\n");
+    free(out);
+}
+
+/* --alloc: the events of a call Foo#run with a callee Foo#step that
+ * allocate 5 (before the callee), 7 (in it) and 3 objects; 11 on another
+ * thread with no call open, and 2 before any call, are no call's. */
+static void feed_alloc(struct format *f)
+{
+    struct rbtrace_event site;
+
+    feed(f, RBTRACE_EV_METHOD, 0, 0, 1, "Foo#run");
+    feed(f, RBTRACE_EV_METHOD, 0, 0, 2, "Foo#step");
+    feed(f, RBTRACE_EV_ALLOC, 7, 0, 2, NULL);
+    feed(f, RBTRACE_EV_CALL, 7, 100, 1, NULL);
+    feed(f, RBTRACE_EV_ALLOC, 7, 0, 5, NULL);
+    feed(f, RBTRACE_EV_CALL, 7, 200, 2, NULL);
+    feed(f, RBTRACE_EV_ALLOC, 8, 0, 11, NULL);
+    feed(f, RBTRACE_EV_ALLOC, 7, 0, 7, NULL);
+    feed(f, RBTRACE_EV_RETURN, 7, 300, 2, NULL);
+    feed(f, RBTRACE_EV_ALLOC, 7, 0, 3, NULL);
+    feed(f, RBTRACE_EV_RETURN, 7, 400, 1, NULL);
+    memset(&site, 0, sizeof(site));
+    site.type = RBTRACE_EV_ALLOC_SITE;
+    site.count = 12;
+    site.line = 4;
+    site.text2.ptr = "a\x1b.rb";   /* the app's bytes: escaped */
+    site.text2.len = 5;
+    site.text3.ptr = "Foo#step";
+    site.text3.len = 8;
+    CHECK(format_event(f, &site) == CLI_OK);
+}
+
+/* --alloc in text, json and the summary: inclusive counts, the report. */
+static void test_alloc_formats(void)
+{
+    struct format_opts opts;
+    struct format *f;
+    char *out = NULL;
+    size_t out_len = 0;
+    FILE *mem = open_memstream(&out, &out_len);
+
+    memset(&opts, 0, sizeof(opts));
+    opts.text.alloc = 1;
+    opts.text.alloc_sample = 1;
+    opts.text.no_duration = 1;
+    opts.text.prefix = 2;
+    if (!mem || format_open(OPTIONS_FORMAT_TEXT, mem, &opts, &f) != CLI_OK) exit(2);
+    feed_alloc(f);
+    CHECK(format_finish(f) == CLI_OK);
+    format_close(f);
+    fclose(mem);
+    CHECK_STR(out,
+        "Foo#run\n"
+        "  Foo#step alloc 7\n"
+        "Foo#run alloc 15\n"
+        "\n"
+        "*** allocations (--alloc-sample 1: every object counted)\n"
+        "*** traced methods that allocated most (inside their calls, callees included):\n"
+        "            15  Foo#run  (1 call)\n"
+        "             7  Foo#step  (1 call)\n"
+        "*** sites that allocated most:\n"
+        "            12  (hidden)  a\\x1b.rb:4  in Foo#step\n");
+    free(out);
+
+    out = NULL;
+    mem = open_memstream(&out, &out_len);
+    opts.text.no_duration = 0;
+    if (!mem || format_open(OPTIONS_FORMAT_JSON, mem, &opts, &f) != CLI_OK) exit(2);
+    feed_alloc(f);
+    CHECK(format_finish(f) == CLI_OK);
+    format_close(f);
+    fclose(mem);
+    CHECK(strstr(out, "\"name\":\"Foo#step\",\"class\":\"Foo\",\"method\":\"step\",\"start\":200,\"end\":300,"
+                      "\"duration\":100,\"self\":100,\"depth\":1,\"alloc\":7}") != NULL);
+    CHECK(strstr(out, "\"depth\":0,\"alloc\":15}") != NULL);
+    CHECK(strstr(out, "{\"kind\":\"alloc_site\",\"count\":12,\"class\":null,\"path\":\"a\\u001b.rb\","
+                      "\"line\":4,\"label\":\"Foo#step\"}\n") != NULL);
+    free(out);
+
+    out = NULL;
+    mem = open_memstream(&out, &out_len);
+    if (!mem || format_open(OPTIONS_FORMAT_SUMMARY, mem, &opts, &f) != CLI_OK) exit(2);
+    feed_alloc(f);
+    CHECK(format_finish(f) == CLI_OK);
+    format_close(f);
+    fclose(mem);
+    CHECK(strstr(out, "raises      alloc\n") != NULL);
+    CHECK(strstr(out, "       0         15\n") != NULL);
+    CHECK(strstr(out, "       0          7\n") != NULL);
+    CHECK(strstr(out, "*** sites that allocated most:\n            12  (hidden)  a\\x1b.rb:4  in Foo#step\n") != NULL);
     free(out);
 }
 
@@ -432,6 +523,7 @@ int main(void)
     test_text();
     test_json();
     test_json_gvl();
+    test_alloc_formats();
     test_chrome();
     test_folded();
     test_summary();

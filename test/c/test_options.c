@@ -206,7 +206,30 @@ static void test_gvl(void)
     options_free(&o);
     refused(ARGC(word), word, "invalid value 'often' for --gvl");
     refused(ARGC(negative), negative, "'-1' for --gvl");
-    refused(ARGC(with_eval), with_eval, "-e cannot be combined with --slow, --slowcpu, --gc, --raise or --gvl");
+    refused(ARGC(with_eval), with_eval, "-e cannot be combined with --slow, --slowcpu, --gc, --raise, --gvl or --alloc");
+}
+
+/* --alloc, --alloc-sample N (which implies --alloc): a watch, with -m or alone. */
+static void test_alloc(void)
+{
+    char *alone[] = { "rbtrace", "-p", "1", "--alloc" };
+    char *sample[] = { "rbtrace", "-p", "1", "-m", "A#a", "--alloc-sample", "100" };
+    char *zero[] = { "rbtrace", "-p", "1", "--alloc-sample", "0" };
+    char *word[] = { "rbtrace", "-p", "1", "--alloc-sample", "many" };
+    char *negative[] = { "rbtrace", "-p", "1", "--alloc-sample=-4" };
+    char *with_eval[] = { "rbtrace", "-p", "1", "--alloc", "-e", "1" };
+    struct options o;
+
+    CHECK(parse(&o, ARGC(alone), alone, NULL) == CLI_OK);
+    CHECK(o.alloc && o.alloc_sample == 16 && o.mode == OPTIONS_MODE_NONE && options_watches(&o));
+    options_free(&o);
+    CHECK(parse(&o, ARGC(sample), sample, NULL) == CLI_OK);
+    CHECK(o.alloc && o.alloc_sample == 100 && o.mode == OPTIONS_MODE_METHODS);
+    options_free(&o);
+    refused(ARGC(zero), zero, "invalid value '0' for --alloc-sample: expected a whole number of objects");
+    refused(ARGC(word), word, "invalid value 'many' for --alloc-sample");
+    refused(ARGC(negative), negative, "'-4' for --alloc-sample");
+    refused(ARGC(with_eval), with_eval, "-e cannot be combined with");
 }
 
 static void test_watch_errors(void)
@@ -459,6 +482,7 @@ int main(void)
     test_watches();
     test_watch_errors();
     test_gvl();
+    test_alloc();
     test_targets();
     test_optional_values();
     test_reports();

@@ -162,6 +162,7 @@ struct calls_frame *calls_push(struct calls *c, size_t ti, uint64_t method_id, u
     f->start_ns = start_ns;
     f->child_ns = 0;
     f->gvl_ns = 0;
+    f->alloc = 0;
     f->node = 0;
     f->extra = NULL;
     f->extra_len = 0;
@@ -179,6 +180,7 @@ struct calls_frame *calls_match(struct calls *c, size_t ti, uint64_t method_id)
 
             /* The calls above it lost their returns: their GVL waits were in it. */
             for (lost = d; lost < t->depth; lost++) t->frames[d - 1].gvl_ns += t->frames[lost].gvl_ns;
+            for (lost = d; lost < t->depth; lost++) t->frames[d - 1].alloc += t->frames[lost].alloc;
             calls_free_frames(t, d);
             return &t->frames[d - 1];
         }
@@ -190,12 +192,21 @@ void calls_pop(struct calls *c, size_t ti, uint64_t duration_ns)
 {
     struct calls_thread *t = &c->threads[ti];
     uint64_t gvl_ns = t->depth ? t->frames[t->depth - 1].gvl_ns : 0;
+    uint64_t alloc = t->depth ? t->frames[t->depth - 1].alloc : 0;
 
     calls_free_frames(t, t->depth - 1);
     if (t->depth) {
         t->frames[t->depth - 1].child_ns += duration_ns;
         t->frames[t->depth - 1].gvl_ns += gvl_ns;
+        t->frames[t->depth - 1].alloc += alloc;
     }
+}
+
+void calls_add_alloc(struct calls *c, size_t ti, uint64_t count)
+{
+    struct calls_thread *t = &c->threads[ti];
+
+    if (t->depth) t->frames[t->depth - 1].alloc += count;
 }
 
 void calls_add_gvl(struct calls *c, size_t ti, uint64_t wait_ns)

@@ -26,6 +26,7 @@ struct calls_frame {
     uint64_t start_ns;
     uint64_t child_ns;         /* time spent in the calls it made (for self time) */
     uint64_t gvl_ns;           /* --gvl: its thread's GVL waits inside it, its callees' too */
+    uint64_t alloc;            /* --alloc: objects its thread allocated inside it, callees' too */
     uint32_t node;             /* the format's */
     char *extra;               /* the format's, freed with the frame; or NULL */
     size_t extra_len;
@@ -89,6 +90,10 @@ void calls_pop(struct calls *c, size_t ti, uint64_t duration_ns);
  * call (if any); a call's waits go to its caller as it returns. */
 void calls_add_gvl(struct calls *c, size_t ti, uint64_t wait_ns);
 
+/* --alloc: thread ti allocated count objects, inside its innermost open
+ * call (if any); a call's objects go to its caller as it returns. */
+void calls_add_alloc(struct calls *c, size_t ti, uint64_t count);
+
 /* The index of thread id, or -1 if it was never seen (nothing added). */
 long calls_thread_known(const struct calls *c, uint64_t id);
 
@@ -124,6 +129,8 @@ struct calls_emit {
     int (*gvl)(struct format *f, const struct rbtrace_event *ev);
     /* LOST, once the open calls (which may have lost their returns) are dropped. */
     int (*lost)(struct format *f, const struct rbtrace_event *ev);
+    /* --alloc's ALLOC_SITE, or NULL for a format that leaves the sites out. */
+    int (*alloc_site)(struct format *f, const struct rbtrace_event *ev);
 };
 
 /* Notes an event's time: last_time_ns is the latest. */
@@ -213,6 +220,16 @@ static inline int calls_walk_event(struct calls *c, struct format *f, const stru
     case RBTRACE_EV_GVL:
         calls_note_time(c, ev->time_ns + ev->duration_ns);
         return emit->gvl(f, ev);
+    case RBTRACE_EV_ALLOC: {
+        /* --alloc: to the calls open on its thread (a call's objects go to
+         * its caller as it returns); a thread with no open call, to none. */
+        long ti = calls_thread_known(c, ev->thread_id);
+
+        if (ti >= 0) calls_add_alloc(c, (size_t)ti, ev->count);
+        return CLI_OK;
+    }
+    case RBTRACE_EV_ALLOC_SITE:
+        return emit->alloc_site ? emit->alloc_site(f, ev) : CLI_OK;
     default:
         return CLI_OK;
     }

@@ -36,7 +36,7 @@ struct format;
 
 struct format_ops {
     /* Takes METHOD, CALL, CALL_ARGS, RETURN, LOST, FORGET, SLOW, GC,
-     * RAISE and GVL; ignores the others. CLI_OK or CLI_ERR with errstr set. */
+     * RAISE, GVL, ALLOC and ALLOC_SITE; ignores the others. CLI_OK or CLI_ERR with errstr set. */
     int (*event)(struct format *f, const struct rbtrace_event *ev);
     /* The trace ended (however: ^C, SIGTERM, the target gone): writes
      * what is kept for the end and closes what is open, so that the
@@ -77,6 +77,7 @@ static inline int format_event(struct format *f, const struct rbtrace_event *ev)
     case RBTRACE_EV_GC:
     case RBTRACE_EV_RAISE:
     case RBTRACE_EV_GVL:
+    case RBTRACE_EV_ALLOC:
         f->received++;
         break;
     case RBTRACE_EV_LOST:

@@ -168,6 +168,22 @@ oom:
 /* Room for a call's event but its name and args. */
 #define CHROME_CALL_FIXED 256
 
+/* The call's args: its expressions' values, and with --alloc its objects
+ * ("alloc", callees included). At most frame->extra_len + 40 bytes. */
+static char *chrome_put_args(struct format_chrome *f, char *p, const struct calls_frame *frame)
+{
+    if (!f->base.opts.text.alloc) return frame->extra ? json_put(p, frame->extra, frame->extra_len) : p;
+    if (frame->extra) {
+        p = json_put(p, frame->extra, frame->extra_len - 1);   /* without its '}' */
+        p = JSON_PUT_LITERAL(p, ",\"alloc\":");
+    } else {
+        p = JSON_PUT_LITERAL(p, ",\"args\":{\"alloc\":");
+    }
+    p = json_put_u64(p, frame->alloc);
+    *p++ = '}';
+    return p;
+}
+
 /* A call's complete event, built whole and written at once: the hot path. */
 static int chrome_call_event(struct format *base, const struct calls_thread *t,
                              const struct calls_frame *frame, uint64_t dur)
@@ -189,7 +205,7 @@ static int chrome_call_event(struct format *base, const struct calls_thread *t,
     p += json_us(p, frame->start_ns);
     p = JSON_PUT_LITERAL(p, ",\"dur\":");
     p += json_us(p, dur);
-    if (frame->extra) p = json_put(p, frame->extra, frame->extra_len);
+    p = chrome_put_args(f, p, frame);
     *p++ = '}';
     put(f, f->line.p, (size_t)(p - f->line.p));
     return CLI_OK;

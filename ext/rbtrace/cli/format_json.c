@@ -154,7 +154,7 @@ static void json_call_head(struct format_json *f, const char *kind, size_t kind_
 }
 
 /* Room for a call line but its name and args. */
-#define JSON_CALL_FIXED 256
+#define JSON_CALL_FIXED 288
 
 /* A call's line, built whole and written at once: the hot path (one line
  * per call of a firehose). */
@@ -185,6 +185,10 @@ static int json_call_line(struct format *base, const struct calls_thread *t,
     if (f->gvl_live && f->base.opts.text.gvl) {
         p = JSON_PUT_LITERAL(p, ",\"gvl\":");
         p = json_put_u64(p, frame->gvl_ns);
+    }
+    if (f->base.opts.text.alloc) {
+        p = JSON_PUT_LITERAL(p, ",\"alloc\":");
+        p = json_put_u64(p, frame->alloc);
     }
     if (frame->extra) p = json_put(p, frame->extra, frame->extra_len);
     p = JSON_PUT_LITERAL(p, "}\n");
@@ -268,6 +272,24 @@ static int json_gvl(struct format *base, const struct rbtrace_event *ev)
     return format_check_io(&f->base);
 }
 
+/* --alloc: one of the sites that allocated most (the target's, at the
+ * detach), a line of its own. */
+static int json_alloc_site(struct format *base, const struct rbtrace_event *ev)
+{
+    struct format_json *f = (struct format_json *)base;
+
+    PUT_NUM(f, "{\"kind\":\"alloc_site\",\"count\":", ev->count);
+    PUT_LITERAL(f, ",\"class\":");
+    if (put_string(f, ev->text, 1) != CLI_OK) return CLI_ERR;
+    PUT_LITERAL(f, ",\"path\":");
+    if (put_string(f, ev->text2, 1) != CLI_OK) return CLI_ERR;
+    PUT_NUM(f, ",\"line\":", ev->line);
+    PUT_LITERAL(f, ",\"label\":");
+    if (put_string(f, ev->text3, 1) != CLI_OK) return CLI_ERR;
+    PUT_LITERAL(f, "}\n");
+    return format_check_io(&f->base);
+}
+
 /* LOST carries no time: the loss is placed after the latest event seen.
  * (Calls open then may have lost their returns: the walk dropped them.) */
 static int json_lost(struct format *base, const struct rbtrace_event *ev)
@@ -290,6 +312,7 @@ static const struct calls_emit json_emit = {
     .raise = json_raise,
     .gvl = json_gvl,
     .lost = json_lost,
+    .alloc_site = json_alloc_site,
 };
 
 static int json_event(struct format *base, const struct rbtrace_event *ev)

@@ -14,6 +14,10 @@
  * method was the innermost traced call on the raising thread. --slow
  * calls count as calls (their self time is their whole duration). Rows
  * are sorted by --sort (total, the default; calls, self, max), most first.
+ * With --alloc, a column "alloc": the objects allocated inside the
+ * method's calls (callees included, sampled as --alloc-sample says), and
+ * after the table the sites that allocated most (alloc_report.h). (Not in
+ * the combined table of several processes: its dumps carry no alloc.)
  *
  * Several processes (multi.c, one session each in a child): each session
  * also dumps its rows, histograms whole, in a plain form (summary_dump);
@@ -28,6 +32,7 @@
 #define _GNU_SOURCE   /* fwrite_unlocked */
 #include <stdlib.h>
 #include <string.h>
+#include "alloc_report.h"
 #include "calls.h"
 #include "cli.h"
 #include "escape.h"
@@ -40,6 +45,7 @@
 struct summary_row {
     uint64_t method_id;
     uint64_t calls, total_ns, self_ns, max_ns, raises;
+    uint64_t alloc;            /* --alloc: objects allocated inside its calls */
     uint32_t *histogram;       /* SUMMARY_BUCKETS counts, made at the first call */
 };
 
@@ -55,6 +61,7 @@ struct format_summary {
     uint64_t wall_first, wall_last; /* the span of all, on the wall clock */
     uint64_t longest_ns;       /* the longest span of one, when a wall origin is missing */
     int no_wall;               /* a dump had no wall origin */
+    struct alloc_report alloc; /* --alloc: the sites, for after the table */
 };
 
 static size_t summary_bucket(uint64_t ns)
@@ -149,6 +156,12 @@ static int summary_event(struct format *base, const struct rbtrace_event *ev)
         summary_note(f, ev->time_ns);
         calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
         return CLI_OK;
+    case RBTRACE_EV_ALLOC:    /* to the calls open on its thread */
+        if ((ti = calls_thread_known(&f->calls, ev->thread_id)) >= 0)
+            calls_add_alloc(&f->calls, (size_t)ti, ev->count);
+        return CLI_OK;
+    case RBTRACE_EV_ALLOC_SITE:
+        return alloc_report_site(&f->alloc, ev) == CLI_OK ? CLI_OK : format_fail(base, "out of memory");
     case RBTRACE_EV_LOST:
     case RBTRACE_EV_FORGET:   /* names kept: the table names every method at the end */
         calls_drop_all(&f->calls);
@@ -172,6 +185,12 @@ static int summary_event(struct format *base, const struct rbtrace_event *ev)
         if (summary_add(f, ev->method_id, dur, dur > frame->child_ns ? dur - frame->child_ns : 0)
             != CLI_OK)
             return CLI_ERR;
+        if (frame->alloc) {   /* --alloc: the row summary_add made */
+            struct summary_row *r = summary_row(f, ev->method_id);
+
+            if (!r) return format_fail(base, "out of memory");
+            r->alloc += frame->alloc;
+        }
         calls_pop(&f->calls, (size_t)ti, dur);
         return CLI_OK;
     case RBTRACE_EV_RAISE: {
@@ -271,8 +290,9 @@ static int summary_finish(struct format *base)
         fputs("*** ", base->out);
     fprintf(base->out, "%zu thread%s, %s s traced, %llu events lost\n", threads,
             threads == 1 ? "" : "s", num, (unsigned long long)base->lost);
-    fprintf(base->out, "%-40s %10s %10s %10s %10s %10s %10s %10s %7s\n", "method", "calls",
+    fprintf(base->out, "%-40s %10s %10s %10s %10s %10s %10s %10s %7s", "method", "calls",
             "total", "self", "mean", "p50", "p99", "max", "raises");
+    fputs(base->opts.text.alloc ? "      alloc\n" : "\n", base->out);
     for (i = 0; i < n; i++) {
         const struct summary_row *r = sorted[i];
         const struct calls_name *name = calls_name(&f->calls, r->method_id);
@@ -302,9 +322,12 @@ static int summary_finish(struct format *base)
         summary_seconds(base->out, summary_percentile(r, 0.5));
         summary_seconds(base->out, summary_percentile(r, 0.99));
         summary_seconds(base->out, r->max_ns);
-        fprintf(base->out, " %7llu\n", (unsigned long long)r->raises);
+        fprintf(base->out, " %7llu", (unsigned long long)r->raises);
+        if (base->opts.text.alloc) fprintf(base->out, " %10llu", (unsigned long long)r->alloc);
+        fputc('\n', base->out);
     }
     free(sorted);
+    alloc_report_write(&f->alloc, base->out);
     return format_check_io(base);
 }
 
@@ -314,6 +337,7 @@ static void summary_destroy(struct format *base)
     size_t i;
 
     calls_free(&f->calls);
+    alloc_report_free(&f->alloc);
     for (i = 0; i < f->rows_cap; i++) free(f->rows[i].histogram);
     free(f->rows);
     free(f);
@@ -483,6 +507,7 @@ struct format *format_summary_new(FILE *out, const struct format_opts *opts)
     if (!f) return NULL;
     format_base_init(&f->base, &format_summary_ops, out, opts);
     calls_init(&f->calls);
+    alloc_report_init(&f->alloc, opts->text.alloc_sample);
     f->first_ns = UINT64_MAX;
     return &f->base;
 }

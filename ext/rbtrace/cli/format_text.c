@@ -32,6 +32,11 @@ static int format_text_end_line(struct format *f)
     return format_text_result(f, render_end_line(&((struct format_text *)f)->render));
 }
 
+static int format_text_finish(struct format *f)
+{
+    return format_text_result(f, render_finish(&((struct format_text *)f)->render));
+}
+
 static int format_text_raise_open(const struct format *f)
 {
     return render_raise_open(&((const struct format_text *)f)->render);
@@ -52,7 +57,7 @@ static void format_text_destroy(struct format *f)
 
 static const struct format_ops format_text_ops = {
     .event = format_text_event,
-    .finish = format_text_end_line,
+    .finish = format_text_finish,
     .destroy = format_text_destroy,
     .end_line = format_text_end_line,
     .raise_open = format_text_raise_open,

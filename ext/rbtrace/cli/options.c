@@ -29,6 +29,10 @@
 #define OPTIONS_MAX_TIMEOUT 86400.0
 #define OPTIONS_MAX_FRAMES 1000000
 #define OPTIONS_DEFAULT_GVL_MS 1.0
+/* --alloc's sample: the app keeps >= 0.5x of its untraced speed on an
+ * allocation-heavy loop (bench/alloc.rb, bench/RESULTS.md). */
+#define OPTIONS_DEFAULT_ALLOC_SAMPLE 16
+#define OPTIONS_MAX_ALLOC_SAMPLE 1000000000ul
 #define OPTIONS_HEAPDUMP_HINT "-h is --help; for a heap dump use --heapdump [FILE]"
 
 enum options_kind {
@@ -260,6 +264,22 @@ static int options_set_gvl(struct options *o, const struct options_spec *spec, c
     return CLI_OK;
 }
 
+/* --alloc-sample N: one object in N is counted, as N (implies --alloc). */
+static int options_set_alloc_sample(struct options *o, const struct options_spec *spec,
+                                    const char *value)
+{
+    char *end;
+    unsigned long n;
+
+    errno = 0;
+    n = strtoul(value, &end, 10);
+    if (errno || end == value || *end || *value == '-' || n < 1 || n > OPTIONS_MAX_ALLOC_SAMPLE)
+        return options_bad_value(o, spec, value, "a whole number of objects, 1 to 1000000000");
+    o->alloc = 1;
+    o->alloc_sample = n;
+    return CLI_OK;
+}
+
 static int options_add_slow_selector(struct options *o, const struct options_spec *spec,
                                      const char *value)
 {
@@ -474,6 +494,8 @@ static const struct options_spec options_table[] = {
     { 0,   "raise",       OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(raises) },
     { 0,   "raise-all",   OPTIONS_FLAG,  options_set_raise_all, 0 },
     { 0,   "gvl",         OPTIONS_OPTIONAL, options_set_gvl, 0 },
+    { 0,   "alloc",       OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(alloc) },
+    { 0,   "alloc-sample", OPTIONS_VALUE, options_set_alloc_sample, 0 },
     { 0,   "devmode",     OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(devmode) },
     { 'o', "output",      OPTIONS_VALUE, options_set_output, 0 },
     { 'a', "append",      OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(append) },
@@ -594,7 +616,7 @@ static int options_parse_short(struct options *o, int argc, char **argv, int *i)
 
 int options_watches(const struct options *o)
 {
-    return o->slow_ms >= 0 || o->gc || o->raises || o->gvl_ms >= 0;
+    return o->slow_ms >= 0 || o->gc || o->raises || o->gvl_ms >= 0 || o->alloc;
 }
 
 /* --format applies to traces; the formats other than text are whole
@@ -653,11 +675,11 @@ static int options_check(struct options *o)
     if (!o->n_pids && !o->ps_pattern && !o->exec_argv)
         return options_fail(o, "no process given: use -p PID, --ps PATTERN or --exec CMD");
     if (o->mode == OPTIONS_MODE_NONE && !options_watches(o))
-        return options_fail(o, "nothing to do: give -m METHODS, -c TRACER, -f, --slow MS, --gc, --raise, --gvl, "
+        return options_fail(o, "nothing to do: give -m METHODS, -c TRACER, -f, --slow MS, --gc, --raise, --gvl, --alloc, "
                             "-e CODE, -i or a report (-b, --backtrace N, --memory, --heapdump, "
                             "--shapesdump, --fork)");
     if (o->mode >= OPTIONS_MODE_EVAL && options_watches(o))
-        return options_fail(o, "%s cannot be combined with --slow, --slowcpu, --gc, --raise or --gvl: "
+        return options_fail(o, "%s cannot be combined with --slow, --slowcpu, --gc, --raise, --gvl or --alloc: "
                             "run them one after the other", options_mode_names[o->mode]);
     if (o->mode == OPTIONS_MODE_INTERACTIVE && o->output_path)
         return options_fail(o, "-i shows its results on the terminal: -o applies to traces and -e");
@@ -680,6 +702,7 @@ int options_parse(struct options *o, int argc, char **argv)
     o->timeout = OPTIONS_DEFAULT_TIMEOUT;
     o->slow_ms = -1;
     o->gvl_ms = -1;
+    o->alloc_sample = OPTIONS_DEFAULT_ALLOC_SAMPLE;
     /* The most a command carries (the adders check); never more tracer
      * files or slow selectors than arguments. */
     o->selectors = calloc(RBTRACE_SELECTORS_MAX, sizeof(*o->selectors));

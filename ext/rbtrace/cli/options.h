@@ -72,6 +72,8 @@ struct options {
     int raise_all;             /* --raise-all: also each re-raise, on its own line */
     double gvl_ms;             /* --gvl [MS]: show GVL waits longer than MS, and each
                                   traced call's; < 0 when not given */
+    int alloc;                 /* --alloc: objects allocated, per call and per site */
+    unsigned long alloc_sample; /* --alloc-sample N: one object in N counts, as N */
     int devmode;               /* --devmode: -m follows reloaded classes */
     const char *output_path;   /* -o: output file, NULL for stdout */
     enum options_format format; /* --format, or --summary */
@@ -108,7 +110,7 @@ void options_free(struct options *o);
  * of memory. The first becomes o->pid. */
 int options_add_pid(struct options *o, pid_t pid);
 
-/* Whether --slow/--slowcpu, --gc, --raise or --gvl was given. */
+/* Whether --slow/--slowcpu, --gc, --raise, --gvl or --alloc was given. */
 int options_watches(const struct options *o);
 
 #endif

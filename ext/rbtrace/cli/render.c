@@ -54,6 +54,7 @@ void render_init(struct render *r, FILE *out, const struct render_opts *opts)
     r->out = out;
     r->opts = *opts;
     r->hms_secs = -1;
+    alloc_report_init(&r->alloc, opts->alloc_sample);
 }
 
 void render_free(struct render *r)
@@ -68,6 +69,7 @@ void render_free(struct render *r)
         free(r->threads[i].held.last_at);
     }
     free(r->threads);
+    alloc_report_free(&r->alloc);
     r->n_held = 0;
     r->names = NULL;
     r->threads = NULL;
@@ -228,6 +230,7 @@ static int render_push(struct render *r, struct render_thread *t, uint64_t metho
     t->frames[t->depth].method_id = method_id;
     t->frames[t->depth].start_ns = start_ns;
     t->frames[t->depth].gvl_ns = 0;
+    t->frames[t->depth].alloc = 0;
     t->depth++;
     return CLI_OK;
 }
@@ -388,6 +391,30 @@ static void render_gvl_total(struct render *r, uint64_t gvl_ns)
     render_put(r, text, n);
 }
 
+/* --alloc: " alloc N", the objects allocated inside a call. */
+static void render_alloc_total(struct render *r, uint64_t count)
+{
+    char text[sizeof(" alloc ") + 20];
+    size_t n = sizeof(" alloc ") - 1;
+
+    if (!r->opts.alloc) return;
+    memcpy(text, " alloc ", n);
+    n += render_utoa(text + n, count);
+    render_put(r, text, n);
+}
+
+/* --alloc: a call's objects into the report, by the name it is shown by. */
+static int render_alloc_note(struct render *r, uint64_t method_id, uint64_t count)
+{
+    const struct render_name *n;
+
+    if (!r->opts.alloc || !r->names_cap) return CLI_OK;
+    n = &r->names[render_names_slot(r->names, r->names_cap, method_id)];
+    if (!n->name || alloc_report_method(&r->alloc, n->name, n->len, count) == CLI_OK) return CLI_OK;
+    snprintf(r->errstr, sizeof(r->errstr), "out of memory");
+    return CLI_ERR;
+}
+
 /* CALL, CALL_ARGS: the name, left open for the duration. */
 static int render_call(struct render *r, const struct rbtrace_event *ev)
 {
@@ -429,7 +456,7 @@ static int render_return(struct render *r, const struct rbtrace_event *ev)
     long ti = render_thread_index(r, ev->thread_id);
     struct render_thread *t;
     size_t d, i;
-    uint64_t start_ns, gvl_ns;
+    uint64_t start_ns, gvl_ns, alloc;
 
     if (ti < 0) return CLI_ERR;
     t = &r->threads[ti];
@@ -438,7 +465,9 @@ static int render_return(struct render *r, const struct rbtrace_event *ev)
     start_ns = t->frames[d - 1].start_ns;
     /* The calls above it lost their returns: their GVL waits were in it. */
     for (i = d; i < t->depth; i++) t->frames[d - 1].gvl_ns += t->frames[i].gvl_ns;
+    for (i = d; i < t->depth; i++) t->frames[d - 1].alloc += t->frames[i].alloc;
     gvl_ns = t->frames[d - 1].gvl_ns;
+    alloc = t->frames[d - 1].alloc;
 
     if (r->line_open && r->open_thread == (size_t)ti && r->open_depth == d && t->depth == d) {
         render_duration(r, start_ns, ev->time_ns);
@@ -449,10 +478,13 @@ static int render_return(struct render *r, const struct rbtrace_event *ev)
         render_duration(r, start_ns, ev->time_ns);
     }
     render_gvl_total(r, gvl_ns);
+    render_alloc_total(r, alloc);
     render_putc(r, '\n');
     r->line_open = 0;
     t->depth = d - 1;
     if (d > 1) t->frames[d - 2].gvl_ns += gvl_ns;   /* inside its caller too */
+    if (d > 1) t->frames[d - 2].alloc += alloc;
+    if (render_alloc_note(r, ev->method_id, alloc) != CLI_OK) return CLI_ERR;
     if (t->depth == 0 && r->max_nesting > 1) render_putc(r, '\n');
     return render_check_io(r);
 }
@@ -769,6 +801,38 @@ static int render_gvl(struct render *r, const struct rbtrace_event *ev)
     return render_check_io(r);
 }
 
+/*
+ * ALLOC (--alloc): the objects go to the innermost open call of their
+ * thread (and from there to its callers as they return). Those of a
+ * thread with no open call are no traced call's: not shown.
+ */
+static int render_alloc(struct render *r, const struct rbtrace_event *ev)
+{
+    long ti = render_thread_known(r, ev->thread_id);
+    struct render_thread *t;
+
+    r->alloc.total += ev->count;
+    if (ti < 0) return CLI_OK;
+    t = &r->threads[ti];
+    if (t->depth) t->frames[t->depth - 1].alloc += ev->count;
+    return CLI_OK;
+}
+
+/* ALLOC_SITE (--alloc): kept for the report at the end. */
+static int render_alloc_site(struct render *r, const struct rbtrace_event *ev)
+{
+    if (alloc_report_site(&r->alloc, ev) == CLI_OK) return CLI_OK;
+    snprintf(r->errstr, sizeof(r->errstr), "out of memory");
+    return CLI_ERR;
+}
+
+int render_finish(struct render *r)
+{
+    if (render_end_line(r) != CLI_OK) return CLI_ERR;
+    alloc_report_write(&r->alloc, r->out);
+    return render_check_io(r);
+}
+
 /* The events a trace is made of, which the target counts when it drops one. */
 static void render_count(struct render *r, const struct rbtrace_event *ev)
 {
@@ -780,6 +844,7 @@ static void render_count(struct render *r, const struct rbtrace_event *ev)
     case RBTRACE_EV_GC:
     case RBTRACE_EV_RAISE:
     case RBTRACE_EV_GVL:
+    case RBTRACE_EV_ALLOC:
         r->received++;
         break;
     case RBTRACE_EV_LOST:
@@ -793,6 +858,9 @@ static void render_count(struct render *r, const struct rbtrace_event *ev)
 int render_event(struct render *r, const struct rbtrace_event *ev)
 {
     render_count(r, ev);
+    /* Not the app's lines: a held raise line stays held. */
+    if (ev->type == RBTRACE_EV_ALLOC) return render_alloc(r, ev);
+    if (ev->type == RBTRACE_EV_ALLOC_SITE) return render_alloc_site(r, ev);
     if (r->n_held && render_release_held(r, ev) != CLI_OK) return CLI_ERR;
     switch (ev->type) {
     case RBTRACE_EV_METHOD:

@@ -51,6 +51,13 @@
  *   Worker#crunch <0.210000> gvl <0.180000>
  *   GVL wait <0.012345>
  *
+ * With --alloc (opts.alloc), each traced call's line ends with the objects
+ * its thread allocated between its call and its return (ALLOC events;
+ * callees included), and the end of the trace adds the report of
+ * alloc_report.h (render_finish):
+ *
+ *   Foo#bar <0.001234> alloc 1600
+ *
  * Names, expression values and GC and raise text are the app's bytes: they
  * are printed escaped (escape.h).
  */
@@ -59,6 +66,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include "alloc_report.h"
 #include "codec.h"
 
 struct render_opts {
@@ -68,6 +76,8 @@ struct render_opts {
     int raise_all;             /* --raise-all: every re-raise on its own line */
     int gvl;                   /* --gvl: " gvl <seconds>" after each call's duration */
     uint64_t gvl_threshold_ns; /* --gvl MS: longer waits get a line of their own */
+    int alloc;                 /* --alloc: " alloc N" after each call's duration */
+    unsigned long alloc_sample; /* --alloc-sample, for the report */
 };
 
 /* The deepest a SLOW line is indented, in levels; deeper ones say "[dN]". */
@@ -94,6 +104,7 @@ struct render_frame {
     uint64_t method_id;
     uint64_t start_ns;
     uint64_t gvl_ns;           /* --gvl: its thread's GVL waits inside it, so far */
+    uint64_t alloc;            /* --alloc: objects its thread allocated inside it, so far */
 };
 
 struct render_thread {
@@ -134,6 +145,7 @@ struct render {
     int gvl_live;              /* a GVL event came: the target measures waits (the
                                   " gvl <...>" of calls is shown from then on) */
     size_t n_held;             /* threads holding a raise line */
+    struct alloc_report alloc; /* --alloc: the methods' totals and the sites, for the end */
     uint64_t received;         /* events of the trace received (--stats) ... */
     uint64_t lost;             /* ... and the target's count of those it dropped */
     char errstr[128];          /* why a call failed */
@@ -141,6 +153,10 @@ struct render {
 
 void render_init(struct render *r, FILE *out, const struct render_opts *opts);
 void render_free(struct render *r);
+
+/* The trace ended: ends an open line, then --alloc's report. CLI_OK or
+ * CLI_ERR (write error). */
+int render_finish(struct render *r);
 
 /* Where -t times come from: the ATTACHED event's wall_origin_ns. */
 void render_set_wall_origin(struct render *r, uint64_t wall_origin_ns);

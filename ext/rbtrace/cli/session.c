@@ -666,7 +666,8 @@ static int session_init(struct session *s, const struct options *opts)
 {
     struct format_opts fopts = { { opts->start_time, opts->no_duration, opts->prefix,
                                    opts->raise_all, opts->gvl_ms >= 0,
-                                   (uint64_t)(opts->gvl_ms * 1e6 + 0.5) },
+                                   (uint64_t)(opts->gvl_ms * 1e6 + 0.5), opts->alloc,
+                                   opts->alloc_sample },
                                  (int)opts->pid, opts->sort };
 
     memset(s, 0, sizeof(*s));
@@ -916,9 +917,20 @@ static enum cli_exit session_send_gvl(struct session *s)
     return CLI_EXIT_OK;
 }
 
+/* --alloc: the target counts objects, one in alloc_sample. */
+static enum cli_exit session_send_alloc(struct session *s, struct rbtrace_command *cmd)
+{
+    if (!s->opts->alloc) return CLI_EXIT_OK;
+    memset(cmd, 0, sizeof(*cmd));
+    cmd->type = RBTRACE_CMD_ALLOC;
+    cmd->sample = s->opts->alloc_sample;
+    return session_send_mode(s, cmd);
+}
+
 /* The commands that start tracing: --raise and --gc first (so that they
- * see what the others do, e.g. selectors that fail), --gvl (so that the
- * first calls have their waits), --slow, then -m or -f. */
+ * see what the others do, e.g. selectors that fail), --gvl and --alloc (so
+ * that the first calls have their waits and objects), --slow, then -m or
+ * -f. */
 static enum cli_exit session_send_trace(struct session *s, struct rbtrace_command *cmd)
 {
     const struct options *o = s->opts;
@@ -926,6 +938,7 @@ static enum cli_exit session_send_trace(struct session *s, struct rbtrace_comman
     if (o->raises && session_send_bare(s, RBTRACE_CMD_RAISE) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     if (o->gc && session_send_bare(s, RBTRACE_CMD_GC) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     if (session_send_gvl(s) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
+    if (session_send_alloc(s, cmd) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     if (o->slow_ms >= 0) {
         memset(cmd, 0, sizeof(*cmd));
         cmd->type = RBTRACE_CMD_SLOW;
