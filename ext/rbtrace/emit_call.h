@@ -103,6 +103,16 @@ rbtrace_emit_call_of(rb_event_flag_t event, uint32_t id, uint64_t now)
         rbtrace_emit_call_pushed(rbtrace_call_event_type(event), now, id);
 }
 
+/* --thread-names: the current thread's name goes first (threadnames.c)
+ * where its call event starts a run of its own (not the chain's thread:
+ * its first of the trace, or its first after another thread's). */
+static inline void rbtrace_emit_thread_name_due(void)
+{
+    uint64_t thread = rbtrace_thread_id();
+
+    if (thread != rbtrace.chain.thread_id) rbtrace_thread_name_note(thread);
+}
+
 /* A CALL (event RUBY_EVENT_CALL or _C_CALL) or RETURN of (klass, mid) at
  * now (rbtrace_clock_ns), of the current thread. */
 static inline __attribute__((always_inline)) void
@@ -120,6 +130,7 @@ rbtrace_emit_call(rb_event_flag_t event, VALUE klass, ID mid, uint64_t now)
         rbtrace.lost++;
         return;
     }
+    if (__builtin_expect(rbtrace.thread_names, 0)) rbtrace_emit_thread_name_due();
     rbtrace_emit_call_of(event, id, now);
 }
 

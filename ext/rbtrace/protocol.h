@@ -27,10 +27,10 @@
 
 /* 4: commands after ATTACH come over the socket (3 sent them through the
  * queue, in chunks). 5: RAISE says whether it is a re-raise. 6: GVL
- * (the command and the event), ATTACHED's features. A target
- * refuses an ATTACH of another version with RBTRACE_REFUSED_VERSION,
- * saying both versions. */
-#define RBTRACE_PROTOCOL_VERSION 6
+ * (the command and the event), ATTACHED's features. 7: THREAD_NAMES
+ * and THREAD_NAME. A target refuses an ATTACH of another version with
+ * RBTRACE_REFUSED_VERSION, saying both versions. */
+#define RBTRACE_PROTOCOL_VERSION 7
 
 /*
  * Text that the extension's library holds (rbtrace.c) and no other: the
@@ -124,7 +124,10 @@ enum rbtrace_command_type {
     /* [11, client_pid]: report each thread's every wait for the GVL (GVL
      * events), where ATTACHED's features have RBTRACE_FEATURE_GVL; a
      * target without it answers with an ERROR. */
-    RBTRACE_CMD_GVL = 11
+    RBTRACE_CMD_GVL = 11,
+    /* [13, client_pid]: name each thread of the trace (THREAD_NAME events)
+     * from now on. (12 is --alloc's.) */
+    RBTRACE_CMD_THREAD_NAMES = 13
 };
 
 /* ---- events: target -> client ------------------------------------------ */
@@ -199,7 +202,15 @@ enum rbtrace_event_type {
      * call event (the _NEXT chain passes over it). The target answers the
      * GVL command with one of wait 0 once its hook is in place: waits are
      * measured from there on (a target that cannot, sends none). */
-    RBTRACE_EV_GVL = 18
+    RBTRACE_EV_GVL = 18,
+    /* [21, thread_id(uint), name(str)]: after THREAD_NAMES, the name
+     * (Thread#name) of a thread, "" for none, sent before the thread's
+     * first call event of the trace, and again before its first call event
+     * after another thread's when the name changed meanwhile. At most
+     * RBTRACE_THREAD_NAME_MAX bytes (cut, not necessarily at a character's
+     * end). Not a call event (the _NEXT chain passes over it).
+     * (19 and 20 are --alloc's.) */
+    RBTRACE_EV_THREAD_NAME = 21
 };
 
 /* ATTACHED's features: what the target can do beyond every version's. */
@@ -229,5 +240,8 @@ enum rbtrace_eval_status {
 
 /* Longest value of a trace expression, in bytes, before "..." */
 #define RBTRACE_VALUE_MAX 256
+
+/* Longest thread name a THREAD_NAME carries, in bytes (longer ones cut). */
+#define RBTRACE_THREAD_NAME_MAX 256
 
 #endif

@@ -199,6 +199,7 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     Init_rbtrace_gcwatch(rbtrace_mRBTrace);
     Init_rbtrace_raisewatch(rbtrace_mRBTrace);
     Init_rbtrace_gvlwatch(rbtrace_mRBTrace);
+    Init_rbtrace_threadnames(rbtrace_mRBTrace);
     Init_rbtrace_devmode(rbtrace_mRBTrace);
     Init_rbtrace_ractors(rbtrace_mRBTrace);
     rbtrace_inplace_install();

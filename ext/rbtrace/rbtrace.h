@@ -138,6 +138,7 @@ struct rbtrace_state {
             uint8_t big_event;       /* emit.c: a large event is being pushed */
             uint8_t sealed;          /* emit.c: DETACHED is in the ring: nothing may follow */
             uint8_t calls_ended;     /* emit.c: detaching: calls and returns are not recorded */
+            uint8_t thread_names;    /* threadnames.c: THREAD_NAME events asked for */
         };
         uint64_t event_flags;   /* the bytes above, all at once */
     };
@@ -311,6 +312,8 @@ void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location
 void rbtrace_emit_gvl(uint64_t thread, uint64_t start_ns, uint64_t wait_ns);
 void rbtrace_emit_attached(void);
 int rbtrace_emit_detached(void);
+/* THREAD_NAME; 0 if sent, -1 if dropped (counted as lost) */
+int rbtrace_emit_thread_name(uint64_t thread, const char *name, size_t len);
 void rbtrace_emit_end_calls(void);
 
 /* tracer.c: selectors and hooks */
@@ -345,6 +348,12 @@ void Init_rbtrace_gcwatch(VALUE mod);
 void rbtrace_raise_start(void);
 void rbtrace_raise_stop(void);
 void Init_rbtrace_raisewatch(VALUE mod);
+
+/* threadnames.c: THREAD_NAME events (--thread-names) */
+void rbtrace_thread_names_start(void);
+void rbtrace_thread_names_stop(void);
+void rbtrace_thread_name_note(uint64_t thread);   /* GVL held; a Ruby call */
+void Init_rbtrace_threadnames(VALUE mod);
 
 /* gvlwatch.c: --gvl, each thread's waits for the GVL */
 int rbtrace_gvl_supported(void);   /* this build has the thread event hooks */

@@ -300,6 +300,9 @@ static void session_dispatch(const struct rbtrace_command *cmd, int from_socket)
     case RBTRACE_CMD_GVL:
         rbtrace_gvl_start();
         break;
+    case RBTRACE_CMD_THREAD_NAMES:
+        rbtrace_thread_names_start();
+        break;
     case RBTRACE_CMD_DEVMODE:
         rbtrace_devmode_start();
         break;

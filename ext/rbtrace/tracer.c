@@ -688,6 +688,7 @@ void rbtrace_tracer_clear(void)
     rbtrace_gc_stop();
     rbtrace_raise_stop();
     rbtrace_gvl_stop();
+    rbtrace_thread_names_stop();
     rbtrace_devmode_stop();
 }
 

@@ -61,6 +61,8 @@ static void usage(FILE *f)
           "      --gvl [MS]         show each thread's waits for the GVL longer than MS\n"
           "                         milliseconds (default 1), and on each traced call's\n"
           "                         line the GVL wait inside it (Ruby 3.2+)\n"
+          "      --thread-names     each thread's name (Thread#name) after its number:\n"
+          "                         [t2 puma srv tp 001] (on in --format json, chrome)\n"
           "      --devmode          -m selectors follow their classes by name: a class\n"
           "                         reloaded or defined later is traced too\n"
           "  -e, --eval CODE        run Ruby code in the process and print the result\n"

@@ -474,6 +474,7 @@ static const struct options_spec options_table[] = {
     { 0,   "raise",       OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(raises) },
     { 0,   "raise-all",   OPTIONS_FLAG,  options_set_raise_all, 0 },
     { 0,   "gvl",         OPTIONS_OPTIONAL, options_set_gvl, 0 },
+    { 0,   "thread-names", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(thread_names) },
     { 0,   "devmode",     OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(devmode) },
     { 'o', "output",      OPTIONS_VALUE, options_set_output, 0 },
     { 'a', "append",      OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(append) },

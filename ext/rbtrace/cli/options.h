@@ -72,6 +72,7 @@ struct options {
     int raise_all;             /* --raise-all: also each re-raise, on its own line */
     double gvl_ms;             /* --gvl [MS]: show GVL waits longer than MS, and each
                                   traced call's; < 0 when not given */
+    int thread_names;          /* --thread-names: each thread's name after its [tN] */
     int devmode;               /* --devmode: -m follows reloaded classes */
     const char *output_path;   /* -o: output file, NULL for stdout */
     enum options_format format; /* --format, or --summary */
