@@ -230,6 +230,9 @@ static int event_pack(msgpack_packer *pk, const struct rbtrace_event *ev)
     case RBTRACE_EV_GVL:
         rbtrace_event_pack_gvl(pk, ev->thread_id, ev->time_ns, ev->duration_ns);
         break;
+    case RBTRACE_EV_THREAD_NAME:
+        rbtrace_event_pack_thread_name(pk, ev->thread_id, ev->text.ptr, ev->text.len);
+        break;
     default:
         FUZZ_CHECK(!"rbtrace_event_decode accepted an unknown event");
     }

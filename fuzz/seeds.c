@@ -88,6 +88,8 @@ static int seeds_commands(void)
     rc |= seeds_command("resume", &c);
     c.type = RBTRACE_CMD_GVL;
     rc |= seeds_command("gvl", &c);
+    c.type = RBTRACE_CMD_THREAD_NAMES;
+    rc |= seeds_command("thread_names", &c);
     c.type = RBTRACE_CMD_METHODS;
     c.n_selectors = 3;
     c.selectors[0] = str_of("String#gsub(self, @x)");
@@ -146,6 +148,8 @@ static void seeds_session(msgpack_packer *pk)
     rbtrace_event_pack_gc(pk, 7, 6000, 812000, 600000, 212000, "oldgen", "newobj");
     rbtrace_event_pack_raise(pk, 7, 7000, "ArgumentError", 13, "bad value", 9, "app.rb:12", 9, 0);
     rbtrace_event_pack_gvl(pk, 7, 8000, 12345000);
+    rbtrace_event_pack_thread_name(pk, 7, "puma srv tp 001", 15);
+    rbtrace_event_pack_thread_name(pk, 9, "a]b\n\x1b[31m", 9);
     rbtrace_event_pack_forget(pk, 32768);
     rbtrace_event_pack_eval_result(pk, 1, RBTRACE_EVAL_OK, "2", 1);
     rbtrace_event_pack_eval_result(pk, 2, RBTRACE_EVAL_RAISED, "NameError: x\n\tfrom -e:1", 23);

@@ -286,6 +286,8 @@ static void test_commands(void)
     cmd_roundtrip(cmd);
     cmd->type = RBTRACE_CMD_GVL;
     cmd_roundtrip(cmd);
+    cmd->type = RBTRACE_CMD_THREAD_NAMES;
+    cmd_roundtrip(cmd);
 
     cmd->type = RBTRACE_CMD_SLOW;
     cmd->threshold_ns = 250000000;
@@ -665,6 +667,32 @@ static void test_event_gvl(struct ev_fixture *f)
         CHECK(f->ev.duration_ns == values[(i + 5) % 8]);
         evf_end(f);
     }
+}
+
+/* THREAD_NAME: a name, an empty one, and one of any bytes. */
+static void test_event_thread_name(struct ev_fixture *f)
+{
+    static const char odd[] = "a\nb\x1b[31m\xff\0z";
+
+    evf_begin(f);
+    rbtrace_event_pack_thread_name(&f->pk, 140379806918336ULL, "puma srv tp 001", 15);
+    evf_decode(f);
+    CHECK(f->ev.type == RBTRACE_EV_THREAD_NAME);
+    CHECK(f->ev.thread_id == 140379806918336ULL);
+    CHECK(str_eq(f->ev.text, "puma srv tp 001"));
+    evf_end(f);
+
+    evf_begin(f);
+    rbtrace_event_pack_thread_name(&f->pk, 7, "", 0);
+    evf_decode(f);
+    CHECK(f->ev.type == RBTRACE_EV_THREAD_NAME && f->ev.thread_id == 7 && f->ev.text.len == 0);
+    evf_end(f);
+
+    evf_begin(f);
+    rbtrace_event_pack_thread_name(&f->pk, 7, odd, sizeof(odd) - 1);
+    evf_decode(f);
+    CHECK(f->ev.text.len == sizeof(odd) - 1 && memcmp(f->ev.text.ptr, odd, sizeof(odd) - 1) == 0);
+    evf_end(f);
 }
 
 static void test_event_refused(struct ev_fixture *f)
@@ -1465,6 +1493,7 @@ int main(void)
     test_event_gc(f);
     test_event_raise(f);
     test_event_gvl(f);
+    test_event_thread_name(f);
     test_event_malformed();
     test_fast_call_widths();
     test_fast_call_wide_fields();
