@@ -1,7 +1,7 @@
 /*
  * threadnames.c - --thread-names: each traced thread's name (Thread#name)
- * sent as a THREAD_NAME event before its calls (docs/DESIGN.md, "Thread
- * names").
+ * sent as a THREAD_NAME event before its calls
+ * (docs/DESIGN.md, "Thread names").
  *
  * Asked for by the THREAD_NAMES command (the client's --thread-names, and
  * its json and chrome formats). Until then nothing here runs: the hot path
