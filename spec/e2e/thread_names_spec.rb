@@ -141,6 +141,29 @@ RSpec.describe 'thread names' do
     expect(events.select { |e| e['ph'] == 'X' && e['tid'] == tid }.map { |e| e['name'] }).to include('Worker#step')
   end
 
+  # RUBY_MN_THREADS=1 (Ruby 3.3+): Ruby threads take turns on one native
+  # thread; each [tN] is one Ruby thread, so each keeps its own name.
+  it 'names Ruby threads that share native threads (M:N)' do
+    mn_env = { 'RUBY_MN_THREADS' => '1', 'RUBY_MAX_CPU' => '1' }
+    code = 'ids = 4.times.map { Thread.new { 5.times.map { sleep 0.005; Thread.current.native_thread_id } } }' \
+           '.flat_map(&:value); print ids.compact.uniq.size < 4'
+    shared = IO.popen(RBTraceSpec::SPAWN_ENV.merge(mn_env), [RbConfig.ruby, '-e', code], &:read) == 'true'
+    skip 'this Ruby runs every Ruby thread on a native thread of its own (M:N threads: Ruby 3.3+)' unless shared
+    app = start_target(<<~'RUBY', env: mn_env).ready
+      class Worker
+        def step(i) = i
+      end
+      3.times.map { |i| Thread.new { Thread.current.name = "w#{i}"; loop { Worker.new.step(i); sleep 0.002 } } }
+      puts 'ready'
+      sleep
+    RUBY
+    tagged = /^\[t\d+ (w\d)\] Worker#step\(i=(\d)\)/
+    out = trace(app, '-m', 'Worker#step(i)', '--thread-names',
+                until_output: ->(o) { o.scan(tagged).uniq.size >= 3 && o.scan(tagged).size > 30 }).stdout
+    pairs = out.scan(tagged)
+    expect(pairs.uniq.sort).to eq([%w[w0 0], %w[w1 1], %w[w2 2]])
+  end
+
   it 'reads a --thread-names trace back with --convert' do
     app = app_with_threads
     r = trace(app, '-m', 'Worker#step', '--thread-names', until_output: ->(o) { o.scan('puma srv tp 001] Worker#step <').size >= 3 })
