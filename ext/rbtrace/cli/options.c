@@ -664,6 +664,9 @@ static int options_check(struct options *o)
         return options_fail(o, "-i shows its results on the terminal: -o applies to traces and -e");
     if (o->mode == OPTIONS_MODE_INTERACTIVE && (o->n_pids > 1 || o->exec_argv))
         return options_fail(o, "-i talks to one running process: give one -p PID (or --ps)");
+    if (o->thread_names && o->mode >= OPTIONS_MODE_EVAL)
+        return options_fail(o, "--thread-names names the threads of a trace: use it with -m, -c, -f, "
+                            "--slow or --raise, not %s", options_mode_names[o->mode]);
     if (o->devmode && o->mode != OPTIONS_MODE_METHODS)
         return options_fail(o, "--devmode applies to -m selectors: add -m SELECTOR...");
     if (o->n_slow_selectors && o->slow_ms < 0)
