@@ -141,6 +141,26 @@ RSpec.describe 'thread names' do
     expect(events.select { |e| e['ph'] == 'X' && e['tid'] == tid }.map { |e| e['name'] }).to include('Worker#step')
   end
 
+  it 'names the threads of --slow and --raise lines' do
+    app = start_target(<<~'RUBY').ready
+      class Worker
+        def step(x) = (sleep 0.002; raise ArgumentError, 'bad' if x == 1; x)
+      end
+      Thread.new { Thread.current.name = 'alpha'; loop { Worker.new.step(1) rescue nil } }
+      Thread.new { Thread.current.name = 'beta'; loop { Worker.new.step(2) } }
+      puts 'ready'
+      sleep
+    RUBY
+    slow = trace(app, '--slow', '1', '--slow-methods', 'Worker#step', '--thread-names',
+                 until_output: ->(o) { o.include?('alpha] Worker#step <') && o.include?('beta] Worker#step <') })
+    expect(slow.status).to be_success, slow.stderr
+    expect(slow.stdout.lines).to all(match(/\A\[t\d+ (alpha|beta)\] Worker#step <\d+\.\d{6}>\n\z/))
+    raised = trace(app, '--raise', '--thread-names', until_output: ->(o) { o.scan('alpha] raise ArgumentError').size >= 2 })
+    expect(raised.status).to be_success, raised.stderr
+    expect(raised.stdout).to match(/^\[t\d+ alpha\] raise ArgumentError: bad at -e:3/)
+    expect(raised.stdout).not_to include('beta] raise')
+  end
+
   # RUBY_MN_THREADS=1 (Ruby 3.3+): Ruby threads take turns on one native
   # thread; each [tN] is one Ruby thread, so each keeps its own name.
   it 'names Ruby threads that share native threads (M:N)' do
