@@ -622,11 +622,13 @@ static int render_print_held(struct render *r, size_t ti)
 {
     struct render_thread *t = &r->threads[ti];
     struct render_held *h = &t->held;
-    struct rbtrace_str klass = { h->text, h->class_len };
-    struct rbtrace_str message = { h->text + h->class_len, h->message_len };
-    struct rbtrace_str where = { h->text + h->class_len + h->message_len, h->where_len };
+    struct rbtrace_str klass, message, where;
 
+    /* A thread that never held one has no text (NULL): no offsets into it. */
     if (!t->holding) return CLI_OK;
+    klass = (struct rbtrace_str){ h->text, h->class_len };
+    message = (struct rbtrace_str){ h->text + h->class_len, h->message_len };
+    where = (struct rbtrace_str){ h->text + h->class_len + h->message_len, h->where_len };
     if (render_close_line(r) != CLI_OK) return CLI_ERR;
     render_line_start(r, t, &h->time_ns, h->depth);
     render_raise_text(r, h->reraise, klass, message, where);
