@@ -9,7 +9,9 @@ require_relative 'formats_workload'
 # JSON whatever they are; a chrome file is whole however the trace ends.
 RSpec.describe '--format' do
   # An app that always has a call open (Looper#wait sleeps inside
-  # Looper#round), with calls nested under it, raises and GCs.
+  # Looper#round, and so do its GCs: a GC between rounds left no call open,
+  # and an app killed then no unfinished call), with calls nested under it,
+  # raises and GCs.
   APP_LOOP = <<~'RUBY'.freeze
     class Looper
       def round
@@ -18,6 +20,7 @@ RSpec.describe '--format' do
           raise ArgumentError, "quote\" back\\ ctl\u0001"
         rescue ArgumentError
         end
+        GC.start if rand < 0.3
         wait
       end
 
@@ -26,7 +29,7 @@ RSpec.describe '--format' do
       def wait = sleep(0.02)
     end
     puts "ready"
-    loop { Looper.new.round; GC.start if rand < 0.3 }
+    loop { Looper.new.round }
   RUBY
 
   LOOP_SELECTORS = %w[Looper#round Looper#inner Looper#deeper Looper#wait].freeze
