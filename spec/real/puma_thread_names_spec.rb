@@ -13,7 +13,6 @@ RSpec.describe 'Puma thread names' do
   RUBY
 
   let(:dir) { Dir.mktmpdir('rbtrace-puma-names') }
-  let(:port) { RealApps.free_port }
 
   before { RealApps.require_commands!('puma' => 'puma') }
   after do
@@ -21,12 +20,26 @@ RSpec.describe 'Puma thread names' do
     FileUtils.rm_rf(dir)
   end
 
+  # Puma on a port the kernel picks as it binds (tcp://127.0.0.1:0), read
+  # from its log: a port found free beforehand may be taken meanwhile by
+  # another server of this shared machine, which then answers our requests.
+  def start_puma(log)
+    puma = spawn_group('puma', 'puma', '-e', 'production', '-t', '2:2', '-b', 'tcp://127.0.0.1:0',
+                       'config.ru', log: log, env: RealApps.app_env, chdir: dir)
+    port = nil
+    Timeout.timeout(60) do
+      until (port = File.read(log)[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1])
+        raise "puma exited before listening:\n#{RealApps.tail(log)}" if Process.waitpid(puma.pid, Process::WNOHANG)
+
+        sleep 0.1
+      end
+    end
+    [puma, Integer(port)]
+  end
+
   it "shows the pool threads' own names with --thread-names" do
     File.write(File.join(dir, 'config.ru'), CONFIG_RU)
-    log = File.join(dir, 'puma.log')
-    puma = spawn_group('puma', 'puma', '-e', 'production', '-t', '2:2', '-b', "tcp://127.0.0.1:#{port}",
-                       'config.ru', log: log, env: RealApps.app_env, chdir: dir)
-    RealApps.wait_for_port(port, puma, log: log)
+    puma, port = start_puma(File.join(dir, 'puma.log'))
     client = start_client('-p', puma.pid, '-m', 'Hello.text', '--thread-names')
     client.attached
     # two at a time, so that both of the pool's threads serve some
