@@ -97,7 +97,7 @@ RSpec.describe 'thread names' do
     # 48 bytes of the name at most, escaped, then "..."
     prefix = line[/\A\[t1 (.*?)\] Worker#step/, 1]
     expect(prefix).to end_with('A...')
-    expect(prefix.size).to be < 48 * 4 + 3
+    expect(prefix.size).to be < (48 * 4) + 3
     expect(line.size).to be < 300
 
     json_out = File.join(dir, 'hostile.jsonl')

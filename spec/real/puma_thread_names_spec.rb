@@ -44,7 +44,7 @@ RSpec.describe 'Puma thread names' do
     client.attached
     # two at a time, so that both of the pool's threads serve some
     bodies = 10.times.flat_map do |round|
-      2.times.map { |i| Thread.new { Net::HTTP.get(URI("http://127.0.0.1:#{port}/?#{round * 2 + i}")) } }.map(&:value)
+      2.times.map { |i| Thread.new { Net::HTTP.get(URI("http://127.0.0.1:#{port}/?#{(round * 2) + i}")) } }.map(&:value)
     end
     expect(bodies).to eq(20.times.map { |n| "hello #{n}\n" })
     client.wait_for(->(o) { o.scan(/^\[t\d+ puma srv tp 00[12]\] Hello\.text </).size >= 20 })
