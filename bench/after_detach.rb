@@ -71,10 +71,7 @@ end
 # Starts a client tracing pid with args; returns its pid once attached
 # and tracing.
 def start_client(pid, args)
-  err_r, err_w = IO.pipe
-  client = spawn(CLIENT, '-p', pid.to_s, *args, out: File::NULL, err: err_w)
-  err_w.close
-  nil until err_r.gets.to_s.start_with?('*** attached')
+  client, err_r = spawn_attached([CLIENT, '-p', pid.to_s, *args])
   err_r.close
   sleep 0.5 # the tracers are set up after "attached"
   client
@@ -104,10 +101,7 @@ def measure(args)
   [before, during, after]
 ensure
   in_w&.close
-  [client, pid].compact.each do |p|
-    Process.kill(:KILL, p) rescue nil
-    Process.wait(p) rescue nil
-  end
+  kill_and_reap(client, pid)
 end
 
 wanted = ENV['BENCH_MODES']&.split(',')

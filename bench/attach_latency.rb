@@ -107,10 +107,7 @@ def measure(code, runs: RUNS, original: false, eval: 'Process.pid')
     run_client([*client, '-p', pid.to_s, '-e', eval], env, pid)
   end.compact
 ensure
-  if pid
-    Process.kill(:KILL, pid)
-    Process.wait(pid)
-  end
+  kill_and_reap(pid)
 end
 
 def row(name, results, runs)

@@ -86,25 +86,11 @@ class App
     @out_r.gets.split.map { |x| Float(x) }
   end
 
-  def stop
-    Process.kill(:KILL, pid)
-    Process.wait(pid)
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
-  end
+  def stop = kill_and_reap(pid)
 end
 
 # A tracer of app, its output thrown away; waits until it has attached.
-def tracer(app, args)
-  err_r, err_w = IO.pipe
-  pid = spawn(CLIENT, '-p', app.pid.to_s, *args, '-o', File::NULL, out: File::NULL, err: err_w)
-  err_w.close
-  while (line = err_r.gets)
-    break if line.include?('*** attached')
-  end
-  abort "bench/faults.rb: rbtrace #{args.join(' ')} did not attach" unless line
-  [pid, err_r]
-end
+def tracer(app, args) = spawn_attached([CLIENT, '-p', app.pid.to_s, *args, '-o', File::NULL])
 
 def reap(pid)
   Process.wait(pid)

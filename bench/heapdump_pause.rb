@@ -131,10 +131,7 @@ def main
        '/ the pause of a fork whose child lives as long: ' \
        "#{format('%.2f', median(dump_pauses) / median(kept_pauses))}x"
 ensure
-  if app
-    Process.kill(:KILL, app)
-    Process.wait(app)
-  end
+  kill_and_reap(app)
 end
 
 main

@@ -76,10 +76,7 @@ def main
   before = settle(app)
   client_rss = client_hwm = nil
   during = peak_rss(app) do
-    err_r, err_w = IO.pipe
-    client = spawn(CLIENT, '-p', app.to_s, '-f', out: File::NULL, err: err_w)
-    err_w.close
-    nil until err_r.gets.to_s.start_with?('*** attached')
+    client, = spawn_attached([CLIENT, '-p', app.to_s, '-f'])
     sleep SECONDS
     client_rss = kib(client, 'VmRSS')
     client_hwm = kib(client, 'VmHWM')
@@ -105,11 +102,6 @@ def main
        "gave it back (within 256 KiB): **#{after - before <= 256 ? 'yes' : 'no'}**"
   puts "- client under 8 MiB: **#{client_hwm < 8192 ? 'yes' : 'no'}**"
 ensure
-  [client, app].compact.each do |pid|
-    Process.kill(:KILL, pid)
-    Process.wait(pid)
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
-  end
+  kill_and_reap(client, app)
 end
 main

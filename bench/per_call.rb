@@ -155,12 +155,9 @@ def measure(setup, body)
   runs(in_w, out_r) # warm up
   untraced = median(runs(in_w, out_r))
   floor = floor_runs(in_w, out_r)
-  err_r, err_w = IO.pipe
   client_command = [CLIENT, '-p', pid.to_s, '-f', '--stats', *CLIENT_ARGS]
   client_command = ['taskset', '-c', OTHER_CPUS, *client_command] if OTHER_CPUS
-  client = spawn(*client_command, out: File::NULL, err: err_w)
-  err_w.close
-  nil until err_r.gets.to_s.start_with?('*** attached')
+  client, err_r = spawn_attached(client_command)
   pin_app_helpers(pid) if OTHER_CPUS
   sleep 0.5
   Process.kill(:STOP, client) if STOPPED
@@ -179,12 +176,9 @@ def measure(setup, body)
   lost = stats[/events received, (\d+) lost/, 1]
   [untraced, floor, traced, received.positive? ? read.to_f / received : nil, lost]
 ensure
-  Process.kill(:KILL, client) rescue nil if client
+  kill_and_reap(client)
   in_w&.close
-  if pid
-    Process.kill(:KILL, pid) rescue nil
-    Process.wait(pid) rescue nil
-  end
+  kill_and_reap(pid)
 end
 
 puts "Per-call cost under --firehose: (traced - untraced) / calls, #{ITERS} calls a run, median of #{RUNS}"

@@ -121,20 +121,14 @@ def count(loop, iters, traced)
   [Integer(File.read(log.path)[/Collected : (\d+)/, 1]), by_function(out.path), lost]
 ensure
   client_err&.close
-  [client, app].compact.each do |pid|
-    Process.kill(:KILL, pid) rescue nil
-    Process.wait(pid) rescue nil
-  end
+  kill_and_reap(client, app)
   out&.close!
   log&.close!
 end
 
 # [pid, its stderr]
 def start_client(pid, args)
-  err_r, err_w = IO.pipe
-  client = spawn(CLIENT, '-p', pid.to_s, *args, '--stats', '--timeout', '60', out: File::NULL, err: err_w)
-  err_w.close
-  nil until err_r.gets.to_s.start_with?('*** attached')
+  client, err_r = spawn_attached([CLIENT, '-p', pid.to_s, *args, '--stats', '--timeout', '60'])
   sleep 2 # the tracers are set up after "attached" (slowly, under valgrind)
   [client, err_r]
 end

@@ -32,6 +32,36 @@ module BenchSupport
 
   def median(values) = values.sort[values.size / 2]
 
+  # Spawns command (an Array: the client, or a wrapper such as taskset, and
+  # its arguments), its stdout to out, and waits for its "*** attached".
+  # [pid, its stderr: a pipe, left open for the --stats read at the end].
+  # Aborts with what the client said if it ends without attaching.
+  def spawn_attached(command, out: File::NULL)
+    err_r, err_w = IO.pipe
+    pid = spawn(*command, out: out, err: err_w)
+    err_w.close
+    said = +''
+    while (line = err_r.gets)
+      return [pid, err_r] if line.include?('*** attached')
+
+      said << line
+    end
+    kill_and_reap(pid)
+    abort "bench/#{File.basename($PROGRAM_NAME)}: #{command.join(' ')} did not attach:\n#{said}"
+  end
+
+  # Kills each of pids (nil ones skipped) and reaps it: what every script's
+  # ensure does with the app and client it started, pass or fail. One
+  # already gone (or reaped) is passed over.
+  def kill_and_reap(*pids)
+    pids.compact.each do |pid|
+      Process.kill(:KILL, pid)
+      Process.wait(pid)
+    rescue Errno::ESRCH, Errno::ECHILD
+      nil
+    end
+  end
+
   # Builds bench/hook_floor/ (a tiny extension of do-nothing hooks, not part
   # of rbtrace) into tmp/ for this Ruby; returns the directory to load it from.
   def build_hook_floor

@@ -105,10 +105,7 @@ end
 # (old or new) set first; and the client's count of lost events.
 def traced_runs(pid, input, output, way, selector = 'Worker#step', command = 'go')
   ask(input, output, way)
-  err_r, err_w = IO.pipe
-  client = spawn(CLIENT, '-p', pid.to_s, '-m', selector, '--stats', out: File::NULL, err: err_w)
-  err_w.close
-  nil until err_r.gets.to_s.start_with?('*** attached')
+  client, err_r = spawn_attached([CLIENT, '-p', pid.to_s, '-m', selector, '--stats'])
   sleep 0.2
   wrapped = ask(input, output, 'ancestors')
   runs(input, output, command) # warm-up: the method named, the clock's rate measured
@@ -118,7 +115,7 @@ def traced_runs(pid, input, output, way, selector = 'Worker#step', command = 'go
   client = nil
   [traced, err_r.read[/events received, (\d+) lost/, 1], wrapped]
 ensure
-  Process.kill(:KILL, client) rescue nil if client
+  kill_and_reap(client)
 end
 
 in_r, in_w = IO.pipe
@@ -144,8 +141,7 @@ begin
   end
 ensure
   in_w.close
-  Process.kill(:KILL, pid) rescue nil
-  Process.wait(pid) rescue nil
+  kill_and_reap(pid)
 end
 
 ns = ->(t) { t * 1e9 / ITERS }

@@ -53,10 +53,7 @@ def run_once
   client = nil
   [secs, *stats]
 ensure
-  [client, app].compact.each do |pid|
-    Process.kill(:KILL, pid) rescue nil
-    Process.wait(pid) rescue nil
-  end
+  kill_and_reap(client, app)
   [out_r, err_r].each { |io| io&.close }
 end
 

@@ -2,7 +2,7 @@
  * fuzz_command.c - libFuzzer harness for the extension's command decoder,
  * rbtrace_command_decode (ext/rbtrace/codec.c): the function that turns the
  * bytes of one reassembled queue command into a struct rbtrace_command
- * before session.c carries it out. The input is the command's bytes.
+ * before command.c carries it out. The input is the command's bytes.
  *
  * Besides ASan, UBSan and LeakSanitizer (no crash, no undefined behaviour,
  * no leak), every run checks:
@@ -135,7 +135,7 @@ static void check_round_trip(const struct rbtrace_command *cmd)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static struct rbtrace_command cmd;   /* large: off the stack, as in session.c */
+    static struct rbtrace_command cmd;   /* large: off the stack, as in command.c */
     char err[RBTRACE_ERRLEN];
     msgpack_zone zone;
     uint32_t i;

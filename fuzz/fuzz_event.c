@@ -265,7 +265,7 @@ static void check_round_trip(const struct rbtrace_event *ev)
         abort();
     }
     if (ev->type == RBTRACE_EV_CALL || ev->type == RBTRACE_EV_RETURN) {
-        /* the fast path sets these four only (session.c reuses the struct) */
+        /* the fast path sets these four only (cli/session.c reuses the struct) */
         FUZZ_CHECK(again.type == ev->type && again.thread_id == ev->thread_id &&
                    again.time_ns == ev->time_ns && again.method_id == ev->method_id);
         n = rbtrace_event_encode_call(fast, ev->type, ev->thread_id, ev->time_ns, ev->method_id);

@@ -149,3 +149,93 @@ RSpec.describe 'the file map in docs/DESIGN.md' do
     expect(gone).to eq([])
   end
 end
+
+# docs/DESIGN.md, "Layers" is the extension's stack, and this keeps the code
+# to it: every file of ext/rbtrace/ has a layer in the section's table, no
+# file includes a header of a layer above its own but for the includes the
+# section lists (each with its reason), none of those is gone, the includes
+# within a layer make no cycle, and every header a file includes declares
+# something the file uses. Plain file reading, no process.
+RSpec.describe 'the layers in docs/DESIGN.md' do
+  root = File.expand_path('..', __dir__)
+  ext = File.join(root, 'ext/rbtrace')
+  files = Dir[File.join(ext, '*.{c,h}')].map { |f| File.basename(f) }.sort
+  name_of = ->(file) { file.sub(/\.[ch]\z/, '') }
+  # The #include "..." lines of a file, and its text without comments,
+  # string literals and includes (what it uses).
+  includes_of = ->(file) { File.read(File.join(ext, file)).scan(/^#include "([^"]+)"/).flatten }
+  code_of = lambda do |file|
+    File.read(File.join(ext, file)).gsub(%r{/\*.*?\*/}m, ' ').gsub(%r{//[^\n]*}, ' ')
+        .gsub(/^#include[^\n]*/, ' ').gsub(/"(?:\\.|[^"\\\n])*"/, '""')
+  end
+  # What a header declares, as written at the start of a line: functions,
+  # variables, macros, struct, enum and union tags (inline bodies, indented,
+  # are uses, not declarations).
+  declared_in = lambda do |header|
+    forms = [/\A#\s*define\s+(\w+)/, /\A(?:typedef\s+)?(?:struct|enum|union)\s+(\w+)\s*\{/,
+             /\A[A-Za-z_][^;{(]*?\b(\w+)\s*[(\[;]/]
+    code_of.call(header).lines.filter_map do |line|
+      forms.lazy.filter_map { |form| line[form, 1] }.first
+    end.uniq - ["RBTRACE_#{name_of.call(header).upcase}_H"]
+  end
+
+  let(:section) { File.read(File.join(root, 'docs/DESIGN.md'))[/^## Layers\n(.*?)(?=^## |\z)/m, 1] }
+
+  # name => rank (1 the bottom), from the table's rows: | rank | layer | `name`... |
+  let(:rank) do
+    section.lines.grep(/\A\| \d+ \|/).each_with_object({}) do |row, ranks|
+      cells = row.split('|').map(&:strip)
+      cells[3].scan(/`([^`]+)`/).flatten.each { |name| ranks[name] = Integer(cells[1]) }
+    end
+  end
+
+  # [includer, header] pairs listed as allowed upward: "- `a.c` (and `b.c`)
+  # include(s) `x.h` (and `y.h`): why".
+  let(:allowed) do
+    section.lines.grep(/\A- `\w+\.[ch]`.*? includes? `/).flat_map do |line|
+      who, what = line[/\A[^:]*/].split(/ includes? /)
+      who.scan(/`([^`]+)`/).flatten.product(what.scan(/`([^`]+)`/).flatten)
+    end
+  end
+
+  let(:edges) { files.flat_map { |f| includes_of.call(f).map { |h| [f, h] } } }
+
+  it 'has a layer for every file of ext/rbtrace/, and none for a file that is gone' do
+    expect(rank.size).to be >= 20
+    expect(files.map(&name_of).uniq.reject { |n| rank.key?(n) }).to eq([])
+    expect(rank.keys.reject { |n| files.include?("#{n}.c") || files.include?("#{n}.h") }).to eq([])
+  end
+
+  it 'has no include of a layer above but those it lists, and lists none that is gone' do
+    upward = edges.select { |f, h| rank.fetch(name_of.call(h)) > rank.fetch(name_of.call(f)) }
+    expect(upward - allowed).to eq([])
+    expect(allowed - upward).to eq([])
+  end
+
+  it 'has no cycle of includes but through those it lists' do
+    graph = Hash.new { |g, k| g[k] = [] }
+    (edges - allowed).each do |f, h|
+      graph[name_of.call(f)] << name_of.call(h) unless name_of.call(f) == name_of.call(h)
+    end
+    state = {}
+    visit = lambda do |node, path|
+      return path.drop_while { |n| n != node } + [node] if state[node] == :open
+      return nil if state[node] == :done
+
+      state[node] = :open
+      cycle = graph[node].uniq.lazy.filter_map { |nxt| visit.call(nxt, path + [node]) }.first
+      state[node] = :done
+      cycle
+    end
+    cycles = graph.keys.filter_map { |node| visit.call(node, []) }
+    expect(cycles).to eq([])
+  end
+
+  it 'has every file include only headers it uses something of' do
+    unused = edges.reject do |f, h|
+      name_of.call(f) == name_of.call(h) || # a file's own header
+        declared_in.call(h).any? { |id| code_of.call(f).match?(/\b#{Regexp.escape(id)}\b/) }
+    end
+    expect(unused).to eq([])
+  end
+end

@@ -60,7 +60,8 @@ module FaultsSpec
   # A client whose stdout is a pipe the spec reads itself (at its own pace);
   # stderr goes to a file. Killed with the spec's other processes.
   class PipedClient
-    attr_reader :pid, :out
+    include RBTraceSpec::ChildExit
+    attr_reader :out
 
     def initialize(args)
       @err_path = File.join(Dir.tmpdir, "rbtrace-spec-piped-#{Process.pid}-#{object_id}.err")
@@ -72,23 +73,8 @@ module FaultsSpec
 
     def stderr; File.exist?(@err_path) ? File.read(@err_path) : ''; end
 
-    def exited?
-      return true if @status
-
-      @status = $? if Process.waitpid(pid, Process::WNOHANG)
-      !@status.nil?
-    end
-
-    def wait(timeout: 10)
-      Timeout.timeout(timeout) { sleep 0.01 until exited? }
-      @status
-    end
-
     def kill
-      unless exited?
-        Process.kill(:KILL, pid) rescue nil
-        Process.wait(pid) rescue nil
-      end
+      kill_child
       @out.close unless @out.closed?
       FileUtils.rm_f(@err_path)
     end
@@ -96,15 +82,10 @@ module FaultsSpec
 
   # Any spawned process the spec must kill when it ends.
   class Spawned
-    attr_reader :pid
+    include RBTraceSpec::ChildExit
 
     def initialize(pid); @pid = pid; end
 
-    def kill
-      Process.kill(:KILL, pid)
-      Process.wait(pid)
-    rescue Errno::ESRCH, Errno::ECHILD
-      nil
-    end
+    def kill; kill_child; end
   end
 end

@@ -137,9 +137,39 @@ module RBTraceSpec
     end
   end
 
+  # A child process's end, for the clients the specs start (Client here,
+  # FaultsSpec::PipedClient and Spawned): its status once it has exited,
+  # reaped without blocking.
+  module ChildExit
+    attr_reader :pid
+
+    def exited?
+      return true if @status
+
+      @status = $? if Process.waitpid(pid, Process::WNOHANG)
+      !@status.nil?
+    end
+
+    def wait(timeout: 10)
+      Timeout.timeout(timeout) { sleep 0.01 until exited? }
+      @status
+    end
+
+    # Kills the process and reaps it, unless it has exited (or was reaped
+    # by the spec itself).
+    def kill_child
+      return if exited?
+
+      Process.kill(:KILL, pid) rescue nil
+      Process.wait(pid) rescue nil
+    rescue Errno::ECHILD
+      nil
+    end
+  end
+
   # A client run in the background, for traces that run until interrupted.
   class Client
-    attr_reader :pid
+    include ChildExit
 
     def initialize(args, client: CLIENT, env: {})
       @out_path = File.join(Dir.tmpdir, "rbtrace-spec-client-#{Process.pid}-#{object_id}")
@@ -193,32 +223,14 @@ module RBTraceSpec
 
     def path(stream); "#{@out_path}.#{stream == :stdout ? 'out' : 'err'}"; end
 
-    def exited?
-      return true if @status
-
-      if Process.waitpid(pid, Process::WNOHANG)
-        @status = $?
-        return true
-      end
-      false
-    end
-
     # Sends signal and waits for the client to exit; returns its status.
     def stop(signal = :INT, timeout: 10)
       Process.kill(signal, pid) unless exited?
       wait(timeout: timeout)
     end
 
-    def wait(timeout: 10)
-      Timeout.timeout(timeout) { sleep 0.01 until exited? }
-      @status
-    end
-
     def kill
-      unless exited?
-        Process.kill(:KILL, pid) rescue nil
-        Process.wait(pid) rescue nil
-      end
+      kill_child
       FileUtils.rm_f(["#{@out_path}.out", "#{@out_path}.err"])
     end
   end

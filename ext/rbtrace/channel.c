@@ -24,8 +24,8 @@
  * the handler also triggers a preregistered job, which drains the queue at
  * the next safe point of a busy app without waiting for a GVL hand-off. It
  * runs on an app thread, so it carries out only a first ATTACH (plain C)
- * and leaves every other command to the helper thread (session.c,
- * session_defer). Before 3.3 the handler registers no job at all: rb_postponed_job_
+ * and leaves every other command to the helper thread (command.c,
+ * command_defer). Before 3.3 the handler registers no job at all: rb_postponed_job_
  * register_one called from a signal handler can race with a flush running
  * on another thread (https://bugs.ruby-lang.org/issues/19991) and corrupt
  * the job list, so there the helper thread alone serves commands.
@@ -35,7 +35,12 @@
  * nothing to others. If another user's queue already sits under our key,
  * we never read it: a private queue serves instead (channel_queue_private).
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "channel.h"
+#include "emit.h"
+#include "handoff.h"
+#include "protocol.h"
+#include "command.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,12 +70,6 @@ static void channel_sigurg(int sig, siginfo_t *info, void *ctx)
     if (channel_job != POSTPONED_JOB_HANDLE_INVALID) rb_postponed_job_trigger(channel_job);
 #endif
     errno = saved;
-}
-
-/* Wakes the helper thread from any thread (used by the writer too). */
-void rbtrace_channel_wake(void)
-{
-    sem_post(&rbtrace.wake);
 }
 
 /* ---- the queue ---- */
@@ -152,15 +151,6 @@ static void channel_report_errno(const char *what)
 
 /* ---- the attached client's socket ---- */
 
-/* Forgets a half-read command: a new session starts afresh. */
-void rbtrace_channel_reset_socket(void)
-{
-    rbtrace.command_len = 0;
-    rbtrace.frame_header_len = 0;
-    rbtrace.frame_len = 0;
-    rbtrace.sock_readable = 0;
-}
-
 /* Makes room for len more bytes of the command. Returns 0, or -1. */
 static int channel_command_grow(size_t len)
 {
@@ -195,14 +185,15 @@ static void channel_bad_frame(uint32_t len)
     rbtrace_emit_message(RBTRACE_EV_ERROR, "a command of %u bytes on the socket (at most %d): "
                          "the client's stream is broken; detaching", (unsigned)len,
                          RBTRACE_COMMAND_MAX);
-    rbtrace_session_detach(1);
+    rbtrace_command_detach(1);
 }
 
 /*
  * Reads toward the next whole command: its length, then its bytes, never
- * more than RBTRACE_COMMAND_MAX of them. 1 when one is whole (in
- * rbtrace.command, command_len bytes), 0 when the socket has nothing more
- * for now, -1 when the session ended (hang-up, or a broken stream).
+ * more than RBTRACE_COMMAND_MAX of them. Returns the whole commands read:
+ * 1 (in rbtrace.command, command_len bytes), or 0 when the socket has
+ * nothing more for now; -1 when the session ended (hang-up, or a broken
+ * stream).
  */
 static int channel_read_frame(void)
 {
@@ -227,7 +218,7 @@ static int channel_read_frame(void)
         if (channel_command_grow(len) != 0) {
             rbtrace_emit_message(RBTRACE_EV_ERROR, "out of memory for a command of %u bytes; "
                                  "detaching", (unsigned)len);
-            rbtrace_session_detach(1);
+            rbtrace_command_detach(1);
             return -1;
         }
     }
@@ -258,10 +249,10 @@ static void channel_read_socket(void)
             return;
         }
         if (r < 0) {
-            if (rbtrace.attached) rbtrace_session_detach(0);   /* hung up */
+            if (rbtrace.attached) rbtrace_command_detach(0);   /* hung up */
             return;
         }
-        rbtrace_session_execute(rbtrace.command, rbtrace.command_len, 1);
+        rbtrace_command_execute(rbtrace.command, rbtrace.command_len, 1);
     }
 }
 
@@ -287,15 +278,15 @@ static void channel_drain(void)
         }
         /* A part of a longer command (protocol 3's chunks) is not one. */
         if (n < 2 || msg.mtext[0] != RBTRACE_CHUNK_FIRST) continue;
-        rbtrace_session_execute((const char *)msg.mtext + 1, (size_t)n - 1, 0);
+        rbtrace_command_execute((const char *)msg.mtext + 1, (size_t)n - 1, 0);
     }
 }
 
 static VALUE channel_service_body(VALUE unused)
 {
     if (!rbtrace.in_job) {
-        rbtrace_session_check_peer();
-        rbtrace_session_run_deferred();
+        rbtrace_command_check_peer();
+        rbtrace_command_run_deferred();
         channel_read_socket();
     }
     if (rbtrace.pending) {
@@ -392,8 +383,8 @@ static VALUE channel_helper_loop_m(VALUE self)
 
         channel_unblocked = 0;
         /* rbtrace_nogvl says when this thread starts waiting for the GVL. */
-        state = rbtrace_nogvl(channel_wait_nogvl, NULL, channel_unblock, NULL);
-        if (state) rb_jump_tag(state);   /* Thread#kill, exit */
+        if (rbtrace_nogvl(channel_wait_nogvl, NULL, channel_unblock, NULL, &state) != 0)
+            rb_jump_tag(state);   /* Thread#kill, exit */
         rb_thread_check_ints();
         do channel_service();
         while ((rbtrace.pending || rbtrace.deferred) && !rbtrace.servicing);

@@ -35,13 +35,24 @@
  * Only threads holding the GVL stamp events (the hooks, the wrappers, GC
  * and raise events), so the state needs no lock.
  */
-#include "rbtrace.h"
+#include "clock.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock_tsc.h"
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 struct rbtrace_clock rbtrace_clock;
+
+/* clock_gettime(CLOCK_MONOTONIC), any thread. */
+uint64_t rbtrace_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 #ifdef RBTRACE_HAVE_TSC
 #include <cpuid.h>

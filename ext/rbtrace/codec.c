@@ -395,12 +395,12 @@ void rbtrace_event_pack_thread_name(msgpack_packer *pk, uint64_t thread_id, cons
 }
 
 void rbtrace_event_pack_refused(msgpack_packer *pk, enum rbtrace_refusal reason,
-                                uint32_t tracer_pid, const char *message)
+                                uint32_t client_pid, const char *message)
 {
     msgpack_pack_array(pk, 4);
     msgpack_pack_uint32(pk, RBTRACE_EV_REFUSED);
     msgpack_pack_uint32(pk, reason);
-    msgpack_pack_uint32(pk, tracer_pid);
+    msgpack_pack_uint32(pk, client_pid);
     pack_cstr(pk, message);
 }
 
@@ -676,7 +676,8 @@ static uint64_t codec_be(const unsigned char *q, size_t bytes)
 
 /*
  * A msgpack unsigned integer at *p (any width: peers may not pack in the
- * shortest form). 1 and *p past it; 0 for another type; -1 if cut short.
+ * shortest form). Returns the integers read: 1, *p past it, or 0 for
+ * another type; -1 if cut short.
  */
 static int codec_get_uint(const unsigned char **p, const unsigned char *end, uint64_t *out)
 {

@@ -56,7 +56,7 @@ struct rbtrace_event {
     uint64_t number;             /* ATTACHED: protocol version; LOST: count;
                                     REFUSED: reason; EVAL_RESULT: eval id;
                                     RAISE: reraise (0: a first raise) */
-    uint64_t pid;                /* ATTACHED: target pid; REFUSED: tracer pid */
+    uint64_t pid;                /* ATTACHED: target pid; REFUSED: client pid */
     uint64_t clock_origin_ns;    /* ATTACHED */
     uint64_t wall_origin_ns;     /* ATTACHED */
     uint64_t features;           /* ATTACHED: RBTRACE_FEATURE_* bits (0 if absent) */
@@ -117,7 +117,7 @@ void rbtrace_event_pack_attached_features(msgpack_packer *pk, uint32_t target_pi
                                           const char *ruby_version, uint64_t clock_origin_ns,
                                           uint64_t wall_origin_ns, uint64_t features);
 void rbtrace_event_pack_refused(msgpack_packer *pk, enum rbtrace_refusal reason,
-                                uint32_t tracer_pid, const char *message);
+                                uint32_t client_pid, const char *message);
 void rbtrace_event_pack_detached(msgpack_packer *pk);
 void rbtrace_event_pack_method(msgpack_packer *pk, uint64_t method_id,
                                const char *name, size_t name_len);
@@ -320,10 +320,10 @@ int rbtrace_event_decode(const msgpack_object *obj, struct rbtrace_event *ev, ch
  * The client's fast path for its hottest events: decodes the CALL, RETURN,
  * CALL_NEXT or RETURN_NEXT at the start of buf straight from its bytes
  * (as rbtrace_event_decode would: a _NEXT as it is, unresolved), with no msgpack
- * objects. Returns 1 when it did, having set only ev->type, thread_id,
- * time_ns and method_id, and *used to the message's length; 0 when the
- * message is something else, or encoded in a way this does not handle
- * (decode it with rbtrace_event_decode); -1 when buf ends before the
+ * objects. Returns the events it decoded: 1, having set only ev->type,
+ * thread_id, time_ns and method_id, and *used to the message's length; or
+ * 0 when the message is something else, or encoded in a way this does not
+ * handle (decode it with rbtrace_event_decode); -1 when buf ends before the
  * message does. Only a return of 1 touches ev and *used.
  */
 int rbtrace_event_decode_call_bytes(const char *buf, size_t len, struct rbtrace_event *ev,

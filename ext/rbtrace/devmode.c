@@ -13,7 +13,11 @@
  *
  * Classes built without a class body (Class.new, const_set) are not seen.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "devmode.h"
+#include "emit.h"
+#include "selector.h"
+#include "trace.h"
 
 #define DEVMODE_HOOK ((rb_event_hook_func_t)(void (*)(void))devmode_hook_i)
 
@@ -22,13 +26,6 @@ static struct {
     int active;
     VALUE entries;
 } dev = { 0, Qnil };
-
-static ID id_devmode_target, id_NotDefined;
-
-static VALUE devmode_target_i(VALUE sel)
-{
-    return rb_funcall(rbtrace_mRBTrace, id_devmode_target, 1, sel);
-}
 
 /* The entry of selector sel, or Qnil. */
 static VALUE devmode_entry(VALUE sel)
@@ -58,7 +55,7 @@ static void devmode_hook_i(VALUE data, rb_trace_arg_t *targ)
         VALUE e = RARRAY_AREF(dev.entries, i), sel = RARRAY_AREF(e, 1);
         if (RARRAY_AREF(e, 2) == klass || rb_str_equal(RARRAY_AREF(e, 0), name) != Qtrue) continue;
         /* Not complete yet (the method comes later): wait for another end. */
-        if (!rbtrace_tracer_add_one(sel, &err)) continue;
+        if (rbtrace_trace_add_one(sel, &err) != 0) continue;
         rb_ary_store(e, 2, klass);
         rbtrace_emit_message(RBTRACE_EV_NOTICE, "%.*s (re)defined: tracing %.*s on it",
                              (int)RSTRING_LEN(name), RSTRING_PTR(name),
@@ -77,31 +74,26 @@ void rbtrace_devmode_start(void)
                          "(reloaded or defined later)");
 }
 
-/* Remembers a selector that names a class (1), to be traced through
- * rbtrace_devmode_traced or _failed; 0 when devmode is off or the selector
+/* Remembers a selector that names a class (0), to be traced through
+ * rbtrace_devmode_traced or _failed; -1 when devmode is off or the selector
  * names no class (it is then traced the usual way). */
 int rbtrace_devmode_watch(VALUE sel)
 {
-    VALUE target, err = Qnil;
-    int state = 0;
+    VALUE path, klass;
 
-    if (!dev.active) return 0;
-    /* [class path, the class or nil], or nil for a selector without a class */
-    target = rbtrace_protect(devmode_target_i, sel, &state, &err);
-    if (state || !RB_TYPE_P(target, T_ARRAY)) return 0;
-    rb_ary_push(dev.entries, rb_ary_new_from_args(3, RARRAY_AREF(target, 0), sel, Qnil));
-    return 1;
+    if (!dev.active) return -1;
+    if (rbtrace_selector_class(sel, &path, &klass) != 0) return -1;
+    rb_ary_push(dev.entries, rb_ary_new_from_args(3, path, sel, Qnil));
+    return 0;
 }
 
 /* The selector is traced on the class its name now denotes. */
 void rbtrace_devmode_traced(VALUE sel)
 {
-    VALUE e = devmode_entry(sel), target, err = Qnil;
-    int state = 0;
+    VALUE e = devmode_entry(sel), path, klass;
 
     if (NIL_P(e)) return;
-    target = rbtrace_protect(devmode_target_i, sel, &state, &err);
-    if (!state && RB_TYPE_P(target, T_ARRAY)) rb_ary_store(e, 2, RARRAY_AREF(target, 1));
+    if (rbtrace_selector_class(sel, &path, &klass) == 0) rb_ary_store(e, 2, klass);
 }
 
 /* The selector could not be traced now: a class or method not defined yet
@@ -111,7 +103,7 @@ void rbtrace_devmode_failed(VALUE sel, VALUE error)
     VALUE msg;
     int state = 0;
 
-    if (!RTEST(rb_obj_is_kind_of(error, rbtrace_selector_error(id_NotDefined)))) {
+    if (!rbtrace_selector_not_defined_p(error)) {
         rbtrace_report_selector_error(sel, error);
         return;
     }
@@ -133,11 +125,4 @@ void rbtrace_devmode_stop(void)
 void rbtrace_devmode_mark(void)
 {
     rb_gc_mark(dev.entries);
-}
-
-void Init_rbtrace_devmode(VALUE mod)
-{
-    (void)mod;
-    id_devmode_target = rb_intern("devmode_target");
-    id_NotDefined = rb_intern("NotDefined");
 }

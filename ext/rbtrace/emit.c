@@ -2,7 +2,7 @@
  * emit.c - turns what the hooks and commands saw into protocol events in
  * the ring buffer that the writer thread drains.
  *
- * The hot path (rbtrace_emit_call, inline from emit_call.h) runs inside
+ * The hot path (rbtrace_emit_call, inline from emit.h) runs inside
  * the app's traced calls: it encodes a CALL or RETURN by hand, in place in
  * the ring. No malloc, no Ruby allocation, no syscall, no lock but the GVL
  * the caller holds. Rarer events of the hot path (names, expressions) are
@@ -18,8 +18,14 @@
  * event is dropped and counted; the count goes out as a LOST event before
  * the next event that fits.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
-#include "emit_call.h"
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock.h"
+#include "codec.h"
+#include "emit.h"
+#include "handoff.h"
+#include "ractors.h"
+#include "ring.h"
+#include "writer.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -249,7 +255,7 @@ static VALUE emit_key_of(VALUE klass, VALUE *kept)
     return klass;
 }
 
-/* rbtrace_emit_method_id (emit_call.h) when the pair is not a recent
+/* rbtrace_emit_method_id (emit.h) when the pair is not a recent
  * one: the table, or a new name. Out of line, so that the hot path keeps
  * no name buffer (and no stack protector) of its own. */
 __attribute__((noinline)) uint32_t rbtrace_emit_method_id_lookup(VALUE klass, ID mid)
@@ -306,7 +312,7 @@ __attribute__((noinline)) void rbtrace_emit_call_at_now(char *out, enum rbtrace_
     rbtrace_emit_call_at(out, type, id, rbtrace_clock_ns() - rbtrace.clock_origin_ns);
 }
 
-/* A CALL or RETURN that cannot be encoded in place (emit_call.h). A full
+/* A CALL or RETURN that cannot be encoded in place (emit.h). A full
  * ring (a client that stopped reading) costs no encoding. */
 __attribute__((noinline)) void rbtrace_emit_call_pushed(enum rbtrace_event_type type,
                                                         uint64_t time, uint32_t id)
@@ -466,13 +472,14 @@ static void emit_wait_unblock(void *p)
     ((struct emit_wait_arg *)p)->unblocked = 1;
 }
 
-/* Returns the state of an interrupt that ended a wait (0 if none). */
-static int emit_push_big(const char *data, size_t len)
+/* Returns 0 (pushed, or dropped and counted), or -1 when an interrupt
+ * ended a wait: its state in *state, to re-raise (docs/DESIGN.md, "Errors"). */
+static int emit_push_big(const char *data, size_t len, int *state)
 {
     struct emit_wait_arg arg;
     size_t done = 0;
-    int state = 0;
 
+    *state = 0;
     if (!rbtrace.attached || rbtrace.sealed) return 0;
     if (rbtrace.big_event) {
         /* Never: only one thread waits (emit_may_wait). Dropped rather
@@ -490,8 +497,9 @@ static int emit_push_big(const char *data, size_t len)
             arg.unblocked = 0;
             /* An interrupt for this thread (kill at exit) ends the wait;
              * it is re-raised once the state is consistent again. */
-            state = rbtrace_nogvl(emit_wait_nogvl, &arg, emit_wait_unblock, &arg);
-            if (state || rbtrace_ring_space(&rbtrace.ring, chunk) < chunk) break;
+            if (rbtrace_nogvl(emit_wait_nogvl, &arg, emit_wait_unblock, &arg, state) != 0 ||
+                rbtrace_ring_space(&rbtrace.ring, chunk) < chunk)
+                break;
         }
         rbtrace_ring_push(&rbtrace.ring, data + done, chunk);
         done += chunk;
@@ -504,36 +512,39 @@ static int emit_push_big(const char *data, size_t len)
         rbtrace.peer_gone = 1;
         rbtrace_channel_wake();
     }
-    return state;
+    return *state ? -1 : 0;
 }
 
-/* Reports dropped events from a thread that may wait for room. */
-static int emit_lost_big(void)
+/* Reports dropped events from a thread that may wait for room; -1 as
+ * emit_push_big. */
+static int emit_lost_big(int *state)
 {
     char lost[RBTRACE_LOST_EVENT_MAX];
     uint64_t count = rbtrace.lost;
 
+    *state = 0;
     if (count == 0) return 0;
     rbtrace.lost = 0;
-    return emit_push_big(lost, rbtrace_event_encode_lost(lost, count));
+    return emit_push_big(lost, rbtrace_event_encode_lost(lost, count), state);
 }
 
-/* Pushes (and frees) a packed event, after any loss report; returns the
- * state of an interrupt that arrived while waiting (0 if none; always 0
- * on a thread that may not wait, which pushes it whole now or drops it). */
-static int emit_sbuffer_push(msgpack_sbuffer *sb)
+/* Pushes (and frees) a packed event, after any loss report; -1 when an
+ * interrupt arrived while waiting, its state in *state (never on a thread
+ * that may not wait, which pushes it whole now or drops it). */
+static int emit_sbuffer_push(msgpack_sbuffer *sb, int *state)
 {
-    int state = 0;
+    int rc = 0;
 
+    *state = 0;
     if (!emit_may_wait()) {
         /* A client waits on these: deliver them now. */
         if (emit_push(sb->data, sb->size) == 0) rbtrace_writer_nudge();
     } else {
-        state = emit_lost_big();
-        if (state == 0) state = emit_push_big(sb->data, sb->size);
+        rc = emit_lost_big(state);
+        if (rc == 0) rc = emit_push_big(sb->data, sb->size, state);
     }
     msgpack_sbuffer_destroy(sb);
-    return state;
+    return rc;
 }
 
 /* Returns 0 once the message is in the ring, -1 if it was dropped (a
@@ -545,7 +556,7 @@ int rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
     msgpack_packer pk;
     va_list ap;
     uint64_t lost = rbtrace.lost;
-    int n;
+    int n, state;
 
     va_start(ap, fmt);
     n = vsnprintf(text, sizeof(text), fmt, ap);
@@ -555,7 +566,7 @@ int rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     rbtrace_event_pack_message(&pk, type, text, (size_t)n);
-    if ((n = emit_sbuffer_push(&sb)) != 0) rb_jump_tag(n);
+    if (emit_sbuffer_push(&sb, &state) != 0) rb_jump_tag(state);
     return rbtrace.attached && rbtrace.lost <= lost ? 0 : -1;
 }
 
@@ -569,7 +580,7 @@ void rbtrace_emit_eval_result(uint32_t eval_id, enum rbtrace_eval_status status,
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     rbtrace_event_pack_eval_result(&pk, eval_id, status, RSTRING_PTR(text), RSTRING_LEN(text));
     RB_GC_GUARD(text);
-    if ((state = emit_sbuffer_push(&sb)) != 0) rb_jump_tag(state);
+    if (emit_sbuffer_push(&sb, &state) != 0) rb_jump_tag(state);
 }
 
 /*
@@ -586,7 +597,9 @@ void rbtrace_emit_gvl(uint64_t thread, uint64_t start_ns, uint64_t wait_ns)
     emit_push(buf, rbtrace_event_encode_gvl(buf, thread, at, wait_ns));
 }
 
-void rbtrace_emit_attached(void)
+/* ATTACHED, with the features the session can offer (RBTRACE_FEATURE_*),
+ * which the commands (command.c) know from the modes above. */
+void rbtrace_emit_attached(uint32_t features)
 {
     struct timespec wall;
     uint64_t wall_ns = 0;
@@ -596,7 +609,7 @@ void rbtrace_emit_attached(void)
     emit_begin();
     rbtrace_event_pack_attached_features(&scratch_pk, (uint32_t)getpid(), ruby_description,
                                          rbtrace.clock_origin_ns, wall_ns,
-                                         rbtrace_gvl_supported() ? RBTRACE_FEATURE_GVL : 0);
+                                         features);
     if (emit_commit() == 0) rbtrace_writer_nudge();
 }
 
@@ -618,15 +631,17 @@ void rbtrace_emit_end_calls(void)
  * writer drains (its join gives up the GVL), and a call that entered a
  * wrapper before the detach would otherwise still record its return,
  * after DETACHED, and without the calls it made once the wrappers were
- * gone. Returns the state of an interrupt to re-raise after the detach.
+ * gone. other_gcs: the collections other Ractors ran meanwhile, unseen
+ * (gcwatch.c, told by the caller). Returns 0, or -1 when an interrupt came
+ * while waiting for room: its state in *state, to re-raise after the detach.
  */
-int rbtrace_emit_detached(void)
+int rbtrace_emit_detached(uint64_t other_gcs, int *state)
 {
     msgpack_sbuffer sb;
     msgpack_packer pk;
-    int state;
+    int rc;
 
-    uint64_t other = rbtrace_ractors_take_other(), other_gcs = rbtrace_gc_take_other();
+    uint64_t other = rbtrace_ractors_take_other();
     char text[160];
     int n;
 
@@ -646,9 +661,9 @@ int rbtrace_emit_detached(void)
         rbtrace_event_pack_message(&pk, RBTRACE_EV_NOTICE, text,
                                    (size_t)n < sizeof(text) ? (size_t)n : sizeof(text) - 1);
     rbtrace_event_pack_detached(&pk);
-    state = emit_sbuffer_push(&sb);
+    rc = emit_sbuffer_push(&sb, state);
     rbtrace.sealed = 1;
-    return state;
+    return rc;
 }
 
 /*

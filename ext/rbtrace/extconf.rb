@@ -26,7 +26,7 @@ unless have_header('sys/msg.h') && have_header('semaphore.h') && have_func('sem_
   abort 'rbtrace needs SysV message queues and POSIX semaphores (Linux).'
 end
 
-# rbtrace.c and handoff_job.c call these; every CRuby since 2.0 has both.
+# handoff.c and handoff_job.c call these; every CRuby since 2.0 has both.
 unless have_func('rb_thread_call_without_gvl', 'ruby/thread.h') &&
        have_func('rb_thread_call_without_gvl2', 'ruby/thread.h')
   abort 'rbtrace needs rb_thread_call_without_gvl and rb_thread_call_without_gvl2 ' \
@@ -47,7 +47,7 @@ if have_header('ruby/ractor.h') && have_func('rb_ractor_local_storage_ptr_newkey
   $defs << '-DRBTRACE_HAVE_RACTORS'
 end
 
-# The thread an event is of, in one instruction (rbtrace.h, rbtrace_thread_id).
+# The thread an event is of, in one instruction (state.h, rbtrace_thread_id).
 if checking_for('__builtin_thread_pointer') do
   try_compile('int main(void) { return __builtin_thread_pointer() == 0; }')
 end
@@ -55,7 +55,7 @@ end
 end
 
 # Under M:N scheduling (RUBY_MN_THREADS=1, Ruby 3.3+) events name the Ruby
-# thread a VM thread hook says took the GVL (rbtrace.c, rbtrace_thread_id).
+# thread a VM thread hook says took the GVL (state.c, rbtrace_thread_id).
 if have_struct_member('rb_internal_thread_event_data_t', 'thread', 'ruby/thread.h') &&
    have_func('rb_internal_thread_add_event_hook', 'ruby/thread.h') &&
    have_func('RTYPEDDATA_GET_DATA', 'ruby.h')
@@ -78,7 +78,7 @@ if have_func('rb_internal_thread_add_event_hook', 'ruby/thread.h') &&
   $defs << '-DRBTRACE_GVL_TABLE' if ENV['RBTRACE_GVL_TABLE'] == '1'
 end
 
-# The hook's frame lookup for Ruby methods (tracer.c) without the stack
+# The hook's frame lookup for Ruby methods (trace.c) without the stack
 # protector's canary, which Debian's CFLAGS put in every function that takes
 # a local's address: ~5 instructions an event there, guarding no buffer.
 if checking_for('__attribute__((no_stack_protector))') do

@@ -24,7 +24,11 @@
  * hooks of the Ractor whose thread collects, and another Ractor's are out
  * of reach. Those are counted (GC.count moves on) and told at the detach.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock.h"
+#include "emit.h"
+#include "gcwatch.h"
+#include "ractors.h"
 
 #define GC_EVENTS (RUBY_INTERNAL_EVENT_GC_START | RUBY_INTERNAL_EVENT_GC_END_MARK | \
                    RUBY_INTERNAL_EVENT_GC_END_SWEEP | RUBY_INTERNAL_EVENT_GC_ENTER | \

@@ -39,9 +39,11 @@
  * known limit (docs/limits.md).
  *
  * The hook is removed at detach, when the client goes away, and in a
- * forked child (rbtrace_tracer_clear): Ruby then calls nothing of ours.
+ * forked child (rbtrace_trace_clear): Ruby then calls nothing of ours.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "emit.h"
+#include "gvlwatch.h"
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -84,17 +86,17 @@ static VALUE gvl_make_key_i(VALUE unused)
     return Qnil;
 }
 
-/* The key, made once (GVL held). 0 if Ruby refuses (it does while other
- * Ractors run: the first key must be made with the main Ractor alone). */
-static int gvl_slots_ready(void)
+/* Makes the key, once (GVL held): 0, or -1 if Ruby refuses (it does while
+ * other Ractors run: the first key must be made with the main Ractor alone). */
+static int gvl_slots_prepare(void)
 {
     int state = 0;
 
-    if (gvl_key_made) return 1;
+    if (gvl_key_made) return 0;
     rbtrace_protect(gvl_make_key_i, Qnil, &state, NULL);
-    if (state) return 0;
+    if (state) return -1;
     gvl_key_made = 1;
-    return 1;
+    return 0;
 }
 
 static inline void gvl_ready_note(const rb_internal_thread_event_data_t *data, uint64_t now)
@@ -121,7 +123,7 @@ struct gvl_slot {
 
 static struct gvl_slot gvl_slots[GVL_SLOTS];
 
-/* The native thread: its thread pointer (rbtrace.h, rbtrace_thread_id). */
+/* The native thread: its thread pointer (state.h, rbtrace_thread_id). */
 static inline uint64_t gvl_native_thread(void)
 {
 #ifdef RBTRACE_HAVE_THREAD_POINTER
@@ -136,11 +138,11 @@ static inline struct gvl_slot *gvl_slot_of(uint64_t thread)
     return &gvl_slots[(thread * 0x9E3779B97F4A7C15ull) >> 54 & (GVL_SLOTS - 1)];
 }
 
-static int gvl_slots_ready(void)
+static int gvl_slots_prepare(void)
 {
     /* No hook runs now: slots left claimed by the last session are freed. */
     memset(gvl_slots, 0, sizeof(gvl_slots));
-    return 1;
+    return 0;
 }
 
 static inline void gvl_ready_note(const rb_internal_thread_event_data_t *data, uint64_t now)
@@ -170,7 +172,7 @@ static inline uint64_t gvl_ready_take(const rb_internal_thread_event_data_t *dat
 }
 #endif
 
-/* The thread an event is of, as the call events name it (rbtrace.h). */
+/* The thread an event is of, as the call events name it (state.h). */
 static inline uint64_t gvl_thread_id(const rb_internal_thread_event_data_t *data)
 {
 #if defined(RBTRACE_HAVE_MN_THREAD_HOOK)
@@ -225,7 +227,7 @@ int rbtrace_gvl_supported(void)
 void rbtrace_gvl_start(void)
 {
     if (gvl.hook) return;
-    if (gvl_other_ractors() || !gvl_slots_ready()) {
+    if (gvl_other_ractors() || gvl_slots_prepare() != 0) {
         rbtrace_emit_message(RBTRACE_EV_ERROR, "--gvl: process %d runs Ractors besides the main "
                              "one, whose threads rbtrace cannot tell apart in the GVL's hook: "
                              "GVL waits are not traced", (int)getpid());

@@ -25,8 +25,7 @@
  * An app that is not busy never sees any of it: the GVL is free, and ours
  * has it before the delay is over.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
-#include "handoff.h"
+#include "handoff.h"  /* first: ruby.h sets _GNU_SOURCE */
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -64,6 +63,51 @@ void rbtrace_handoff_done(void)
     rbtrace_handoff_ask_stop();
 }
 
+struct rbtrace_nogvl_call {
+    void *(*func)(void *);
+    void *arg;
+    rb_unblock_function_t *ubf;
+    void *ubf_arg;
+};
+
+/* func, then a word that this thread now waits for the GVL (handoff.c). */
+static void *rbtrace_nogvl_body(void *p)
+{
+    struct rbtrace_nogvl_call *c = p;
+
+    c->func(c->arg);
+    rbtrace_handoff_request();
+    return NULL;
+}
+
+static VALUE rbtrace_nogvl_i(VALUE p)
+{
+    struct rbtrace_nogvl_call *c = (struct rbtrace_nogvl_call *)p;
+
+    rb_thread_call_without_gvl(rbtrace_nogvl_body, c, c->ubf, c->ubf_arg);
+    rbtrace_handoff_done();
+    return Qnil;
+}
+
+/*
+ * Runs func without the GVL. An interrupt for this thread (Thread#kill at
+ * exit, Thread#raise) may be raised before or after func; it is caught:
+ * -1, its state in *state, so that the caller finishes what it was doing (a
+ * detach, an event) and then re-raises it with rb_jump_tag
+ * (docs/DESIGN.md, "Errors"). 0 when none came. func may not have run at
+ * all: callers check.
+ */
+int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg,
+                  int *state)
+{
+    struct rbtrace_nogvl_call c = { func, arg, ubf, ubf_arg };
+
+    *state = 0;
+    rb_protect(rbtrace_nogvl_i, (VALUE)&c, state);
+    rbtrace_handoff_done();   /* also when an interrupt was raised */
+    return *state ? -1 : 0;
+}
+
 void rbtrace_handoff_report_unavailable(const char *what, int err)
 {
     static int reported;
@@ -76,13 +120,13 @@ void rbtrace_handoff_report_unavailable(const char *what, int err)
 
 void rbtrace_handoff_install(void)
 {
-    handoff_ready = rbtrace_handoff_ask_install();
+    handoff_ready = rbtrace_handoff_ask_install() == 0;
 }
 
 void rbtrace_handoff_after_fork(void)
 {
     rbtrace_handoff.wanted = 0;
-    if (handoff_ready) handoff_ready = rbtrace_handoff_ask_after_fork();
+    if (handoff_ready) handoff_ready = rbtrace_handoff_ask_after_fork() == 0;
 }
 
 /*

@@ -25,8 +25,7 @@
  * busy thread passes the GVL on, not only the main one. A thread inside one
  * long C call that keeps the GVL runs the job only when the call returns.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
-#include "handoff.h"
+#include "handoff.h"  /* first: ruby.h sets _GNU_SOURCE */
 
 #ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
 #include <errno.h>
@@ -71,9 +70,9 @@ static void handoff_sleep_ns(long ns)
         ;
 }
 
-/* Waits for a request; 0 when the kicker is to end (idle for long, or
- * its semaphore failed). Requests are posted with the lock held, so none
- * is posted between the last look and the end. */
+/* Waits for a request: 0 when one came, -1 when the kicker is to end (idle
+ * for long, or its semaphore failed). Requests are posted with the lock
+ * held, so none is posted between the last look and the end. */
 static int handoff_kicker_wait(void)
 {
     struct timespec deadline;
@@ -88,18 +87,18 @@ static int handoff_kicker_wait(void)
         pthread_mutex_lock(&job_way.lock);
         if (sem_trywait(&job_way.kick) == 0) {
             pthread_mutex_unlock(&job_way.lock);
-            return 1;
+            return 0;
         }
         job_way.kicker_pid = 0;
         pthread_mutex_unlock(&job_way.lock);
-        return 0;
+        return -1;
     }
-    return 1;
+    return 0;
 }
 
 static void *handoff_kicker(void *unused)
 {
-    while (handoff_kicker_wait()) {
+    while (handoff_kicker_wait() == 0) {
         int asks = 0;
 
         while (sem_trywait(&job_way.kick) == 0)
@@ -202,20 +201,21 @@ void rbtrace_handoff_ask_stop(void)
 }
 
 /* Locks, condition and semaphore afresh: the threads that used them in the
- * parent are not in the child. The kicker starts again on first use. */
+ * parent are not in the child. The kicker starts again on first use.
+ * Returns 0, or -1 if one of them could not be made. */
 static int handoff_job_sync_init(void)
 {
     pthread_condattr_t attr;
     int ok;
 
-    if (pthread_condattr_init(&attr) != 0) return 0;
+    if (pthread_condattr_init(&attr) != 0) return -1;
     ok = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0 &&
          pthread_cond_init(&job_way.taken, &attr) == 0 &&
          pthread_mutex_init(&job_way.lock, NULL) == 0 &&
          sem_init(&job_way.kick, 0, 0) == 0;
     pthread_condattr_destroy(&attr);
     job_way.kicker_pid = 0;
-    return ok;
+    return ok ? 0 : -1;
 }
 
 int rbtrace_handoff_ask_after_fork(void)
@@ -233,12 +233,12 @@ static void handoff_job_end(VALUE unused)
 
 int rbtrace_handoff_ask_install(void)
 {
-    if (!handoff_job_sync_init()) return 0;
+    if (handoff_job_sync_init() != 0) return -1;
     job_way.yielder = Qnil;
     rb_gc_register_address(&job_way.yielder);
     rb_set_end_proc(handoff_job_end, Qnil);
     job_way.job = rb_postponed_job_preregister(0, handoff_job_i, NULL);
-    return job_way.job != POSTPONED_JOB_HANDLE_INVALID;
+    return job_way.job != POSTPONED_JOB_HANDLE_INVALID ? 0 : -1;
 }
 
 VALUE rbtrace_handoff_ask_yielder(void)
@@ -252,9 +252,9 @@ VALUE rbtrace_handoff_ask_yielder(void)
  * A postponed job cannot be triggered safely from another thread there
  * (https://bugs.ruby-lang.org/issues/19991), and every other way touches
  * the app (a trap on its main thread interrupts its C calls). */
-int rbtrace_handoff_ask_install(void) { return 0; }
+int rbtrace_handoff_ask_install(void) { return -1; }
 void rbtrace_handoff_ask_start(void) {}
 void rbtrace_handoff_ask_stop(void) {}
-int rbtrace_handoff_ask_after_fork(void) { return 0; }
+int rbtrace_handoff_ask_after_fork(void) { return -1; }
 VALUE rbtrace_handoff_ask_yielder(void) { return Qnil; }
 #endif

@@ -32,7 +32,9 @@
  * or daemon an app or gem defined before rbtrace loaded stays (its trap of
  * URG then goes unwatched).
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "channel.h"
+#include "inplace.h"
 
 /* Ruby's own methods, as Method objects bound at load time (the receiver
  * is nil for the instance methods: neither trap nor daemon looks at self). */

@@ -140,7 +140,7 @@ enum rbtrace_event_type {
      * features the RBTRACE_FEATURE_* bits of what this target can do
      * (absent: none). */
     RBTRACE_EV_ATTACHED = 1,
-    /* [2, reason(uint, enum rbtrace_refusal), tracer_pid(uint), message(str)] */
+    /* [2, reason(uint, enum rbtrace_refusal), client_pid(uint), message(str)] */
     RBTRACE_EV_REFUSED = 2,
     /* [3]: the target detached cleanly; nothing follows. */
     RBTRACE_EV_DETACHED = 3,
@@ -219,7 +219,7 @@ enum rbtrace_feature {
 };
 
 enum rbtrace_refusal {
-    RBTRACE_REFUSED_BUSY = 1,      /* another tracer (tracer_pid) is attached */
+    RBTRACE_REFUSED_BUSY = 1,      /* another client (client_pid) is attached */
     RBTRACE_REFUSED_VERSION = 2,   /* protocol versions differ */
     RBTRACE_REFUSED_PEER = 3       /* the socket's owner may not attach */
 };

@@ -7,9 +7,9 @@
  * the main Ractor's (the client read them as malformed events) or run past
  * the ring's end. The hooks that can fire there are the ones attached to a
  * method rather than to the main Ractor: a wrapper (wrapper.c, a C method
- * any Ractor may call) and a targeted TracePoint (tracer.c, on bytecode
+ * any Ractor may call) and a targeted TracePoint (trace.c, on bytecode
  * every Ractor runs). Event hooks added with rb_add_event_hook (the global
- * hook of tracer.c, gcwatch.c's, raisewatch.c's) are the main Ractor's own
+ * hook of trace.c, gcwatch.c's, raisewatch.c's) are the main Ractor's own
  * and never fire elsewhere; they check anyway where it costs nothing on a
  * hot path.
  *
@@ -38,7 +38,7 @@
  * the app's own global TracePoints too, as any attach or detach of rbtrace
  * always did.
  */
-#include "rbtrace.h"
+#include "ractors.h"  /* first: ruby.h sets _GNU_SOURCE */
 
 #ifdef RBTRACE_HAVE_RACTORS
 rb_ractor_local_key_t rbtrace_main_ractor_key;

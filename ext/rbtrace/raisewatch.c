@@ -28,7 +28,11 @@
  * the exception: an exception the app dropped is not kept alive, and a
  * new one at a freed one's address is not taken for it.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock.h"
+#include "emit.h"
+#include "ractors.h"
+#include "raisewatch.h"
 #include <ruby/encoding.h>
 #include <string.h>
 

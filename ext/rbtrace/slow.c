@@ -2,7 +2,7 @@
  * slow.c - --slow and --slowcpu: report the calls that took longer than a
  * threshold, with the nesting of the watched calls around them.
  *
- * Fed by the global call/return hook (tracer.c). Each thread has a stack
+ * Fed by the global call/return hook (trace.c). Each thread has a stack
  * of the watched calls it has open: a call pushes (class, method, start),
  * its return pops and, if it took at least the threshold, sends a SLOW
  * event with its depth. Only slow calls cost an event; every other call
@@ -26,7 +26,11 @@
  * Time: CLOCK_MONOTONIC (the event's start), and with --slowcpu the
  * thread's CPU time (CLOCK_THREAD_CPUTIME_ID) for the duration.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock.h"
+#include "emit.h"
+#include "slow.h"
+#include "selector.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -69,7 +73,7 @@ static struct {
 /* Why calls went unwatched (slow_unwatched), each said once a session. */
 enum { SLOW_UNWATCHED_DEEP, SLOW_UNWATCHED_THREAD, SLOW_UNWATCHED_MEMORY };
 
-static ID id_parse_selector, id_slow_stack;
+static ID id_slow_stack;
 
 static uint64_t slow_cpu_ns(void)
 {
@@ -262,14 +266,10 @@ __attribute__((noinline)) void rbtrace_slow_event(rb_event_flag_t ev, VALUE klas
     else slow_pop(s, klass, mid);
 }
 
-static VALUE slow_parse_i(VALUE selector)
-{
-    return rb_funcall(rbtrace_mRBTrace, id_parse_selector, 1, selector);
-}
-
 /* Starts watching: threshold, clock, and the selectors (an empty Array:
- * every method). A bad selector is reported and skipped. Returns 1 if
- * watching started (the caller installs the hook). */
+ * every method). A bad selector is reported and skipped. Returns 0 if
+ * watching started (the caller installs the hook), -1 if no selector could
+ * be used (reported). */
 int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors)
 {
     long i, n = RARRAY_LEN(selectors);
@@ -278,29 +278,28 @@ int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors)
     slow.threshold_ns = threshold_ns;
     slow.cpu = cpu;
     for (i = 0; i < n && slow.n_filters < RBTRACE_SELECTORS_MAX; i++) {
-        VALUE sel = RARRAY_AREF(selectors, i), parsed, err = Qnil;
+        VALUE text = RARRAY_AREF(selectors, i), err = Qnil;
+        struct rbtrace_selector sel;
         struct slow_filter *f;
-        int state = 0;
 
-        parsed = rbtrace_protect(slow_parse_i, sel, &state, &err);
-        if (state) {
-            rbtrace_report_selector_error(sel, err);
+        if (rbtrace_selector_parse(text, RBTRACE_SELECTOR_AS_IS, &sel, &err) != 0) {
+            rbtrace_report_selector_error(text, err);
             continue;
         }
-        if (!NIL_P(RARRAY_AREF(parsed, 2)))
+        if (!NIL_P(sel.exprs))
             rbtrace_emit_message(RBTRACE_EV_NOTICE, "%.*s: --slow-methods shows no trace "
                                  "expressions; the method is watched without them",
-                                 (int)RSTRING_LEN(sel), RSTRING_PTR(sel));
+                                 (int)RSTRING_LEN(text), RSTRING_PTR(text));
         f = &slow.filters[slow.n_filters++];
-        f->klass = NIL_P(RARRAY_AREF(parsed, 0)) ? 0 : RARRAY_AREF(parsed, 0);
-        f->mid = rbtrace_method_id_of(RARRAY_AREF(parsed, 1));
+        f->klass = sel.owner;
+        f->mid = sel.mid;
     }
     if (n > 0 && slow.n_filters == 0) {
         rbtrace_emit_message(RBTRACE_EV_ERROR, "no --slow-methods selector could be used: "
                              "slow calls are not watched");
-        return 0;
+        return -1;
     }
-    return 1;
+    return 0;
 }
 
 /* Forgets every frame and selector. The stacks stay with their threads,
@@ -329,7 +328,6 @@ void rbtrace_slow_mark(void)
 void Init_rbtrace_slow(VALUE mod)
 {
     (void)mod;
-    id_parse_selector = rb_intern("parse_selector");
     /* No `@`: a Thread's instance_variables do not list it. */
     id_slow_stack = rb_intern("__rbtrace_slow_stack__");
 }

@@ -23,8 +23,9 @@
  * new thread is the same thread to the client: its name is sent again if
  * it differs.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
-#include "emit_call.h"
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "emit.h"
+#include "threadnames.h"
 #include <string.h>
 
 /* Slots of the table of names sent: far more than the threads of a

@@ -1,5 +1,6 @@
 /*
- * wrapper.c - method tracers that wrap the method instead of hooking the VM.
+ * wrapper.c - method selections traced by wrapping the method instead of
+ * hooking the VM.
  *
  * A global call/return hook slows every call of the process, and the VM
  * stays slower after the hook is removed
@@ -11,7 +12,7 @@
  * pass through unchanged. Nothing else in the process pays anything.
  *
  * Only C methods are wrapped (a Ruby method gets a TracePoint on its own
- * bytecode, tracer.c, which adds no frame). The wrapper is defined with the
+ * bytecode, trace.c, which adds no frame). The wrapper is defined with the
  * original's arity, one C function per arity (0 to WRAPPER_ARITY_MAX, and
  * -1), all calling one body: `arity` and `parameters` are the original's
  * (a C method's parameters are unnamed: only its arity shows).
@@ -29,8 +30,11 @@
  * a core class's operator (wrapping `Integer#+` would turn off the VM's
  * fast path for good), nor methods that look at their caller's frame.
  */
-#include "rbtrace.h"
-#include "emit_call.h"
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock.h"
+#include "emit.h"
+#include "ractors.h"
+#include "wrapper.h"
 
 struct wrapper_entry {
     VALUE module;       /* the prepended module holding the wrapper */

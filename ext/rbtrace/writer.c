@@ -18,7 +18,11 @@
  * nudge it awake through an eventfd, so that they do not wait out the
  * sleep: up to a millisecond each, three times in every `rbtrace -e`.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock.h"
+#include "handoff.h"
+#include "ring.h"
+#include "writer.h"
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -42,9 +46,9 @@ static void writer_peer_gone(void)
     rbtrace_channel_wake();
 }
 
-/* Returns 1 if the client hung up; hands the commands it sent to the
- * helper thread. */
-static int writer_check_hangup(int fd, short revents)
+/* Whether the client hung up; on the way, hands the commands it sent to
+ * the helper thread. */
+static int writer_hung_up(int fd, short revents)
 {
     char byte;
     ssize_t n;
@@ -84,7 +88,7 @@ static int writer_send_some(int fd)
         /* The client reads slower than we write: wait for room, briefly. */
         struct pollfd p = { fd, POLLOUT | POLLRDHUP, 0 };
         if (poll(&p, 1, WRITER_IDLE_MS * 10) < 0 && errno != EINTR) return -1;
-        if (writer_check_hangup(fd, p.revents & ~POLLIN)) return -1;
+        if (writer_hung_up(fd, p.revents & ~POLLIN)) return -1;
         return 0;
     }
     return -1;
@@ -112,7 +116,7 @@ static int writer_sleep(int fd, int timeout_ms)
     /* Resets the count. Should the read fail, the nudges only stay pending:
      * the sleeps end at once until the next read succeeds. */
     if (p[1].revents & POLLIN) (void)!read(writer_wake_fd, &nudges, sizeof(nudges));
-    return r > 0 && writer_check_hangup(fd, p[0].revents) ? -1 : 0;
+    return r > 0 && writer_hung_up(fd, p[0].revents) ? -1 : 0;
 }
 
 /* Any Ruby thread: ends the writer's sleep, so that what was just pushed
@@ -177,7 +181,8 @@ void rbtrace_writer_after_fork(void)
     writer_close_wake_fd();
 }
 
-/* Starts the writer on rbtrace.sock. Returns 0, or an errno value. */
+/* Starts the writer on rbtrace.sock. Returns 0, or -1 with errno set
+ * (pthread's error number, for a thread that did not start). */
 int rbtrace_writer_start(void)
 {
     sigset_t all, old;
@@ -186,16 +191,20 @@ int rbtrace_writer_start(void)
     rbtrace.writer_stop = 0;
     rbtrace.peer_gone = 0;
     writer_close_wake_fd();   /* none is open: a stop or a fork closed it */
-    if ((writer_wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) return errno;
+    if ((writer_wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) return -1;
     /* The writer must never run a signal handler meant for Ruby threads. */
     sigfillset(&all);
     if ((err = pthread_sigmask(SIG_SETMASK, &all, &old)) == 0) {
         err = pthread_create(&rbtrace.writer, NULL, writer_main, NULL);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
     }
-    if (err == 0) rbtrace.writer_running = 1;
-    else writer_close_wake_fd();
-    return err;
+    if (err != 0) {
+        writer_close_wake_fd();
+        errno = err;
+        return -1;
+    }
+    rbtrace.writer_running = 1;
+    return 0;
 }
 
 static void *writer_join_nogvl(void *joined)
@@ -209,21 +218,22 @@ static void *writer_join_nogvl(void *joined)
 
 /*
  * Asks the writer to deliver what is left (for at most WRITER_DRAIN_MS)
- * and waits for it, without the GVL so the app runs meanwhile. Returns the
- * state of an interrupt that arrived meanwhile (0 if none), for the caller
- * to re-raise once the detach is complete; the join is then finished with
- * the GVL held.
+ * and waits for it, without the GVL so the app runs meanwhile. Returns 0,
+ * or -1 when an interrupt arrived meanwhile: its state in *state, for the
+ * caller to re-raise once the detach is complete; the join is then
+ * finished with the GVL held.
  */
-int rbtrace_writer_stop(void)
+int rbtrace_writer_stop(int *state)
 {
-    int joined = 0, state;
+    int joined = 0, rc;
 
+    *state = 0;
     if (!rbtrace.writer_running) return 0;
     rbtrace.writer_stop = 1;
     rbtrace_writer_nudge();
     rbtrace.writer_running = 0;
-    state = rbtrace_nogvl(writer_join_nogvl, &joined, NULL, NULL);
+    rc = rbtrace_nogvl(writer_join_nogvl, &joined, NULL, NULL, state);
     if (!joined) writer_join_nogvl(&joined);
     writer_close_wake_fd();
-    return state;
+    return rc;
 }

@@ -2,7 +2,7 @@ module RBTrace
   # `rbtrace --exec CMD` (ext/rbtrace/cli/exec.c) starts CMD with rbtrace
   # loaded and RBTRACE_EXEC_FD / RBTRACE_EXEC_WAIT set: once the helper thread
   # runs, say "ready" on that pipe and wait here, in require 'rbtrace', until
-  # the tracer has set up its tracing and sends RESUME, so that it sees the
+  # the client has set up its tracing and sends RESUME, so that it sees the
   # program from its first line. Never longer than RBTRACE_EXEC_WAIT seconds.
   module ExecWait
     module_function

@@ -44,7 +44,7 @@ module RBTrace
     end
   end
 
-  # Called by the hook (ext/rbtrace/tracer.c). The call site is two frames
+  # Called by the hook (ext/rbtrace/trace.c). The call site is two frames
   # up for a Ruby method (its own frame is already pushed), one for C.
   # Interrupts meant for the app's thread (Thread#raise, Timeout, kill) wait
   # until the values are computed, then go on to the app.

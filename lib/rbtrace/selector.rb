@@ -61,12 +61,30 @@ module RBTrace
 
     module_function
 
-    # Returns [owner or nil, method Symbol or nil, expressions or nil,
-    # visibility Symbol when the method is traced by a wrapper, else nil,
-    # the UnboundMethod when it is defined in Ruby (a TracePoint targets its
-    # bytecode alone), else nil, the wrapper's arity (the method's own),
-    # whether it is a block's method, the messages of the expressions left
-    # out by the check or nil, the name the wrapper takes].
+    # A parsed selector, read by name by ext/rbtrace/selector.c (the one
+    # place that turns it into the C struct the tracer and --slow use):
+    #   owner         the class or module the calls must be of, or nil (any)
+    #   method_name   the method's original name (calls are shown under it),
+    #                 a Symbol, or nil (any method)
+    #   exprs         the trace expressions (frozen Strings, a frozen Array),
+    #                 or nil
+    #   notes         with check, a message for each expression left out, or
+    #                 nil when there is none
+    #   ruby_method   the UnboundMethod when it is defined in Ruby (a
+    #                 TracePoint targets its bytecode alone), else nil
+    #   block_method  whether ruby_method is a block's (define_method)
+    #   visibility    a Symbol when the method is traced by a wrapper (its
+    #                 visibility), else nil
+    #   wrapped_name  the name the wrapper takes
+    #   arity         the wrapper's arity (the method's own)
+    Parsed = Struct.new(:owner, :method_name, :exprs, :notes, :ruby_method, :block_method,
+                        :visibility, :wrapped_name, :arity, keyword_init: true)
+
+    # The class a selector names (RBTrace.selector_class): its path, and
+    # the class now, or nil while it is not defined.
+    NamedClass = Struct.new(:path, :klass, keyword_init: true)
+
+    # Returns a Parsed.
     # A Ruby method is never wrapped: its TracePoint leaves it as it is
     # (frames, arity, parameters, owner, source_location, stack depth); a
     # wrapper is a C method of the original's arity, for C methods only.
@@ -78,7 +96,7 @@ module RBTrace
     # the class is not defined).
     # With check, the expressions are checked against the method (see
     # lib/rbtrace/expression_check.rb): those that cannot work are left out,
-    # and a message for each is added at the end (nil when there is none).
+    # and a message for each is in notes.
     def parse(text, check: false)
       name, exprs = split_expressions(text.strip)
       owner, meth, via_alias, called, home = resolve(name)
@@ -88,7 +106,9 @@ module RBTrace
       wrapped = via_alias && own_alias?(owner, called) ? called : meth
       arity = !ruby && !exprs && (wrapped == called || !via_alias) ? wrapper_arity(owner, wrapped) : nil
       visibility = arity ? wrapper_visibility(owner, wrapped, meth) : nil
-      [owner, meth, exprs, visibility, ruby, arity, block, notes.nil? || notes.empty? ? nil : notes, wrapped]
+      Parsed.new(owner: owner, method_name: meth, exprs: exprs, notes: notes.nil? || notes.empty? ? nil : notes,
+                 ruby_method: ruby, block_method: block, visibility: visibility, wrapped_name: wrapped,
+                 arity: arity)
     end
 
     # Whether owner itself holds the alias (a wrapper prepended to owner
@@ -101,7 +121,7 @@ module RBTrace
 
     # Whether a Ruby method is a block's (define_method with a block): Ruby
     # (3.1 to 3.3 at least) fires no call event for one to a second TracePoint
-    # targeted at it, so ext/rbtrace/tracer.c gives it one TracePoint of both
+    # targeted at it, so ext/rbtrace/trace.c gives it one TracePoint of both
     # events instead of one for calls and one for returns.
     def block_method?(method)
       return false unless method
@@ -245,23 +265,22 @@ module RBTrace
     end
   end
 
-  def self.parse_selector(text)
-    Selector.parse(text)
+  # ext/rbtrace/selector.c: a selector parsed; with check (-m and -c), its
+  # expressions checked against its method.
+  def self.parse_selector(text, check)
+    Selector.parse(text, check: check)
   end
 
-  # -m and -c (ext/rbtrace/tracer.c): parsed, and its expressions checked.
-  def self.parse_traced_selector(text)
-    Selector.parse(text, check: true)
-  end
-
-  # ext/rbtrace/tracer.c: a TracePoint on one Ruby method's bytecode only.
+  # ext/rbtrace/trace.c: a TracePoint on one Ruby method's bytecode only.
   def self.enable_targeted(tracepoint, method)
     tracepoint.enable(target: method)
   end
 
-  # --devmode (ext/rbtrace/devmode.c): [class path, the class now or nil]
-  # for a selector that names a class, nil for one that does not (sleep).
-  def self.devmode_target(text)
+  # --devmode (ext/rbtrace/devmode.c, through ext/rbtrace/selector.c): the
+  # class a selector names, by path (a frozen String), and the class now
+  # (nil while it is not defined); nil for a selector that names no class
+  # (sleep).
+  def self.selector_class(text)
     name, = Selector.split_expressions(text.strip)
     m = Selector::CLASS_PATH.match(name)
     return nil unless m
@@ -271,6 +290,6 @@ module RBTrace
     rescue ArgumentError
       nil
     end
-    [m[:path].dup.freeze, mod]
+    Selector::NamedClass.new(path: m[:path].dup.freeze, klass: mod)
   end
 end

@@ -9,9 +9,7 @@ require_relative 'formats_workload'
 # JSON whatever they are; a chrome file is whole however the trace ends.
 RSpec.describe '--format' do
   # An app that always has a call open (Looper#wait sleeps inside
-  # Looper#round, and so do its GCs: a GC between rounds left no call open,
-  # and an app killed then no unfinished call), with calls nested under it,
-  # raises and GCs.
+  # Looper#round), with calls nested under it, raises and GCs.
   APP_LOOP = <<~'RUBY'.freeze
     class Looper
       def round
@@ -20,7 +18,6 @@ RSpec.describe '--format' do
           raise ArgumentError, "quote\" back\\ ctl\u0001"
         rescue ArgumentError
         end
-        GC.start if rand < 0.3
         wait
       end
 
@@ -29,10 +26,19 @@ RSpec.describe '--format' do
       def wait = sleep(0.02)
     end
     puts "ready"
-    loop { Looper.new.round }
+    loop { Looper.new.round; GC.start if rand < 0.3 }
   RUBY
 
   LOOP_SELECTORS = %w[Looper#round Looper#inner Looper#deeper Looper#wait].freeze
+
+  # APP_LOOP that kills itself, once told to (a file appears), inside
+  # Looper#deeper, half a second after the call: three calls are open when it
+  # dies, and the writer has sent them. Killed from outside, it could be
+  # between two rounds (in GC.start) with no call open, or just past a call
+  # still in the ring, which SIGKILL loses.
+  def app_killing_itself(told)
+    APP_LOOP.sub('def deeper = ', "def deeper = File.exist?(#{told.inspect}) ? (sleep(0.5); Process.kill(:KILL, $$)) : ")
+  end
 
   let(:dir) { Dir.mktmpdir('rbtrace-formats') }
 
@@ -273,12 +279,13 @@ RSpec.describe '--format' do
 
   it 'leaves valid chrome JSON and json lines when the app is killed mid-trace' do
     %w[chrome json].each do |format|
-      app = start_target(APP_LOOP).ready
+      told = File.join(dir, "die.#{format}")
+      app = start_target(app_killing_itself(told)).ready
       out = File.join(dir, "killed.#{format}")
       client = start_client('-p', app.pid, '-m', *LOOP_SELECTORS, '--format', format, '-o', out)
       client.attached
       Timeout.timeout(10) { sleep 0.02 until File.size?(out).to_i > 5000 }
-      Process.kill(:KILL, app.pid)
+      File.write(told, '')
       expect(client.wait.exitstatus).to eq(3)
       expect(client.stderr).to include("process #{app.pid} exited")
       if format == 'chrome'

@@ -163,6 +163,25 @@ RSpec.describe 'tracing methods (-m)' do
     expect(result.stderr).to match(/not a selector/)
   end
 
+  # ext/rbtrace/selector.c reads what lib/rbtrace/selector.rb answers by
+  # member name, and checks it: an app that redefined it gets an error for
+  # that selector (it read an Array by index, whatever it was, before).
+  it 'reports a selector whose Ruby side answers something else (redefined by the app), and traces the rest' do
+    odd = start_target(<<~'RUBY').ready
+      module OddSelector
+        def parse(text, check: false) = text.include?('Odd') ? nil : super
+      end
+      RBTrace::Selector.singleton_class.prepend(OddSelector)
+      puts "ready"
+      loop { Process.pid; sleep 0.02 }
+    RUBY
+    result = trace(odd, '-m', 'Odd#x', 'Process.pid', until_output: /Process\.pid </)
+    expect(result.stderr).to include('Odd#x: RBTrace::Selector.parse gave a NilClass, not a ' \
+                                     'RBTrace::Selector::Parsed')
+    expect(result.stdout).to match(/^Process\.pid </)
+    expect(odd).to be_alive
+  end
+
   it 'survives a detach while a trace expression has given up the GVL' do
     slow = start_target(<<~'RUBY').ready
       class Slow

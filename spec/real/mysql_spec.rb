@@ -34,42 +34,19 @@ RSpec.describe 'MariaDB with mysql2' do
 
   MYSQL_T = '<\d+\.\d{6}>'.freeze
 
-  let(:dir) { Dir.mktmpdir('rbtrace-mysql') }
+  let(:dir) { real_tmpdir('rbtrace-mysql') }
   let(:port) { RealApps.free_port }
 
   before { RealApps.require_commands!('mariadb-install-db' => 'mariadb-server', 'mariadbd' => 'mariadb-server') }
-  # The servers first (killed again, harmlessly, by real_helper's hook):
-  # one still running could write into dir while it is removed.
-  after do
-    @real_processes.reverse_each(&:kill)
-    FileUtils.rm_rf(dir)
-  end
-
-  def as_service_user(*cmd)
-    user = RealApps.service_user
-    ['setpriv', "--reuid=#{user.uid}", "--regid=#{user.gid}", '--clear-groups', *cmd]
-  end
-
   # A new data directory in dir, its server started and listening.
   def start_mariadb
-    user = RealApps.service_user
-    File.chown(user.uid, user.gid, dir)
     data = File.join(dir, 'data')
-    log = File.join(dir, 'install.log')
-    ok = system(*as_service_user('mariadb-install-db', '--no-defaults', "--datadir=#{data}",
-                                 '--auth-root-authentication-method=normal', '--skip-test-db'),
-                out: log, err: %i[child out])
-    raise "mariadb-install-db failed:\n#{RealApps.tail(log)}" unless ok
-
-    log = File.join(dir, 'mariadbd.log')
-    server = spawn_group('mariadbd', *as_service_user('mariadbd', '--no-defaults', "--datadir=#{data}",
-                                                      "--socket=#{dir}/mariadbd.sock", "--port=#{port}",
-                                                      '--bind-address=127.0.0.1', "--pid-file=#{dir}/mariadbd.pid",
-                                                      '--skip-grant-tables', '--skip-log-bin',
-                                                      '--innodb-buffer-pool-size=16M'),
-                         log: log)
-    RealApps.wait_for_port(port, server, log: log)
-    server
+    init = ['mariadb-install-db', '--no-defaults', "--datadir=#{data}",
+            '--auth-root-authentication-method=normal', '--skip-test-db']
+    server = ['mariadbd', '--no-defaults', "--datadir=#{data}", "--socket=#{dir}/mariadbd.sock", "--port=#{port}",
+              '--bind-address=127.0.0.1', "--pid-file=#{dir}/mariadbd.pid", '--skip-grant-tables', '--skip-log-bin',
+              '--innodb-buffer-pool-size=16M']
+    start_database('mariadbd', dir: dir, port: port, init: init, server: server)
   end
 
   it '-c mysql2: every selector resolves, the real SQL of a query, prepared statements and connects shown' do

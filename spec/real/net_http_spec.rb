@@ -38,17 +38,10 @@ RSpec.describe 'Net::HTTP against a local Puma' do
 
   HTTP_T = '<\d+\.\d{6}>'.freeze
 
-  let(:dir) { Dir.mktmpdir('rbtrace-http') }
+  let(:dir) { real_tmpdir('rbtrace-http') }
   let(:port) { RealApps.free_port }
 
   before { RealApps.require_commands!('puma' => 'puma') }
-  # The servers first (killed again, harmlessly, by real_helper's hook):
-  # one still running could write into dir while it is removed.
-  after do
-    @real_processes.reverse_each(&:kill)
-    FileUtils.rm_rf(dir)
-  end
-
   def start_app
     File.write(File.join(dir, 'config.ru'), HTTP_CONFIG_RU)
     log = File.join(dir, 'puma.log')

@@ -50,41 +50,19 @@ RSpec.describe 'PostgreSQL with pg and Active Record' do
     end
   RUBY
 
-  let(:dir) { Dir.mktmpdir('rbtrace-pg') }
+  let(:dir) { real_tmpdir('rbtrace-pg') }
   let(:port) { RealApps.free_port }
 
   before do
     RealApps.require_commands!("#{PG_BIN}/initdb" => 'postgresql', "#{PG_BIN}/postgres" => 'postgresql')
   end
 
-  # The servers first (killed again, harmlessly, by real_helper's hook):
-  # one still running could write into dir while it is removed.
-  after do
-    @real_processes.reverse_each(&:kill)
-    FileUtils.rm_rf(dir)
-  end
-
-  # The server as the service user, its files in dir (which it owns).
-  def as_service_user(*cmd)
-    user = RealApps.service_user
-    ['setpriv', "--reuid=#{user.uid}", "--regid=#{user.gid}", '--clear-groups', *cmd]
-  end
-
   # A new cluster in dir, its server started, once it accepts queries.
   def start_postgres
-    user = RealApps.service_user
-    File.chown(user.uid, user.gid, dir)
     data = File.join(dir, 'data')
-    log = File.join(dir, 'initdb.log')
-    ok = system(*as_service_user("#{PG_BIN}/initdb", '-D', data, '-U', 'postgres', '--auth=trust',
-                                 '--no-sync', '-E', 'UTF8', '--locale=C'), out: log, err: %i[child out])
-    raise "initdb failed:\n#{RealApps.tail(log)}" unless ok
-
-    log = File.join(dir, 'postgres.log')
-    server = spawn_group('postgres', *as_service_user("#{PG_BIN}/postgres", '-D', data, '-h', '127.0.0.1',
-                                                      '-p', port.to_s, '-k', dir, '-c', 'fsync=off'),
-                         log: log)
-    RealApps.wait_for_port(port, server, log: log)
+    init = ["#{PG_BIN}/initdb", '-D', data, '-U', 'postgres', '--auth=trust', '--no-sync', '-E', 'UTF8', '--locale=C']
+    postgres = ["#{PG_BIN}/postgres", '-D', data, '-h', '127.0.0.1', '-p', port.to_s, '-k', dir, '-c', 'fsync=off']
+    server = start_database('postgres', dir: dir, port: port, init: init, server: postgres)
     # Listening is not yet accepting queries ("the database system is
     # starting up"): pg_isready says when it does.
     Timeout.timeout(30) do
@@ -130,18 +108,20 @@ RSpec.describe 'PostgreSQL with pg and Active Record' do
     # pg 1.4.5 defines exec, exec_params, prepare and exec_prepared in C
     # and async_exec... as their aliases (get_result and reset are Ruby
     # methods, async_get_result and async_reset their aliases): a call
-    # through either name shows under the method's own name, once.
-    expect(round).to match(/^Probe\.step\(name="exec"\) #{PG_T}\n\nPG::Connection#exec #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="async_exec"\) #{PG_T}\n\nPG::Connection#exec #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="exec_params"\) #{PG_T}\n\nPG::Connection#exec_params #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="async_exec_params"\) #{PG_T}\n\nPG::Connection#exec_params #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="prepare"\) #{PG_T}\n\nPG::Connection#prepare #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="async_prepare"\) #{PG_T}\n\nPG::Connection#prepare #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="exec_prepared"\) #{PG_T}\n\nPG::Connection#exec_prepared #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="async_exec_prepared"\) #{PG_T}\n\nPG::Connection#exec_prepared #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="get_result"\) #{PG_T}\n\nPG::Connection#get_result #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="copy_data"\) #{PG_T}\n\nPG::Connection#copy_data\n  PG::Connection#exec #{PG_T}\nPG::Connection#copy_data #{PG_T}\n/)
-    expect(round).to match(/^Probe\.step\(name="reset"\) #{PG_T}\n\nPG::Connection#reset #{PG_T}\n/)
+    # through either name shows under the method's own name, once. (A blank
+    # line follows an outermost return only once the trace has shown a
+    # nested call, render.c: a round traced first has none before copy_data.)
+    expect(round).to match(/^Probe\.step\(name="exec"\) #{PG_T}\n+PG::Connection#exec #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="async_exec"\) #{PG_T}\n+PG::Connection#exec #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="exec_params"\) #{PG_T}\n+PG::Connection#exec_params #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="async_exec_params"\) #{PG_T}\n+PG::Connection#exec_params #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="prepare"\) #{PG_T}\n+PG::Connection#prepare #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="async_prepare"\) #{PG_T}\n+PG::Connection#prepare #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="exec_prepared"\) #{PG_T}\n+PG::Connection#exec_prepared #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="async_exec_prepared"\) #{PG_T}\n+PG::Connection#exec_prepared #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="get_result"\) #{PG_T}\n+PG::Connection#get_result #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="copy_data"\) #{PG_T}\n+PG::Connection#copy_data\n  PG::Connection#exec #{PG_T}\nPG::Connection#copy_data #{PG_T}\n/)
+    expect(round).to match(/^Probe\.step\(name="reset"\) #{PG_T}\n+PG::Connection#reset #{PG_T}\n/)
     # Active Record's statements with their SQL (a backslash the app sends
     # shows as \\: docs/usage.md), each run by pg once.
     adapter = 'ActiveRecord::ConnectionAdapters::AbstractAdapter#log'

@@ -116,16 +116,51 @@ module RealAppsExample
     @real_processes << group
     group
   end
+
+  # A temporary directory, removed when the example ends, after its servers
+  # are killed: one still running could write into it while it is removed.
+  def real_tmpdir(prefix)
+    dir = Dir.mktmpdir(prefix)
+    @real_dirs << dir
+    dir
+  end
+
+  # cmd as the suite's service user (servers that refuse root: PostgreSQL, MariaDB).
+  def as_service_user(*cmd)
+    user = RealApps.service_user
+    ['setpriv', "--reuid=#{user.uid}", "--regid=#{user.gid}", '--clear-groups', *cmd]
+  end
+
+  # A throwaway database server whose files are in dir (given to the
+  # service user): init makes its data directory, then server runs, both
+  # as the service user, until it listens on 127.0.0.1:port. The Group;
+  # raises with the log of the step that failed. Logs: dir/NAME-init.log, dir/NAME.log.
+  def start_database(name, dir:, port:, init:, server:)
+    user = RealApps.service_user
+    File.chown(user.uid, user.gid, dir)
+    log = File.join(dir, "#{name}-init.log")
+    ok = system(*as_service_user(*init), out: log, err: %i[child out])
+    raise "#{File.basename(init.first)} failed:\n#{RealApps.tail(log)}" unless ok
+
+    log = File.join(dir, "#{name}.log")
+    group = spawn_group(name, *as_service_user(*server), log: log)
+    RealApps.wait_for_port(port, group, log: log)
+    group
+  end
 end
 
 RSpec.configure do |config|
   config.include RealAppsExample, file_path: %r{spec/real/}
   config.before(file_path: %r{spec/real/}) do
     @real_processes = []
+    @real_dirs = []
     unless RealApps.debian_ruby?
       raise "the real-apps suite needs Debian's Ruby (#{RealApps::DEBIAN_RUBY}), whose gems Debian built; " \
             "this is #{RbConfig.ruby}: run it on the 3.1 leg (script/test 3.1)"
     end
   end
-  config.after(file_path: %r{spec/real/}) { @real_processes.reverse_each(&:kill) }
+  config.after(file_path: %r{spec/real/}) do
+    @real_processes.reverse_each(&:kill)
+    @real_dirs.each { |dir| FileUtils.rm_rf(dir) }
+  end
 end

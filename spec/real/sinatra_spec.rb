@@ -39,17 +39,10 @@ RSpec.describe 'Sinatra under Puma and wrk' do
   SINATRA_T = '<\d+\.\d{6}>'.freeze
   THREAD = '(?:\[t\d+\] )?'.freeze
 
-  let(:dir) { Dir.mktmpdir('rbtrace-sinatra') }
+  let(:dir) { real_tmpdir('rbtrace-sinatra') }
   let(:port) { RealApps.free_port }
 
   before { RealApps.require_commands!('puma' => 'puma', 'wrk' => 'wrk') }
-  # The servers first (killed again, harmlessly, by real_helper's hook):
-  # one still running could write into dir while it is removed.
-  after do
-    @real_processes.reverse_each(&:kill)
-    FileUtils.rm_rf(dir)
-  end
-
   def start_puma
     File.write(File.join(dir, 'app.rb'), SINATRA_APP)
     File.write(File.join(dir, 'config.ru'), SINATRA_CONFIG_RU)

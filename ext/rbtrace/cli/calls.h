@@ -7,12 +7,19 @@
  * it writes it (escaped its own way), and may hang on each open call a
  * number (a folded stack's node) and bytes (a json call's expression
  * values), freed with the call.
+ *
+ * The formats that write each event as it comes (json, chrome) share one
+ * walk of the events, calls_walk_event: it keeps the stacks and calls the
+ * format's emit functions (struct calls_emit), which only write.
  */
 #ifndef RBTRACE_CLI_CALLS_H
 #define RBTRACE_CLI_CALLS_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include "cli.h"
+#include "codec.h"
+#include "format.h"
 
 struct calls_frame {
     uint64_t method_id;
@@ -93,10 +100,126 @@ void calls_drop_all(struct calls *c);
  * the method from *method_off. */
 void calls_split_name(const char *name, size_t len, size_t *class_len, size_t *method_off);
 
+/* ---- the walk json and chrome share ---- */
+
+/*
+ * What a format writes, one function a kind of output; f is the format
+ * (its struct starts with struct format). Each returns CLI_OK, or CLI_ERR
+ * with f's errstr set (format_fail).
+ */
+struct calls_emit {
+    /* Thread t was first seen: its line or track name. */
+    int (*thread)(struct format *f, const struct calls_thread *t);
+    /* METHOD: keeps the name as the format writes it (calls_set_name). */
+    int (*method)(struct format *f, const struct rbtrace_event *ev);
+    /* CALL_ARGS with expressions: their text, kept on frame->extra. */
+    int (*args)(struct format *f, struct calls_frame *frame, const struct rbtrace_event *ev);
+    /* A call of thread t returned after dur_ns: frame is still on t. */
+    int (*call)(struct format *f, const struct calls_thread *t, const struct calls_frame *frame,
+                uint64_t dur_ns);
+    /* SLOW, GC, RAISE and GVL, as they come (their time noted). */
+    int (*slow)(struct format *f, const struct rbtrace_event *ev);
+    int (*gc)(struct format *f, const struct rbtrace_event *ev);
+    int (*raise)(struct format *f, const struct rbtrace_event *ev);
+    int (*gvl)(struct format *f, const struct rbtrace_event *ev);
+    /* LOST, once the open calls (which may have lost their returns) are dropped. */
+    int (*lost)(struct format *f, const struct rbtrace_event *ev);
+    /* THREAD_NAME (--thread-names), or NULL: the format shows no names. */
+    int (*thread_name)(struct format *f, const struct rbtrace_event *ev);
+};
+
 /* Notes an event's time: last_time_ns is the latest. */
 static inline void calls_note_time(struct calls *c, uint64_t time_ns)
 {
     if (time_ns > c->last_time_ns) c->last_time_ns = time_ns;
+}
+
+/* The index of thread id, added if new (emit_thread writing it first);
+ * -1 (f's errstr set) when out of memory or emit_thread failed. */
+static inline long
+calls_walk_thread(struct calls *c, struct format *f,
+                  int (*emit_thread)(struct format *f, const struct calls_thread *t), uint64_t id)
+{
+    int added;
+    long ti = calls_thread(c, id, &added);
+
+    if (ti < 0) return format_fail(f, "out of memory");
+    if (added && emit_thread(f, &c->threads[ti]) != CLI_OK) return -1;
+    return ti;
+}
+
+static inline int calls_walk_call(struct calls *c, struct format *f, const struct calls_emit *emit,
+                                  const struct rbtrace_event *ev)
+{
+    long ti = calls_walk_thread(c, f, emit->thread, ev->thread_id);
+    struct calls_frame *frame;
+
+    if (ti < 0) return CLI_ERR;
+    frame = calls_push(c, (size_t)ti, ev->method_id, ev->time_ns);
+    if (!frame) return format_fail(f, "out of memory");
+    if (ev->type == RBTRACE_EV_CALL_ARGS && ev->n_exprs) return emit->args(f, frame, ev);
+    return CLI_OK;
+}
+
+/* A return closes the innermost open call of its method (none: we
+ * attached mid-call, or events were lost, and it is passed over). */
+static inline int calls_walk_return(struct calls *c, struct format *f,
+                                    const struct calls_emit *emit, const struct rbtrace_event *ev)
+{
+    long ti = calls_walk_thread(c, f, emit->thread, ev->thread_id);
+    struct calls_frame *frame;
+    uint64_t dur;
+
+    if (ti < 0) return CLI_ERR;
+    frame = calls_match(c, (size_t)ti, ev->method_id);
+    if (!frame) return CLI_OK;
+    dur = ev->time_ns > frame->start_ns ? ev->time_ns - frame->start_ns : 0;
+    if (emit->call(f, &c->threads[ti], frame, dur) != CLI_OK) return CLI_ERR;
+    calls_pop(c, (size_t)ti, dur);
+    return format_check_io(f);
+}
+
+/*
+ * The format's event (format_ops.event) for the formats of struct
+ * calls_emit: keeps c and calls emit's functions. CLI_OK or CLI_ERR.
+ * Inline: the client's hot path; each format passes its own constant
+ * emit, so the compiler calls (or inlines) the format's functions directly.
+ */
+static inline int calls_walk_event(struct calls *c, struct format *f, const struct calls_emit *emit,
+                                   const struct rbtrace_event *ev)
+{
+    switch (ev->type) {
+    case RBTRACE_EV_CALL:
+    case RBTRACE_EV_CALL_ARGS:
+        calls_note_time(c, ev->time_ns);
+        return calls_walk_call(c, f, emit, ev);
+    case RBTRACE_EV_RETURN:
+        calls_note_time(c, ev->time_ns);
+        return calls_walk_return(c, f, emit, ev);
+    case RBTRACE_EV_METHOD:
+        return emit->method(f, ev);
+    case RBTRACE_EV_FORGET:
+        return calls_forget(c, ev->number) == CLI_OK ? CLI_OK : format_fail(f, "out of memory");
+    case RBTRACE_EV_LOST:
+        calls_drop_all(c);
+        return emit->lost(f, ev);
+    case RBTRACE_EV_SLOW:
+        calls_note_time(c, ev->time_ns + ev->duration_ns);
+        return emit->slow(f, ev);
+    case RBTRACE_EV_GC:
+        calls_note_time(c, ev->time_ns + ev->duration_ns);
+        return emit->gc(f, ev);
+    case RBTRACE_EV_RAISE:
+        calls_note_time(c, ev->time_ns);
+        return emit->raise(f, ev);
+    case RBTRACE_EV_GVL:
+        calls_note_time(c, ev->time_ns + ev->duration_ns);
+        return emit->gvl(f, ev);
+    case RBTRACE_EV_THREAD_NAME:
+        return emit->thread_name ? emit->thread_name(f, ev) : CLI_OK;
+    default:
+        return CLI_OK;
+    }
 }
 
 #endif

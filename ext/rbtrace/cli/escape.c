@@ -10,33 +10,9 @@
 #define _GNU_SOURCE   /* fwrite_unlocked, ferror_unlocked */
 #include <string.h>
 #include "escape.h"
+#include "utf8.h"
 
 static const char escape_hex[] = "0123456789abcdef";
-
-/* The length of the valid UTF-8 sequence of a non-ASCII character at
- * s[0, len) that is not a C1 control, or 0 (RFC 3629, section 4: no
- * overlong forms, no surrogates, nothing past U+10FFFF). */
-static size_t escape_utf8_len(const unsigned char *s, size_t len)
-{
-    unsigned char c = s[0], lo = 0x80, hi = 0xbf;
-    size_t n, i;
-
-    if (c >= 0xc2 && c <= 0xdf) n = 2;
-    else if (c >= 0xe0 && c <= 0xef) n = 3;
-    else if (c >= 0xf0 && c <= 0xf4) n = 4;
-    else return 0;   /* a continuation byte, C0/C1 (overlong), F5..FF */
-    if (n > len) return 0;
-    /* The second byte's range is narrower after these leads. */
-    if (c == 0xc2) lo = 0xa0;          /* C2 80..9F: the C1 controls */
-    if (c == 0xe0) lo = 0xa0;          /* overlong */
-    if (c == 0xed) hi = 0x9f;          /* surrogates */
-    if (c == 0xf0) lo = 0x90;          /* overlong */
-    if (c == 0xf4) hi = 0x8f;          /* past U+10FFFF */
-    if (s[1] < lo || s[1] > hi) return 0;
-    for (i = 2; i < n; i++)
-        if (s[i] < 0x80 || s[i] > 0xbf) return 0;
-    return n;
-}
 
 /* Whether ASCII byte c is printed as it is. */
 static int escape_ascii_plain(unsigned char c, unsigned flags)
@@ -56,8 +32,8 @@ size_t escape_plain_span(const char *s, size_t len, unsigned flags)
             i++;
             continue;
         }
-        n = escape_utf8_len(p + i, len - i);
-        if (n == 0) break;
+        n = utf8_len(p + i, len - i);
+        if (n == 0 || utf8_is_c1(p + i, n)) break;
         i += n;
     }
     return i;

@@ -1,7 +1,7 @@
 /*
  * escape.h - every byte that comes from the traced app is shown escaped,
  * as strace shows what a process wrote: the app cannot write to the
- * tracer's terminal (retitle it, clear it, move the cursor, fake a line).
+ * client's terminal (retitle it, clear it, move the cursor, fake a line).
  *
  * Pure functions: bytes in, text out (to a buffer or one FILE*).
  *

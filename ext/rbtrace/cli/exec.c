@@ -4,10 +4,10 @@
  *
  * CMD runs with our lib directory first on RUBYLIB and -rrbtrace added to
  * RUBYOPT: any Ruby program loads rbtrace before its own code. Two
- * variables tell lib/rbtrace.rb that a tracer waits for it:
+ * variables tell lib/rbtrace.rb that a client waits for it:
  * RBTRACE_EXEC_FD, a pipe on which it writes "ready" once its helper
  * thread runs, and RBTRACE_EXEC_WAIT, how long it then waits (in require)
- * for the tracer's RESUME before going on regardless. Both are removed
+ * for the client's RESUME before going on regardless. Both are removed
  * from its environment, so the program's own children do not wait.
  */
 #define _GNU_SOURCE
@@ -27,7 +27,7 @@
 
 /* How long the program may take to load rbtrace (Bundler can be slow). */
 #define EXEC_READY_MS 60000
-/* How long it then waits for the tracer's RESUME. */
+/* How long it then waits for the client's RESUME. */
 #define EXEC_RESUME_S 30
 
 /* Our lib directory: the client is lib/rbtrace/rbtrace-client. */

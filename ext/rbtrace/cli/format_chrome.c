@@ -100,14 +100,11 @@ static void chrome_thread_name(struct format_chrome *f, uint64_t tid, const char
     }
 }
 
-static long chrome_thread(struct format_chrome *f, uint64_t id)
+/* A new thread's track name, "thread ID". */
+static int chrome_thread_track(struct format *base, const struct calls_thread *t)
 {
-    int added;
-    long ti = calls_thread(&f->calls, id, &added);
-
-    if (ti < 0) return format_fail(&f->base, "out of memory");
-    if (added) chrome_thread_name(f, f->calls.threads[ti].ordinal, "thread", 6, id);
-    return ti;
+    chrome_thread_name((struct format_chrome *)base, t->ordinal, "thread", 6, t->id);
+    return CLI_OK;
 }
 
 /*
@@ -117,8 +114,9 @@ static long chrome_thread(struct format_chrome *f, uint64_t id)
  * text cuts it (render.h); "" gives back "thread 2". Viewers take a
  * track's last name: a rename renames the track for the whole trace.
  */
-static int chrome_thread_named(struct format_chrome *f, const struct rbtrace_event *ev)
+static int chrome_thread_named(struct format *base, const struct rbtrace_event *ev)
 {
+    struct format_chrome *f = (struct format_chrome *)base;
     size_t cut = escape_cut(ev->text.ptr, ev->text.len, RENDER_THREAD_NAME_MAX), n;
     int added;
     long ti = calls_thread(&f->calls, ev->thread_id, &added);
@@ -151,8 +149,15 @@ static int chrome_thread_named(struct format_chrome *f, const struct rbtrace_eve
     return format_check_io(&f->base);
 }
 
-static int chrome_method(struct format_chrome *f, const struct rbtrace_event *ev)
+/* The thread's index, its track named first if new; -1 when out of memory. */
+static long chrome_thread(struct format_chrome *f, uint64_t id)
 {
+    return calls_walk_thread(&f->calls, &f->base, chrome_thread_track, id);
+}
+
+static int chrome_method(struct format *base, const struct rbtrace_event *ev)
+{
+    struct format_chrome *f = (struct format_chrome *)base;
     size_t n = json_escape_buf(&f->buf, ev->text.ptr, ev->text.len);
 
     if (n == (size_t)-1 || calls_set_name(&f->calls, ev->method_id, f->buf.p, n) != CLI_OK)
@@ -179,9 +184,10 @@ static void chrome_complete(struct format_chrome *f, const char *cat, size_t cat
 }
 
 /* ,"args":{"expr":"value",...} kept with the call until it returns. */
-static int chrome_args(struct format_chrome *f, struct calls_frame *frame,
+static int chrome_args(struct format *base, struct calls_frame *frame,
                        const struct rbtrace_event *ev)
 {
+    struct format_chrome *f = (struct format_chrome *)base;
     size_t n = 0;
     uint32_t i;
 
@@ -202,44 +208,26 @@ oom:
     return format_fail(&f->base, "out of memory");
 }
 
-static int chrome_call(struct format_chrome *f, const struct rbtrace_event *ev)
-{
-    long ti = chrome_thread(f, ev->thread_id);
-    struct calls_frame *frame;
-
-    if (ti < 0) return CLI_ERR;
-    frame = calls_push(&f->calls, (size_t)ti, ev->method_id, ev->time_ns);
-    if (!frame) return format_fail(&f->base, "out of memory");
-    if (ev->type == RBTRACE_EV_CALL_ARGS && ev->n_exprs) return chrome_args(f, frame, ev);
-    return CLI_OK;
-}
-
 /* Room for a call's event but its name and args. */
 #define CHROME_CALL_FIXED 256
 
 /* A call's complete event, built whole and written at once: the hot path. */
-static int chrome_return(struct format_chrome *f, const struct rbtrace_event *ev)
+static int chrome_call_event(struct format *base, const struct calls_thread *t,
+                             const struct calls_frame *frame, uint64_t dur)
 {
-    long ti = chrome_thread(f, ev->thread_id);
-    const struct calls_name *name;
-    struct calls_frame *frame;
-    uint64_t dur;
+    struct format_chrome *f = (struct format_chrome *)base;
+    const struct calls_name *name = calls_name(&f->calls, frame->method_id);
     char *p;
 
-    if (ti < 0) return CLI_ERR;
-    frame = calls_match(&f->calls, (size_t)ti, ev->method_id);
-    if (!frame) return CLI_OK;
-    name = calls_name(&f->calls, ev->method_id);
     if (json_buf_reserve(&f->line, (name ? name->len : 9) + frame->extra_len + f->pid_len +
                                        CHROME_CALL_FIXED) != CLI_OK)
         return format_fail(&f->base, "out of memory");
-    dur = ev->time_ns > frame->start_ns ? ev->time_ns - frame->start_ns : 0;
     p = JSON_PUT_LITERAL(f->line.p, ",\n{\"ph\":\"X\",\"cat\":\"call\",\"name\":\"");
     p = name ? json_put(p, name->text, name->len) : JSON_PUT_LITERAL(p, "(unknown)");
     *p++ = '"';
     p = json_put(p, f->pid, f->pid_len);
     p = JSON_PUT_LITERAL(p, ",\"tid\":");
-    p = json_put_u64(p, f->calls.threads[ti].ordinal);
+    p = json_put_u64(p, t->ordinal);
     p = JSON_PUT_LITERAL(p, ",\"ts\":");
     p += json_us(p, frame->start_ns);
     p = JSON_PUT_LITERAL(p, ",\"dur\":");
@@ -247,12 +235,12 @@ static int chrome_return(struct format_chrome *f, const struct rbtrace_event *ev
     if (frame->extra) p = json_put(p, frame->extra, frame->extra_len);
     *p++ = '}';
     put(f, f->line.p, (size_t)(p - f->line.p));
-    calls_pop(&f->calls, (size_t)ti, dur);
-    return format_check_io(&f->base);
+    return CLI_OK;
 }
 
-static int chrome_slow(struct format_chrome *f, const struct rbtrace_event *ev)
+static int chrome_slow(struct format *base, const struct rbtrace_event *ev)
 {
+    struct format_chrome *f = (struct format_chrome *)base;
     long ti = chrome_thread(f, ev->thread_id);
 
     if (ti < 0) return CLI_ERR;
@@ -264,8 +252,10 @@ static int chrome_slow(struct format_chrome *f, const struct rbtrace_event *ev)
 }
 
 /* GC, on its own track: "GC minor" or "GC major", why, mark and sweep. */
-static int chrome_gc(struct format_chrome *f, const struct rbtrace_event *ev)
+static int chrome_gc(struct format *base, const struct rbtrace_event *ev)
 {
+    struct format_chrome *f = (struct format_chrome *)base;
+
     if (!f->gc_named) {
         chrome_thread_name(f, CHROME_GC_TID, "GC", 2, 0);
         f->gc_named = 1;
@@ -292,8 +282,9 @@ static int chrome_gc(struct format_chrome *f, const struct rbtrace_event *ev)
 }
 
 /* A raise: an instant event on its thread, "raise ArgumentError". */
-static int chrome_raise(struct format_chrome *f, const struct rbtrace_event *ev)
+static int chrome_raise(struct format *base, const struct rbtrace_event *ev)
 {
+    struct format_chrome *f = (struct format_chrome *)base;
     long ti = chrome_thread(f, ev->thread_id);
     size_t n;
 
@@ -323,8 +314,9 @@ static int chrome_raise(struct format_chrome *f, const struct rbtrace_event *ev)
 
 /* --gvl: a wait longer than the threshold, a slice "GVL wait" on its
  * thread's track (inside the calls open there). */
-static int chrome_gvl(struct format_chrome *f, const struct rbtrace_event *ev)
+static int chrome_gvl(struct format *base, const struct rbtrace_event *ev)
 {
+    struct format_chrome *f = (struct format_chrome *)base;
     long ti;
 
     if (ev->duration_ns <= f->base.opts.text.gvl_threshold_ns) return CLI_OK;
@@ -339,10 +331,11 @@ static int chrome_gvl(struct format_chrome *f, const struct rbtrace_event *ev)
 }
 
 /* A loss: an instant event for the process, after the latest event seen.
- * The open calls may have lost their returns: they are dropped. */
-static int chrome_lost(struct format_chrome *f, const struct rbtrace_event *ev)
+ * (The open calls may have lost their returns: the walk dropped them.) */
+static int chrome_lost(struct format *base, const struct rbtrace_event *ev)
 {
-    calls_drop_all(&f->calls);
+    struct format_chrome *f = (struct format_chrome *)base;
+
     PUT_NUM(f, ",\n{\"ph\":\"i\",\"s\":\"p\",\"cat\":\"lost\",\"name\":\"", ev->number);
     PUT_LITERAL(f, " events lost\"");
     put(f, f->pid, f->pid_len);
@@ -353,42 +346,22 @@ static int chrome_lost(struct format_chrome *f, const struct rbtrace_event *ev)
     return format_check_io(&f->base);
 }
 
+static const struct calls_emit chrome_emit = {
+    .thread = chrome_thread_track,
+    .method = chrome_method,
+    .args = chrome_args,
+    .call = chrome_call_event,
+    .slow = chrome_slow,
+    .gc = chrome_gc,
+    .raise = chrome_raise,
+    .gvl = chrome_gvl,
+    .lost = chrome_lost,
+    .thread_name = chrome_thread_named,
+};
+
 static int chrome_event(struct format *base, const struct rbtrace_event *ev)
 {
-    struct format_chrome *f = (struct format_chrome *)base;
-
-    switch (ev->type) {
-    case RBTRACE_EV_CALL:
-    case RBTRACE_EV_CALL_ARGS:
-        calls_note_time(&f->calls, ev->time_ns);
-        return chrome_call(f, ev);
-    case RBTRACE_EV_RETURN:
-        calls_note_time(&f->calls, ev->time_ns);
-        return chrome_return(f, ev);
-    case RBTRACE_EV_METHOD:
-        return chrome_method(f, ev);
-    case RBTRACE_EV_FORGET:
-        return calls_forget(&f->calls, ev->number) == CLI_OK ? CLI_OK
-                                                             : format_fail(base, "out of memory");
-    case RBTRACE_EV_LOST:
-        return chrome_lost(f, ev);
-    case RBTRACE_EV_SLOW:
-        calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
-        return chrome_slow(f, ev);
-    case RBTRACE_EV_GC:
-        calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
-        return chrome_gc(f, ev);
-    case RBTRACE_EV_RAISE:
-        calls_note_time(&f->calls, ev->time_ns);
-        return chrome_raise(f, ev);
-    case RBTRACE_EV_GVL:
-        calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
-        return chrome_gvl(f, ev);
-    case RBTRACE_EV_THREAD_NAME:
-        return chrome_thread_named(f, ev);
-    default:
-        return CLI_OK;
-    }
+    return calls_walk_event(&((struct format_chrome *)base)->calls, base, &chrome_emit, ev);
 }
 
 /* The calls still open, ended at the latest time seen, in the category

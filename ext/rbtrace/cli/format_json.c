@@ -67,8 +67,9 @@ static int put_string(struct format_json *f, struct rbtrace_str s, int empty_nul
 
 /* ---- names ---- */
 
-static int json_method(struct format_json *f, const struct rbtrace_event *ev)
+static int json_method(struct format *base, const struct rbtrace_event *ev)
 {
+    struct format_json *f = (struct format_json *)base;
     const char *name = ev->text.ptr;
     size_t class_len, method_off, n = 0;
     int ok;
@@ -96,28 +97,30 @@ static void put_name(struct format_json *f, uint64_t method_id)
 
 /* ---- threads ---- */
 
-/* The thread's index; a new one gets a line of its own first:
- * {"kind":"thread","thread":2,"thread_id":139872}. -1 when out of memory. */
+/* A new thread's line: {"kind":"thread","thread":2,"thread_id":139872}. */
+static int json_thread_line(struct format *base, const struct calls_thread *t)
+{
+    struct format_json *f = (struct format_json *)base;
+
+    PUT_NUM(f, "{\"kind\":\"thread\",\"thread\":", t->ordinal);
+    PUT_NUM(f, ",\"thread_id\":", t->id);
+    PUT_LITERAL(f, "}\n");
+    return CLI_OK;
+}
+
+/* The thread's index, its line written first if new; -1 when out of memory. */
 static long json_thread(struct format_json *f, uint64_t id)
 {
-    int added;
-    long ti = calls_thread(&f->calls, id, &added);
-
-    if (ti < 0) return format_fail(&f->base, "out of memory");
-    if (added) {
-        PUT_NUM(f, "{\"kind\":\"thread\",\"thread\":", f->calls.threads[ti].ordinal);
-        PUT_NUM(f, ",\"thread_id\":", id);
-        PUT_LITERAL(f, "}\n");
-    }
-    return ti;
+    return calls_walk_thread(&f->calls, &f->base, json_thread_line, id);
 }
 
 /* THREAD_NAME (--thread-names, on by default in json): the thread's line
  * again, with its name, cut as text cuts it (render.h), or null for none:
  * {"kind":"thread","thread":2,"thread_id":139872,"name":"puma srv tp 001"}.
  * A thread seen first so gets only this line; a rename, another. */
-static int json_thread_name(struct format_json *f, const struct rbtrace_event *ev)
+static int json_thread_name(struct format *base, const struct rbtrace_event *ev)
 {
+    struct format_json *f = (struct format_json *)base;
     struct rbtrace_str name = ev->text;
     int added;
     long ti = calls_thread(&f->calls, ev->thread_id, &added);
@@ -146,9 +149,9 @@ static int json_thread_name(struct format_json *f, const struct rbtrace_event *e
 /* ---- events ---- */
 
 /* ,"args":[{"expr":"x","value":"1"},...] kept with the call until it returns. */
-static int json_args(struct format_json *f, struct calls_frame *frame,
-                     const struct rbtrace_event *ev)
+static int json_args(struct format *base, struct calls_frame *frame, const struct rbtrace_event *ev)
 {
+    struct format_json *f = (struct format_json *)base;
     size_t n = 0;
     uint32_t i;
 
@@ -171,18 +174,6 @@ oom:
     return format_fail(&f->base, "out of memory");
 }
 
-static int json_call(struct format_json *f, const struct rbtrace_event *ev)
-{
-    long ti = json_thread(f, ev->thread_id);
-    struct calls_frame *frame;
-
-    if (ti < 0) return CLI_ERR;
-    frame = calls_push(&f->calls, (size_t)ti, ev->method_id, ev->time_ns);
-    if (!frame) return format_fail(&f->base, "out of memory");
-    if (ev->type == RBTRACE_EV_CALL_ARGS && ev->n_exprs) return json_args(f, frame, ev);
-    return CLI_OK;
-}
-
 /* {"kind":K,"thread":T,"name":...,"start":S */
 static void json_call_head(struct format_json *f, const char *kind, size_t kind_len,
                            unsigned ordinal, uint64_t method_id, uint64_t start_ns)
@@ -200,24 +191,18 @@ static void json_call_head(struct format_json *f, const char *kind, size_t kind_
 
 /* A call's line, built whole and written at once: the hot path (one line
  * per call of a firehose). */
-static int json_return(struct format_json *f, const struct rbtrace_event *ev)
+static int json_call_line(struct format *base, const struct calls_thread *t,
+                          const struct calls_frame *frame, uint64_t dur)
 {
-    long ti = json_thread(f, ev->thread_id);
-    const struct calls_name *name;
-    struct calls_frame *frame;
-    uint64_t dur;
+    struct format_json *f = (struct format_json *)base;
+    const struct calls_name *name = calls_name(&f->calls, frame->method_id);
     char *p;
 
-    if (ti < 0) return CLI_ERR;
-    frame = calls_match(&f->calls, (size_t)ti, ev->method_id);
-    if (!frame) return CLI_OK;
-    name = calls_name(&f->calls, ev->method_id);
     if (json_buf_reserve(&f->line, (name ? name->len : sizeof(JSON_UNKNOWN)) + frame->extra_len +
                                        JSON_CALL_FIXED) != CLI_OK)
         return format_fail(&f->base, "out of memory");
-    dur = ev->time_ns > frame->start_ns ? ev->time_ns - frame->start_ns : 0;
     p = JSON_PUT_LITERAL(f->line.p, "{\"kind\":\"call\",\"thread\":");
-    p = json_put_u64(p, f->calls.threads[ti].ordinal);
+    p = json_put_u64(p, t->ordinal);
     *p++ = ',';
     p = name ? json_put(p, name->text, name->len) : JSON_PUT_LITERAL(p, JSON_UNKNOWN);
     p = JSON_PUT_LITERAL(p, ",\"start\":");
@@ -229,7 +214,7 @@ static int json_return(struct format_json *f, const struct rbtrace_event *ev)
     p = JSON_PUT_LITERAL(p, ",\"self\":");
     p = json_put_u64(p, dur > frame->child_ns ? dur - frame->child_ns : 0);
     p = JSON_PUT_LITERAL(p, ",\"depth\":");
-    p = json_put_u64(p, f->calls.threads[ti].depth - 1);
+    p = json_put_u64(p, t->depth - 1);
     if (f->gvl_live && f->base.opts.text.gvl) {
         p = JSON_PUT_LITERAL(p, ",\"gvl\":");
         p = json_put_u64(p, frame->gvl_ns);
@@ -237,12 +222,12 @@ static int json_return(struct format_json *f, const struct rbtrace_event *ev)
     if (frame->extra) p = json_put(p, frame->extra, frame->extra_len);
     p = JSON_PUT_LITERAL(p, "}\n");
     put(f, f->line.p, (size_t)(p - f->line.p));
-    calls_pop(&f->calls, (size_t)ti, dur);
-    return format_check_io(&f->base);
+    return CLI_OK;
 }
 
-static int json_slow(struct format_json *f, const struct rbtrace_event *ev)
+static int json_slow(struct format *base, const struct rbtrace_event *ev)
 {
+    struct format_json *f = (struct format_json *)base;
     long ti = json_thread(f, ev->thread_id);
 
     if (ti < 0) return CLI_ERR;
@@ -254,8 +239,9 @@ static int json_slow(struct format_json *f, const struct rbtrace_event *ev)
     return format_check_io(&f->base);
 }
 
-static int json_gc(struct format_json *f, const struct rbtrace_event *ev)
+static int json_gc(struct format *base, const struct rbtrace_event *ev)
 {
+    struct format_json *f = (struct format_json *)base;
     long ti = json_thread(f, ev->thread_id);
 
     if (ti < 0) return CLI_ERR;
@@ -274,8 +260,9 @@ static int json_gc(struct format_json *f, const struct rbtrace_event *ev)
     return format_check_io(&f->base);
 }
 
-static int json_raise(struct format_json *f, const struct rbtrace_event *ev)
+static int json_raise(struct format *base, const struct rbtrace_event *ev)
 {
+    struct format_json *f = (struct format_json *)base;
     long ti = json_thread(f, ev->thread_id);
 
     if (ti < 0) return CLI_ERR;
@@ -295,8 +282,9 @@ static int json_raise(struct format_json *f, const struct rbtrace_event *ev)
 /* --gvl: a wait goes to the calls open on its thread ("gvl" of each call
  * line); one longer than the threshold is a line of its own. A short wait
  * of a thread never seen adds no thread. */
-static int json_gvl(struct format_json *f, const struct rbtrace_event *ev)
+static int json_gvl(struct format *base, const struct rbtrace_event *ev)
 {
+    struct format_json *f = (struct format_json *)base;
     long ti = calls_thread_known(&f->calls, ev->thread_id);
     int long_wait = ev->duration_ns > f->base.opts.text.gvl_threshold_ns;
 
@@ -314,52 +302,33 @@ static int json_gvl(struct format_json *f, const struct rbtrace_event *ev)
 }
 
 /* LOST carries no time: the loss is placed after the latest event seen.
- * Calls open then may have lost their returns: they are dropped. */
-static int json_lost(struct format_json *f, const struct rbtrace_event *ev)
+ * (Calls open then may have lost their returns: the walk dropped them.) */
+static int json_lost(struct format *base, const struct rbtrace_event *ev)
 {
-    calls_drop_all(&f->calls);
+    struct format_json *f = (struct format_json *)base;
+
     PUT_NUM(f, "{\"kind\":\"lost\",\"time\":", f->calls.last_time_ns);
     PUT_NUM(f, ",\"count\":", ev->number);
     PUT_LITERAL(f, "}\n");
     return format_check_io(&f->base);
 }
 
+static const struct calls_emit json_emit = {
+    .thread = json_thread_line,
+    .method = json_method,
+    .args = json_args,
+    .call = json_call_line,
+    .slow = json_slow,
+    .gc = json_gc,
+    .raise = json_raise,
+    .gvl = json_gvl,
+    .lost = json_lost,
+    .thread_name = json_thread_name,
+};
+
 static int json_event(struct format *base, const struct rbtrace_event *ev)
 {
-    struct format_json *f = (struct format_json *)base;
-
-    switch (ev->type) {
-    case RBTRACE_EV_CALL:
-    case RBTRACE_EV_CALL_ARGS:
-        calls_note_time(&f->calls, ev->time_ns);
-        return json_call(f, ev);
-    case RBTRACE_EV_RETURN:
-        calls_note_time(&f->calls, ev->time_ns);
-        return json_return(f, ev);
-    case RBTRACE_EV_METHOD:
-        return json_method(f, ev);
-    case RBTRACE_EV_FORGET:
-        return calls_forget(&f->calls, ev->number) == CLI_OK ? CLI_OK
-                                                             : format_fail(base, "out of memory");
-    case RBTRACE_EV_LOST:
-        return json_lost(f, ev);
-    case RBTRACE_EV_SLOW:
-        calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
-        return json_slow(f, ev);
-    case RBTRACE_EV_GC:
-        calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
-        return json_gc(f, ev);
-    case RBTRACE_EV_RAISE:
-        calls_note_time(&f->calls, ev->time_ns);
-        return json_raise(f, ev);
-    case RBTRACE_EV_GVL:
-        calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
-        return json_gvl(f, ev);
-    case RBTRACE_EV_THREAD_NAME:
-        return json_thread_name(f, ev);
-    default:
-        return CLI_OK;
-    }
+    return calls_walk_event(&((struct format_json *)base)->calls, base, &json_emit, ev);
 }
 
 /* The calls still open when the trace ends, innermost first:

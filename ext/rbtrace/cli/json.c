@@ -6,30 +6,9 @@
 #include <string.h>
 #include "cli.h"
 #include "json.h"
+#include "utf8.h"
 
 static const char json_hex[] = "0123456789abcdef";
-
-/* The length of the valid UTF-8 sequence of a non-ASCII character at
- * s[0, len), 0 if the bytes there are none (RFC 3629, section 4). */
-static size_t json_utf8_len(const unsigned char *s, size_t len)
-{
-    unsigned char c = s[0], lo = 0x80, hi = 0xbf;
-    size_t n, i;
-
-    if (c >= 0xc2 && c <= 0xdf) n = 2;
-    else if (c >= 0xe0 && c <= 0xef) n = 3;
-    else if (c >= 0xf0 && c <= 0xf4) n = 4;
-    else return 0;   /* a continuation byte, an overlong lead, F5..FF */
-    if (n > len) return 0;
-    if (c == 0xe0) lo = 0xa0;          /* overlong */
-    if (c == 0xed) hi = 0x9f;          /* surrogates */
-    if (c == 0xf0) lo = 0x90;          /* overlong */
-    if (c == 0xf4) hi = 0x8f;          /* past U+10FFFF */
-    if (s[1] < lo || s[1] > hi) return 0;
-    for (i = 2; i < n; i++)
-        if (s[i] < 0x80 || s[i] > 0xbf) return 0;
-    return n;
-}
 
 static size_t json_u00(char *out, unsigned c)
 {
@@ -67,11 +46,11 @@ size_t json_escape(char *out, const char *s, size_t len)
         } else if (c < 0x80) {
             o += json_ascii(out + o, c);
             i++;
-        } else if ((n = json_utf8_len(p + i, len - i)) == 0) {
+        } else if ((n = utf8_len(p + i, len - i)) == 0) {
             memcpy(out + o, "\\ufffd", 6);
             o += 6;
             i++;
-        } else if (n == 2 && c == 0xc2 && p[i + 1] < 0xa0) {
+        } else if (utf8_is_c1(p + i, n)) {
             o += json_u00(out + o, p[i + 1]);   /* a C1 control, which terminals obey */
             i += 2;
         } else {

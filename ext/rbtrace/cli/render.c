@@ -7,7 +7,7 @@
  * a blank line follows each outermost return, as in the original).
  *
  * Every byte of the target's (names, values, GC and raise text) is
- * escaped (escape.h): the app must not write to the tracer's terminal.
+ * escaped (escape.h): the app must not write to the client's terminal.
  *
  * This is the client's hot path (millions of events a second): no printf,
  * only unlocked writes of text built here; the FILE* is the session's, and

@@ -10,7 +10,7 @@
  *
  * Every byte of the target's that is printed (trace events, results,
  * reports, notices, errors) is escaped (escape.h): the app must not write
- * to the tracer's terminal.
+ * to the client's terminal.
  *
  * Output to a file or pipe is buffered in big blocks and flushed whenever
  * the socket has nothing more to read, so that a busy trace costs few
@@ -282,7 +282,7 @@ static int session_on_attached(struct session *s, const struct rbtrace_event *ev
 static int session_on_refused(struct session *s, const struct rbtrace_event *ev)
 {
     s->answered = 1;
-    if (ev->number == RBTRACE_REFUSED_BUSY && ev->pid == 0)   /* a tracer outside its PID namespace */
+    if (ev->number == RBTRACE_REFUSED_BUSY && ev->pid == 0)   /* a client outside its PID namespace */
         session_status(s, "rbtrace: process %d is already traced by an rbtrace outside its "
                        "container; stop that tracer first", (int)s->at.pid);
     else if (ev->number == RBTRACE_REFUSED_BUSY)

@@ -1,6 +1,6 @@
 /*
- * session.c - carries out commands: attach (connect to the client's
- * socket, check who is there), detach, method tracers, firehose, eval.
+ * command.c - carries out commands: attach (connect to the client's
+ * socket, check who is there), detach, method selectors, firehose, eval.
  * ATTACH comes from the queue; every other command from the attached
  * client's socket (channel.c).
  *
@@ -8,7 +8,17 @@
  * Every Ruby call is made under rbtrace_protect: an exception must never
  * escape into the helper thread's loop or an app thread.
  */
-#include "rbtrace.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock.h"
+#include "codec.h"
+#include "command.h"
+#include "devmode.h"
+#include "emit.h"
+#include "gcwatch.h"
+#include "gvlwatch.h"
+#include "threadnames.h"
+#include "trace.h"
+#include "writer.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -23,15 +33,15 @@ static ID id_eval_for_client;
 
 /* ---- attach ---- */
 
-/* Does connect's errno mean that the tracer is simply gone? No socket
- * (removed), or nobody listening on it (its client killed). */
-static int session_tracer_gone(int err)
+/* Does connect's errno mean that the client is simply gone? No socket
+ * (removed), or nobody listening on it (the client killed). */
+static int command_socket_gone(int err)
 {
     return err == ENOENT || err == ECONNREFUSED;
 }
 
 /* Connects to the client's socket; -1 if it is not there or not ours. */
-static int session_connect(const struct rbtrace_str *path)
+static int command_connect(const struct rbtrace_str *path)
 {
     struct sockaddr_un addr;
     struct ucred cred;
@@ -49,11 +59,11 @@ static int session_connect(const struct rbtrace_str *path)
         return -1;
     }
     if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
-        /* Said here: the tracer only sees that we never connected. But not
-         * for a tracer that went away (it gave up waiting and removed its
+        /* Said here: the client only sees that we never connected. But not
+         * for a client that went away (it gave up waiting and removed its
          * socket, or was killed and left it): it told its user already,
          * and the app's log is no place for it. */
-        if (!session_tracer_gone(errno))
+        if (!command_socket_gone(errno))
             fprintf(stderr, "rbtrace: cannot connect to the tracer's socket %s: %s (is the "
                     "rbtrace client still running, and may this process reach its socket?)\n",
                     addr.sun_path, strerror(errno));
@@ -75,7 +85,7 @@ close_fd:
 }
 
 /* Tells a client why it may not attach, then hangs up. */
-static void session_refuse(int fd, enum rbtrace_refusal reason, pid_t tracer, const char *why)
+static void command_refuse(int fd, enum rbtrace_refusal reason, pid_t client, const char *why)
 {
     msgpack_sbuffer sb;
     msgpack_packer pk;
@@ -83,7 +93,7 @@ static void session_refuse(int fd, enum rbtrace_refusal reason, pid_t tracer, co
 
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    rbtrace_event_pack_refused(&pk, reason, (uint32_t)tracer, why);
+    rbtrace_event_pack_refused(&pk, reason, (uint32_t)client, why);
     while (off < sb.size) {
         ssize_t n = send(fd, sb.data + off, sb.size - off, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR) continue;
@@ -100,7 +110,7 @@ static void session_refuse(int fd, enum rbtrace_refusal reason, pid_t tracer, co
  * container: it has no pid here and sends 0), its connection hung up
  * (docs/DESIGN.md, "Containers").
  */
-static int session_client_gone(void)
+static int command_client_gone(void)
 {
     struct pollfd p = { rbtrace.sock, POLLRDHUP, 0 };
 
@@ -109,17 +119,17 @@ static int session_client_gone(void)
 }
 
 /* Is the attached client still there? A dead one is forgotten. */
-static int session_busy(void)
+static int command_busy(void)
 {
     if (!rbtrace.attached) return 0;
-    if (session_client_gone()) {
-        rbtrace_session_detach(0);
+    if (command_client_gone()) {
+        rbtrace_command_detach(0);
         return 0;
     }
     return 1;
 }
 
-static void session_attach(const struct rbtrace_command *cmd)
+static void command_attach(const struct rbtrace_command *cmd)
 {
     char why[256];
     int fd, flags, err;
@@ -128,26 +138,26 @@ static void session_attach(const struct rbtrace_command *cmd)
      * our PID namespace all send 0: not one of them. */
     if (rbtrace.attached && cmd->client_pid != 0 && cmd->client_pid == (uint32_t)rbtrace.client_pid)
         return;
-    fd = session_connect(&cmd->text);
+    fd = command_connect(&cmd->text);
     if (fd < 0) return;
-    if (session_busy()) {
+    if (command_busy()) {
         if (rbtrace.client_pid != 0)
             snprintf(why, sizeof(why), "already traced by rbtrace pid %d", (int)rbtrace.client_pid);
         else
             snprintf(why, sizeof(why), "already traced by an rbtrace outside this PID namespace");
-        session_refuse(fd, RBTRACE_REFUSED_BUSY, rbtrace.client_pid, why);
+        command_refuse(fd, RBTRACE_REFUSED_BUSY, rbtrace.client_pid, why);
         return;
     }
     if (cmd->protocol_version != RBTRACE_PROTOCOL_VERSION) {
         snprintf(why, sizeof(why), "protocol version %u, but this process speaks %d: use the "
                  "rbtrace client of the gem version the app loaded (rbtrace " RBTRACE_VERSION ")",
                  cmd->protocol_version, RBTRACE_PROTOCOL_VERSION);
-        session_refuse(fd, RBTRACE_REFUSED_VERSION, 0, why);
+        command_refuse(fd, RBTRACE_REFUSED_VERSION, 0, why);
         return;
     }
     flags = fcntl(fd, F_GETFL);
     if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0 || rbtrace_emit_open() != 0) {
-        session_refuse(fd, RBTRACE_REFUSED_PEER, 0, "out of memory or descriptors in the target");
+        command_refuse(fd, RBTRACE_REFUSED_PEER, 0, "out of memory or descriptors in the target");
         return;
     }
     rbtrace_channel_reset_socket();   /* before the writer watches it */
@@ -155,7 +165,8 @@ static void session_attach(const struct rbtrace_command *cmd)
     rbtrace.client_pid = (pid_t)cmd->client_pid;
     rbtrace.clock_origin_ns = rbtrace_clock_ns();
     rbtrace.attached = 1;
-    if ((err = rbtrace_writer_start()) != 0) {
+    if (rbtrace_writer_start() != 0) {
+        err = errno;
         fprintf(stderr, "rbtrace: cannot start the writer thread: %s\n", strerror(err));
         snprintf(why, sizeof(why), "process %d cannot start its writer thread: %s (short of "
                  "file descriptors or threads? try again once it has fewer)", (int)getpid(),
@@ -163,10 +174,10 @@ static void session_attach(const struct rbtrace_command *cmd)
         rbtrace.attached = 0;
         rbtrace.sock = -1;
         rbtrace_emit_close();
-        session_refuse(fd, RBTRACE_REFUSED_PEER, 0, why);
+        command_refuse(fd, RBTRACE_REFUSED_PEER, 0, why);
         return;
     }
-    rbtrace_emit_attached();
+    rbtrace_emit_attached(rbtrace_gvl_supported() ? RBTRACE_FEATURE_GVL : 0);
 }
 
 /* ---- detach ---- */
@@ -174,15 +185,15 @@ static void session_attach(const struct rbtrace_command *cmd)
 /* Removes every hook, delivers what is left and closes the session. An
  * interrupt that arrived while waiting for the writer is re-raised only
  * once all of that is done. */
-void rbtrace_session_detach(int tell_client)
+void rbtrace_command_detach(int tell_client)
 {
     int state = 0, stop_state;
 
     if (!rbtrace.attached) return;
     rbtrace_emit_end_calls();
-    rbtrace_tracer_clear();
-    if (tell_client && !rbtrace.peer_gone) state = rbtrace_emit_detached();
-    stop_state = rbtrace_writer_stop();
+    rbtrace_trace_clear();
+    if (tell_client && !rbtrace.peer_gone) rbtrace_emit_detached(rbtrace_gc_take_other(), &state);
+    rbtrace_writer_stop(&stop_state);
     if (state == 0) state = stop_state;
     rbtrace.attached = 0;
     close(rbtrace.sock);
@@ -193,18 +204,18 @@ void rbtrace_session_detach(int tell_client)
 }
 
 /* Detaches if the writer saw the client go away. */
-void rbtrace_session_check_peer(void)
+void rbtrace_command_check_peer(void)
 {
-    if (rbtrace.attached && rbtrace.peer_gone) rbtrace_session_detach(0);
+    if (rbtrace.attached && rbtrace.peer_gone) rbtrace_command_detach(0);
 }
 
 /* In a forked child: the writer thread did not survive fork; the socket
  * and hooks did. Drop them all without touching the parent's session. */
-void rbtrace_session_after_fork(void)
+void rbtrace_command_after_fork(void)
 {
-    rbtrace_session_drop_deferred();
+    rbtrace_command_drop_deferred();
     if (!rbtrace.attached) return;
-    rbtrace_tracer_clear();
+    rbtrace_trace_clear();
     rbtrace_writer_after_fork();
     rbtrace.attached = 0;
     close(rbtrace.sock);
@@ -215,14 +226,14 @@ void rbtrace_session_after_fork(void)
 
 /* ---- eval ---- */
 
-struct session_eval_arg {
+struct command_eval_arg {
     const struct rbtrace_command *cmd;
     VALUE result;
 };
 
-static VALUE session_eval_i(VALUE p)
+static VALUE command_eval_i(VALUE p)
 {
-    struct session_eval_arg *arg = (struct session_eval_arg *)p;
+    struct command_eval_arg *arg = (struct command_eval_arg *)p;
     VALUE code = rb_utf8_str_new(arg->cmd->text.ptr, arg->cmd->text.len);
 
     return rb_funcall(rbtrace_mRBTrace, id_eval_for_client, 3, code,
@@ -230,13 +241,13 @@ static VALUE session_eval_i(VALUE p)
                       UINT2NUM(arg->cmd->result_format));
 }
 
-static void session_eval(const struct rbtrace_command *cmd)
+static void command_eval(const struct rbtrace_command *cmd)
 {
-    struct session_eval_arg arg = { cmd, Qnil };
+    struct command_eval_arg arg = { cmd, Qnil };
     VALUE res;
     int state = 0;
 
-    res = rbtrace_protect(session_eval_i, (VALUE)&arg, &state, NULL);
+    res = rbtrace_protect(command_eval_i, (VALUE)&arg, &state, NULL);
     if (state || !RB_TYPE_P(res, T_ARRAY) || RARRAY_LEN(res) != 2 ||
         !RB_INTEGER_TYPE_P(RARRAY_AREF(res, 0)) || !RB_TYPE_P(RARRAY_AREF(res, 1), T_STRING)) {
         rbtrace_emit_eval_result(cmd->eval_id, RBTRACE_EVAL_RAISED,
@@ -249,7 +260,7 @@ static void session_eval(const struct rbtrace_command *cmd)
 
 /* ---- dispatch ---- */
 
-static VALUE session_selectors(const struct rbtrace_command *cmd)
+static VALUE command_selectors(const struct rbtrace_command *cmd)
 {
     VALUE list = rb_ary_new_capa(cmd->n_selectors);
     uint32_t i;
@@ -260,7 +271,7 @@ static VALUE session_selectors(const struct rbtrace_command *cmd)
 }
 
 /* A command and where it came from. */
-struct session_dispatch_arg {
+struct command_dispatch_arg {
     const struct rbtrace_command *cmd;
     int from_socket;
 };
@@ -271,31 +282,31 @@ struct session_dispatch_arg {
  * ATTACH and nothing else (a command there naming the client's pid is not
  * the client's). A socket's ATTACH means nothing.
  */
-static void session_dispatch(const struct rbtrace_command *cmd, int from_socket)
+static void command_dispatch(const struct rbtrace_command *cmd, int from_socket)
 {
     if (!from_socket) {
-        if (cmd->type == RBTRACE_CMD_ATTACH) session_attach(cmd);
+        if (cmd->type == RBTRACE_CMD_ATTACH) command_attach(cmd);
         return;
     }
     if (!rbtrace.attached) return;
     switch (cmd->type) {
     case RBTRACE_CMD_DETACH:
-        rbtrace_session_detach(1);
+        rbtrace_command_detach(1);
         break;
     case RBTRACE_CMD_METHODS:
-        rbtrace_tracer_add(session_selectors(cmd));
+        rbtrace_trace_add(command_selectors(cmd));
         break;
     case RBTRACE_CMD_FIREHOSE:
-        rbtrace_tracer_firehose();
+        rbtrace_trace_firehose();
         break;
     case RBTRACE_CMD_SLOW:
-        rbtrace_tracer_slow(cmd->threshold_ns, cmd->cpu, session_selectors(cmd));
+        rbtrace_trace_slow(cmd->threshold_ns, cmd->cpu, command_selectors(cmd));
         break;
     case RBTRACE_CMD_GC:
-        rbtrace_tracer_gc();
+        rbtrace_trace_gc();
         break;
     case RBTRACE_CMD_RAISE:
-        rbtrace_tracer_raise();
+        rbtrace_trace_raise();
         break;
     case RBTRACE_CMD_GVL:
         rbtrace_gvl_start();
@@ -310,18 +321,18 @@ static void session_dispatch(const struct rbtrace_command *cmd, int from_socket)
         rbtrace.resumed = 1;
         break;
     case RBTRACE_CMD_EVAL:
-        session_eval(cmd);
+        command_eval(cmd);
         break;
     default:
         break;
     }
 }
 
-static VALUE session_dispatch_i(VALUE p)
+static VALUE command_dispatch_i(VALUE p)
 {
-    const struct session_dispatch_arg *arg = (const struct session_dispatch_arg *)p;
+    const struct command_dispatch_arg *arg = (const struct command_dispatch_arg *)p;
 
-    session_dispatch(arg->cmd, arg->from_socket);
+    command_dispatch(arg->cmd, arg->from_socket);
     return Qnil;
 }
 
@@ -331,16 +342,24 @@ static VALUE session_dispatch_i(VALUE p)
  * Timeout) and nothing may wait. It carries out only a first ATTACH, which
  * is plain C; an ATTACH while attached (refused: a connect, which may
  * wait), and any after one that was left, go to the helper thread in
- * order. The queue brings no other command (rbtrace_session_execute).
+ * order. The queue brings no other command (rbtrace_command_execute).
+ * Whether cmd is one to leave so (command_defer leaves it).
  */
-static int session_defer(const struct rbtrace_command *cmd, const char *buf, size_t len)
+static int command_must_defer(const struct rbtrace_command *cmd)
+{
+    if (!rbtrace.in_job) return 0;
+    if (cmd->type == RBTRACE_CMD_ATTACH && !rbtrace.attached && rbtrace.deferred == NULL) return 0;
+    return 1;
+}
+
+/* Leaves a command (its msgpack bytes) for the helper thread: 0, or -1 if
+ * no memory was left (it is dropped; the client times out and says so). */
+static int command_defer(const char *buf, size_t len)
 {
     struct rbtrace_deferred *d;
 
-    if (!rbtrace.in_job) return 0;
-    if (cmd->type == RBTRACE_CMD_ATTACH && !rbtrace.attached && rbtrace.deferred == NULL) return 0;
     d = malloc(sizeof(*d) + len);
-    if (d == NULL) return 1;   /* dropped; the client times out and says so */
+    if (d == NULL) return -1;
     d->next = NULL;
     d->len = len;
     memcpy(d->data, buf, len);
@@ -348,23 +367,23 @@ static int session_defer(const struct rbtrace_command *cmd, const char *buf, siz
     *rbtrace.deferred_tail = d;
     rbtrace.deferred_tail = &d->next;
     rbtrace_channel_wake();
-    return 1;
+    return 0;
 }
 
 /* Carries out the commands a postponed job left. Helper thread only. */
-void rbtrace_session_run_deferred(void)
+void rbtrace_command_run_deferred(void)
 {
     struct rbtrace_deferred *d;
 
     while ((d = rbtrace.deferred) != NULL) {
         rbtrace.deferred = d->next;
-        rbtrace_session_execute(d->data, d->len, 0);
+        rbtrace_command_execute(d->data, d->len, 0);
         free(d);
     }
 }
 
 /* A forked child does not carry out its parent's commands. */
-void rbtrace_session_drop_deferred(void)
+void rbtrace_command_drop_deferred(void)
 {
     struct rbtrace_deferred *d;
 
@@ -377,10 +396,10 @@ void rbtrace_session_drop_deferred(void)
 /* Decodes and carries out one whole command, from the attached client's
  * socket or (from_socket 0) from the queue. A malformed one is the
  * client's to hear of only when it came on its socket. */
-void rbtrace_session_execute(const char *buf, size_t len, int from_socket)
+void rbtrace_command_execute(const char *buf, size_t len, int from_socket)
 {
     static struct rbtrace_command cmd;   /* large; the GVL serialises use */
-    struct session_dispatch_arg arg = { &cmd, from_socket };
+    struct command_dispatch_arg arg = { &cmd, from_socket };
     char err[RBTRACE_ERRLEN];
     msgpack_zone zone;
     int state = 0;
@@ -393,8 +412,11 @@ void rbtrace_session_execute(const char *buf, size_t len, int from_socket)
         goto destroy_zone;
     }
     if (!from_socket && cmd.type != RBTRACE_CMD_ATTACH) goto destroy_zone;   /* not the client's */
-    if (!from_socket && session_defer(&cmd, buf, len)) goto destroy_zone;
-    rbtrace_protect(session_dispatch_i, (VALUE)&arg, &state, &e);
+    if (!from_socket && command_must_defer(&cmd)) {
+        (void)command_defer(buf, len);   /* -1: dropped, said by the client's time-out */
+        goto destroy_zone;
+    }
+    rbtrace_protect(command_dispatch_i, (VALUE)&arg, &state, &e);
     if (state) {
         if (rbtrace.attached) {
             VALUE msg = rbtrace_protect(rb_inspect, e, &state, NULL);
@@ -414,7 +436,7 @@ destroy_zone:
  * up) and the detach is still to come: an eval waiting for its code stops
  * waiting (lib/rbtrace/evaluator.rb), so that the helper detaches at once.
  */
-static VALUE session_client_gone_p_m(VALUE self)
+static VALUE command_client_gone_p_m(VALUE self)
 {
     return rbtrace.attached && rbtrace.peer_gone ? Qtrue : Qfalse;
 }
@@ -426,14 +448,16 @@ static VALUE session_client_gone_p_m(VALUE self)
  * socket close and says the process exited. Without it the last events of
  * a short program (--exec) died with the writer thread.
  */
-static void session_end_proc(VALUE unused)
+static void command_end_proc(VALUE unused)
 {
-    if (rbtrace.attached && !rbtrace.peer_gone) rbtrace_writer_stop();
+    int state;
+
+    if (rbtrace.attached && !rbtrace.peer_gone) rbtrace_writer_stop(&state);
 }
 
-void Init_rbtrace_session(VALUE mod)
+void Init_rbtrace_command(VALUE mod)
 {
     id_eval_for_client = rb_intern("eval_for_client");
-    rb_define_singleton_method(mod, "client_gone?", session_client_gone_p_m, 0);
-    rb_set_end_proc(session_end_proc, Qnil);
+    rb_define_singleton_method(mod, "client_gone?", command_client_gone_p_m, 0);
+    rb_set_end_proc(command_end_proc, Qnil);
 }

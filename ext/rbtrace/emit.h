@@ -1,6 +1,6 @@
 /*
- * emit_call.h - the hot path: a CALL or RETURN encoded straight into the
- * ring, inline in the event hook (tracer.c) and the wrappers (wrapper.c),
+ * emit.h - encoding events into the ring (emit.c), and the hot path: a
+ * CALL or RETURN encoded straight into the ring, inline in the event hook (trace.c) and the wrappers (wrapper.c),
  * so that an event costs no call of ours and no second stack frame.
  * Everything rarer is out of line in emit.c: a method not among the recent
  * ones, an event that cannot be encoded in place.
@@ -10,22 +10,49 @@
  * tables (trace expressions and wrapped methods can give up the GVL
  * mid-call): the attached flag and the freed ring's zero space stop it.
  */
-#ifndef RBTRACE_EMIT_CALL_H
-#define RBTRACE_EMIT_CALL_H
+#ifndef RBTRACE_EMIT_H
+#define RBTRACE_EMIT_H
 
-#include "rbtrace.h"
+#include "state.h"
+#include "clock.h"
+#include "codec.h"
+#include "ring.h"
+#include "threadnames.h"
 
-/* Whether the current call is rbtrace's own: made by the thread carrying
- * out a command (channel.c). One load and one compare. */
-#define RBTRACE_OWN_CALL() (rbtrace_thread_id() == rbtrace.servicing_thread)
+/* Bytes of the event ring between the app's threads and the writer. 2 MiB
+ * rather than 1: the lines the app writes were read by the writer a lap
+ * before, and the longer the lap, the less often the writer's core still
+ * holds them (a firehose call 3-4 ns cheaper, bench/RESULTS.md 2026-11-26
+ * 15:40); 4 MiB gained little more. */
+#define RBTRACE_RING_SIZE (1u << 21)
 
-/* Whether the current call is one that trace expressions make, on the
- * thread evaluating them (tracer.c): rbtrace's work, not the app's. While
- * no thread evaluates, one test of a byte. */
-static inline int rbtrace_expr_call_p(void)
-{
-    return rbtrace.in_expr && rbtrace_tracer_evaluating();
-}
+/* Slots of the (class, method) -> method id table, powers of two: it
+ * starts with the first and doubles up to the second (768 KiB), then starts
+ * afresh (a FORGET event tells the client). */
+#define RBTRACE_METHOD_SLOTS 8192
+#define RBTRACE_METHOD_SLOTS_MAX 32768
+
+/* emit.c: encoding events into the ring */
+int rbtrace_emit_open(void);
+void rbtrace_emit_close(void);
+void rbtrace_emit_mark(void);
+/* rbtrace_emit_call: below, inline */
+void rbtrace_emit_call_args(VALUE klass, ID mid, uint64_t now, VALUE exprs, VALUE values);
+int rbtrace_emit_message(enum rbtrace_event_type type, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void rbtrace_emit_eval_result(uint32_t eval_id, enum rbtrace_eval_status status, VALUE text);
+void rbtrace_emit_slow(VALUE klass, ID mid, uint64_t start_ns, uint64_t duration_ns,
+                       uint32_t depth);
+void rbtrace_emit_gc(uint64_t thread, uint64_t start_ns, uint64_t mark_ns, uint64_t sweep_ns,
+                     const char *major_by, const char *gc_by);
+void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location, uint64_t reraise);
+/* No Ruby call, no allocation: gvlwatch.c's thread hook, GVL just taken. */
+void rbtrace_emit_gvl(uint64_t thread, uint64_t start_ns, uint64_t wait_ns);
+/* THREAD_NAME (threadnames.c); 0 if sent, -1 if dropped (counted as lost) */
+int rbtrace_emit_thread_name(uint64_t thread, const char *name, size_t len);
+void rbtrace_emit_attached(uint32_t features);
+int rbtrace_emit_detached(uint64_t other_gcs, int *state);
+void rbtrace_emit_end_calls(void);
 
 /* The pairs asked for lately, direct-mapped by a cheap hash: the few
  * methods a loop calls skip the table (and a function call). Copies of
@@ -136,9 +163,10 @@ rbtrace_emit_call(rb_event_flag_t event, VALUE klass, ID mid, uint64_t now)
 
 /*
  * --firehose's way, for a hook that found rbtrace_firehose_only: a CALL or
- * RETURN of a method met lately, encoded in place now. 0 (nothing done)
- * where anything more is needed (a method not met lately, a loss report
- * due, the ring's limit passed): the caller's general way then does it.
+ * RETURN of a method met lately, encoded in place now. Returns the events
+ * it wrote: 1, or 0 (not a failure) where anything more is needed (a
+ * method not met lately, a loss report due, the ring's limit passed): the
+ * caller's general way then does it.
  * No call but a tail call (a clock without the TSC, or its anchor due):
  * the hook needs no stack frame for this. klass and mid are not both 0
  * (an empty slot's pair).
