@@ -34,6 +34,7 @@
 # (bench/RESULTS.md, 2026-11-26 07:10): unpinned, a run measures whichever
 # the app landed on; pinned, untraced and traced run on the same one.
 # Compare runs pinned to each.
+# BENCH_CLIENT_ARGS="--thread-names": more options for the client.
 # BENCH_CLIENT=stopped: the client is stopped (SIGSTOP) during the traced
 # runs, so the ring fills and events are dropped: what the app's thread
 # pays with no writer and no client at work on the other CPU (on a 2-vCPU
@@ -48,6 +49,8 @@ RUNS = Integer(ENV.fetch('BENCH_RUNS', '5'))
 ITERS = Integer(ENV.fetch('BENCH_ITERS', '1000000'))
 STOPPED = ENV['BENCH_CLIENT'] == 'stopped'
 APP_CPU = ENV['BENCH_APP_CPU']
+# BENCH_CLIENT_ARGS: more options for the client (e.g. --thread-names).
+CLIENT_ARGS = ENV.fetch('BENCH_CLIENT_ARGS', '').split
 
 BURST = Integer(ENV.fetch('BENCH_BURST', '5000'))
 PAUSE = Float(ENV.fetch('BENCH_PAUSE', '0.002'))
@@ -152,7 +155,7 @@ def measure(setup, body)
   runs(in_w, out_r) # warm up
   untraced = median(runs(in_w, out_r))
   floor = floor_runs(in_w, out_r)
-  client_command = [CLIENT, '-p', pid.to_s, '-f', '--stats']
+  client_command = [CLIENT, '-p', pid.to_s, '-f', '--stats', *CLIENT_ARGS]
   client_command = ['taskset', '-c', OTHER_CPUS, *client_command] if OTHER_CPUS
   client, err_r = spawn_attached(client_command)
   pin_app_helpers(pid) if OTHER_CPUS
@@ -183,6 +186,7 @@ puts
 puts "- date: #{Time.now.utc.iso8601}"
 puts "- ruby: #{RUBY_DESCRIPTION}#{ENV['RUBYOPT'].to_s.empty? ? '' : " (RUBYOPT=#{ENV['RUBYOPT']})"}"
 puts '- the client stopped during the traced runs (BENCH_CLIENT=stopped): events dropped' if STOPPED
+puts "- the client's options: -f --stats #{CLIENT_ARGS.join(' ')}" unless CLIENT_ARGS.empty?
 puts "- the app's looping thread pinned to CPU #{APP_CPU} (BENCH_APP_CPU), its other threads and the client to #{OTHER_CPUS}" if APP_CPU
 if BURST.positive?
   puts "- the loop in bursts of #{BURST} iterations, #{PAUSE} s apart (BENCH_BURST, BENCH_PAUSE), so that the client keeps up"

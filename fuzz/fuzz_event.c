@@ -237,6 +237,9 @@ static int event_pack(msgpack_packer *pk, const struct rbtrace_event *ev)
         rbtrace_event_pack_alloc_site(pk, ev->count, ev->text.ptr, ev->text.len, ev->text2.ptr,
                                       ev->text2.len, ev->line, ev->text3.ptr, ev->text3.len);
         break;
+    case RBTRACE_EV_THREAD_NAME:
+        rbtrace_event_pack_thread_name(pk, ev->thread_id, ev->text.ptr, ev->text.len);
+        break;
     default:
         FUZZ_CHECK(!"rbtrace_event_decode accepted an unknown event");
     }

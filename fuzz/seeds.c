@@ -92,6 +92,8 @@ static int seeds_commands(void)
     c.sample = 16;
     rc |= seeds_command("alloc", &c);
     c.sample = 0;
+    c.type = RBTRACE_CMD_THREAD_NAMES;
+    rc |= seeds_command("thread_names", &c);
     c.type = RBTRACE_CMD_METHODS;
     c.n_selectors = 3;
     c.selectors[0] = str_of("String#gsub(self, @x)");
@@ -152,6 +154,8 @@ static void seeds_session(msgpack_packer *pk)
     rbtrace_event_pack_gvl(pk, 7, 8000, 12345000);
     rbtrace_event_pack_alloc(pk, 7, 2487);
     rbtrace_event_pack_alloc_site(pk, 3972, "String", 6, "app/report.rb", 13, 8, "Report#render", 13);
+    rbtrace_event_pack_thread_name(pk, 7, "puma srv tp 001", 15);
+    rbtrace_event_pack_thread_name(pk, 9, "a]b\n\x1b[31m", 9);
     rbtrace_event_pack_forget(pk, 32768);
     rbtrace_event_pack_eval_result(pk, 1, RBTRACE_EVAL_OK, "2", 1);
     rbtrace_event_pack_eval_result(pk, 2, RBTRACE_EVAL_RAISED, "NameError: x\n\tfrom -e:1", 23);

@@ -101,6 +101,7 @@ int rbtrace_command_encode(msgpack_packer *pk, const struct rbtrace_command *cmd
     case RBTRACE_CMD_DEVMODE:
     case RBTRACE_CMD_RESUME:
     case RBTRACE_CMD_GVL:
+    case RBTRACE_CMD_THREAD_NAMES:
         msgpack_pack_array(pk, 2);
         msgpack_pack_uint32(pk, cmd->type);
         msgpack_pack_uint32(pk, cmd->client_pid);
@@ -197,6 +198,7 @@ static int command_decode_fields(const msgpack_object_array *a,
     case RBTRACE_CMD_DEVMODE:
     case RBTRACE_CMD_RESUME:
     case RBTRACE_CMD_GVL:
+    case RBTRACE_CMD_THREAD_NAMES:
         return RBTRACE_OK;
     case RBTRACE_CMD_ALLOC:
         return codec_uint(a, 2, &cmd->sample, err);
@@ -411,6 +413,15 @@ void rbtrace_event_pack_alloc_site(msgpack_packer *pk, uint64_t count,
     msgpack_pack_str_with_body(pk, path, path_len);
     msgpack_pack_uint64(pk, line);
     msgpack_pack_str_with_body(pk, label, label_len);
+}
+
+void rbtrace_event_pack_thread_name(msgpack_packer *pk, uint64_t thread_id, const char *name,
+                                    size_t len)
+{
+    msgpack_pack_array(pk, 3);
+    msgpack_pack_uint32(pk, RBTRACE_EV_THREAD_NAME);
+    msgpack_pack_uint64(pk, thread_id);
+    msgpack_pack_str_with_body(pk, name, len);
 }
 
 void rbtrace_event_pack_refused(msgpack_packer *pk, enum rbtrace_refusal reason,
@@ -657,6 +668,9 @@ static int event_decode_fields(const msgpack_object_array *a, struct rbtrace_eve
         if (codec_str(a, 3, &ev->text2, err) != RBTRACE_OK) return RBTRACE_ERR;
         if (codec_uint(a, 4, &ev->line, err) != RBTRACE_OK) return RBTRACE_ERR;
         return codec_str(a, 5, &ev->text3, err);
+    case RBTRACE_EV_THREAD_NAME:
+        if (codec_uint(a, 1, &ev->thread_id, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return codec_str(a, 2, &ev->text, err);
     }
     snprintf(err, RBTRACE_ERRLEN, "unknown event %u", (unsigned)ev->type);
     return RBTRACE_ERR;

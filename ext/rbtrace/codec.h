@@ -51,7 +51,7 @@ struct rbtrace_command {
 struct rbtrace_event {
     enum rbtrace_event_type type;
     uint64_t thread_id;          /* CALL, RETURN, CALL_ARGS (0 in a _NEXT), SLOW, GC,
-                                    RAISE, GVL */
+                                    RAISE, GVL, THREAD_NAME */
     uint64_t time_ns;            /* CALL, RETURN, CALL_ARGS; _NEXT: delta_ns */
     uint64_t method_id;          /* METHOD, CALL, RETURN, CALL_ARGS, _NEXT */
     uint64_t number;             /* ATTACHED: protocol version; LOST: count;
@@ -72,7 +72,8 @@ struct rbtrace_event {
                                     REFUSED, ERROR, NOTICE: message;
                                     EVAL_RESULT: result text;
                                     GC: major_by; RAISE: class;
-                                    ALLOC_SITE: class */
+                                    ALLOC_SITE: class;
+                                    THREAD_NAME: the name ("" for none) */
     struct rbtrace_str text2;    /* GC: gc_by; RAISE: message; ALLOC_SITE: path */
     struct rbtrace_str text3;    /* RAISE: location; ALLOC_SITE: label */
     uint32_t n_exprs;            /* CALL_ARGS */
@@ -291,6 +292,9 @@ void rbtrace_event_pack_raise(msgpack_packer *pk, uint64_t thread_id, uint64_t t
                               const char *klass, size_t klass_len,
                               const char *message, size_t message_len,
                               const char *location, size_t location_len, uint64_t reraise);
+/* THREAD_NAME: name[0, len), the caller cut to RBTRACE_THREAD_NAME_MAX */
+void rbtrace_event_pack_thread_name(msgpack_packer *pk, uint64_t thread_id, const char *name,
+                                    size_t len);
 void rbtrace_event_pack_gvl(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
                             uint64_t wait_ns);
 

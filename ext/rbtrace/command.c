@@ -17,6 +17,7 @@
 #include "gcwatch.h"
 #include "gvlwatch.h"
 #include "allocwatch.h"
+#include "threadnames.h"
 #include "trace.h"
 #include "writer.h"
 #include <errno.h>
@@ -316,6 +317,9 @@ static void command_dispatch(const struct rbtrace_command *cmd, int from_socket)
         break;
     case RBTRACE_CMD_ALLOC:
         rbtrace_alloc_start(cmd->sample);
+        break;
+    case RBTRACE_CMD_THREAD_NAMES:
+        rbtrace_thread_names_start();
         break;
     case RBTRACE_CMD_DEVMODE:
         rbtrace_devmode_start();

@@ -349,6 +349,7 @@ void rbtrace_emit_call_args(VALUE klass, ID mid, uint64_t now, VALUE exprs, VALU
         return;
     }
     if (n > RBTRACE_EXPRS_MAX) n = RBTRACE_EXPRS_MAX;
+    if (rbtrace.thread_names) rbtrace_emit_thread_name_due();   /* before the scratch is ours */
     emit_begin();
     rbtrace_event_pack_call_args(&scratch_pk, thread, time, id, (uint32_t)n);
     for (i = 0; i < n; i++) {
@@ -376,10 +377,19 @@ void rbtrace_emit_slow(VALUE klass, ID mid, uint64_t start_ns, uint64_t duration
         rbtrace.lost++;
         return;
     }
+    if (rbtrace.thread_names) rbtrace_thread_name_note(rbtrace_thread_id());
     emit_begin();
     rbtrace_event_pack_slow(&scratch_pk, rbtrace_thread_id(), start_ns - rbtrace.clock_origin_ns,
                             id, duration_ns, depth);
     emit_commit();
+}
+
+/* A thread's name (threadnames.c), before its call event. */
+int rbtrace_emit_thread_name(uint64_t thread, const char *name, size_t len)
+{
+    emit_begin();
+    rbtrace_event_pack_thread_name(&scratch_pk, thread, name, len);
+    return emit_commit();
 }
 
 /* One garbage collection (gcwatch.c), from a postponed job. */
@@ -400,6 +410,7 @@ void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location
     if (!rbtrace.attached) return;
     if (!RB_TYPE_P(klass, T_STRING) || !RB_TYPE_P(message, T_STRING) ||
         !RB_TYPE_P(location, T_STRING)) return;
+    if (rbtrace.thread_names) rbtrace_thread_name_note(rbtrace_thread_id());
     emit_begin();
     rbtrace_event_pack_raise(&scratch_pk, rbtrace_thread_id(), now - rbtrace.clock_origin_ns,
                              RSTRING_PTR(klass), RSTRING_LEN(klass),

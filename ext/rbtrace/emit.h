@@ -17,6 +17,7 @@
 #include "clock.h"
 #include "codec.h"
 #include "ring.h"
+#include "threadnames.h"
 
 /* Bytes of the event ring between the app's threads and the writer. 2 MiB
  * rather than 1: the lines the app writes were read by the writer a lap
@@ -57,6 +58,8 @@ void rbtrace_emit_alloc_pending(void);
 void rbtrace_emit_alloc(uint64_t thread, uint64_t count);
 void rbtrace_emit_alloc_site(uint64_t count, const char *klass, size_t klass_len, const char *path,
                              size_t path_len, uint64_t line, const char *label, size_t label_len);
+/* THREAD_NAME (threadnames.c); 0 if sent, -1 if dropped (counted as lost) */
+int rbtrace_emit_thread_name(uint64_t thread, const char *name, size_t len);
 void rbtrace_emit_attached(uint32_t features);
 int rbtrace_emit_detached(uint64_t other_gcs, int *state);
 void rbtrace_emit_end_calls(void);
@@ -140,6 +143,16 @@ rbtrace_emit_call_of(rb_event_flag_t event, uint32_t id, uint64_t now)
         rbtrace_emit_call_pushed(rbtrace_call_event_type(event), now, id);
 }
 
+/* --thread-names: the current thread's name goes first (threadnames.c)
+ * where its call event starts a run of its own (not the chain's thread:
+ * its first of the trace, or its first after another thread's). */
+static inline void rbtrace_emit_thread_name_due(void)
+{
+    uint64_t thread = rbtrace_thread_id();
+
+    if (thread != rbtrace.chain.thread_id) rbtrace_thread_name_note(thread);
+}
+
 /* A CALL (event RUBY_EVENT_CALL or _C_CALL) or RETURN of (klass, mid) at
  * now (rbtrace_clock_ns), of the current thread. */
 static inline __attribute__((always_inline)) void
@@ -157,6 +170,7 @@ rbtrace_emit_call(rb_event_flag_t event, VALUE klass, ID mid, uint64_t now)
         rbtrace.lost++;
         return;
     }
+    if (__builtin_expect(rbtrace.thread_names, 0)) rbtrace_emit_thread_name_due();
     rbtrace_emit_call_of(event, id, now);
 }
 

@@ -28,9 +28,9 @@
 /* 4: commands after ATTACH come over the socket (3 sent them through the
  * queue, in chunks). 5: RAISE says whether it is a re-raise. 6: GVL
  * (the command and the event), ATTACHED's features. 7: ALLOC (the
- * command, the ALLOC and ALLOC_SITE events). A target
- * refuses an ATTACH of another version with RBTRACE_REFUSED_VERSION,
- * saying both versions. */
+ * command, the ALLOC and ALLOC_SITE events), THREAD_NAMES and THREAD_NAME.
+ * A target refuses an ATTACH of another version with
+ * RBTRACE_REFUSED_VERSION, saying both versions. */
 #define RBTRACE_PROTOCOL_VERSION 7
 
 /*
@@ -130,7 +130,10 @@ enum rbtrace_command_type {
      * (ALLOC events), each sampled one (one in sample, at random: 1 counts
      * every object) counted as sample; at the detach, the sites that
      * allocated most (ALLOC_SITE events). sample 0 is refused (ERROR). */
-    RBTRACE_CMD_ALLOC = 12
+    RBTRACE_CMD_ALLOC = 12,
+    /* [13, client_pid]: name each thread of the trace (THREAD_NAME events)
+     * from now on. */
+    RBTRACE_CMD_THREAD_NAMES = 13
 };
 
 /* ---- events: target -> client ------------------------------------------ */
@@ -218,7 +221,14 @@ enum rbtrace_event_type {
      * it one yet: an internal, hidden object), where (the innermost Ruby
      * frame: path "" and line 0 if there was none), and that frame's method
      * ("Foo#bar", "block in Foo#bar"). */
-    RBTRACE_EV_ALLOC_SITE = 20
+    RBTRACE_EV_ALLOC_SITE = 20,
+    /* [21, thread_id(uint), name(str)]: after THREAD_NAMES, the name
+     * (Thread#name) of a thread, "" for none, sent before the thread's
+     * first call event of the trace, and again before its first call event
+     * after another thread's when the name changed meanwhile. At most
+     * RBTRACE_THREAD_NAME_MAX bytes (cut, not necessarily at a character's
+     * end). Not a call event (the _NEXT chain passes over it). */
+    RBTRACE_EV_THREAD_NAME = 21
 };
 
 /* ATTACHED's features: what the target can do beyond every version's. */
@@ -248,5 +258,8 @@ enum rbtrace_eval_status {
 
 /* Longest value of a trace expression, in bytes, before "..." */
 #define RBTRACE_VALUE_MAX 256
+
+/* Longest thread name a THREAD_NAME carries, in bytes (longer ones cut). */
+#define RBTRACE_THREAD_NAME_MAX 256
 
 #endif

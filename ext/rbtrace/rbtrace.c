@@ -25,6 +25,7 @@
 #include "raisewatch.h"
 #include "command.h"
 #include "slow.h"
+#include "threadnames.h"
 #include "trace.h"
 #include "wrapper.h"
 
@@ -107,6 +108,7 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     Init_rbtrace_raisewatch(rbtrace_mRBTrace);
     Init_rbtrace_gvlwatch(rbtrace_mRBTrace);
     Init_rbtrace_allocwatch(rbtrace_mRBTrace);
+    Init_rbtrace_threadnames(rbtrace_mRBTrace);
     Init_rbtrace_ractors(rbtrace_mRBTrace);
     rbtrace_inplace_install();
     rbtrace_clock_init();

@@ -114,6 +114,7 @@ struct rbtrace_state {
             uint8_t big_event;       /* emit.c: a large event is being pushed */
             uint8_t sealed;          /* emit.c: DETACHED is in the ring: nothing may follow */
             uint8_t calls_ended;     /* emit.c: detaching: calls and returns are not recorded */
+            uint8_t thread_names;    /* threadnames.c: THREAD_NAME events asked for */
         };
         uint64_t event_flags;   /* the bytes above, all at once */
     };

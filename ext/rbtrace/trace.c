@@ -39,6 +39,7 @@
 #include "raisewatch.h"
 #include "selector.h"
 #include "slow.h"
+#include "threadnames.h"
 #include "trace.h"
 #include "wrapper.h"
 #include <string.h>
@@ -589,6 +590,7 @@ void rbtrace_trace_clear(void)
     rbtrace_raise_stop();
     rbtrace_gvl_stop();
     rbtrace_alloc_stop();
+    rbtrace_thread_names_stop();
     rbtrace_devmode_stop();
 }
 

@@ -66,6 +66,10 @@ module TransparencySpec
       shows: /Integer#gcd\(self=12\)/
     },
     '-f' => { args: ['-f'], shows: /^ *Probe#greet\b/ },
+    '-m on Ruby and C methods with --thread-names (the name read in hooks and wrappers)' => {
+      args: ['--thread-names', '-m', *RUBY_SELECTORS, 'Integer#gcd'], shows: /^\[t\d+\] *Probe#greet\b|^ *Probe#greet\b/,
+      known: :wrapper
+    },
     '--slow 0' => { args: %w[--slow 0], shows: /^ *Probe#greet\b/ },
     '--gc' => { args: ['--gc'], shows: /\S/ },
     '--raise' => { args: ['--raise'], shows: /RuntimeError/ },

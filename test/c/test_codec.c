@@ -296,6 +296,9 @@ static void test_commands(void)
     cmd_roundtrip(cmd);
     cmd->sample = 0;
 
+    cmd->type = RBTRACE_CMD_THREAD_NAMES;
+    cmd_roundtrip(cmd);
+
     cmd->type = RBTRACE_CMD_SLOW;
     cmd->threshold_ns = 250000000;
     cmd_roundtrip(cmd);
@@ -705,6 +708,32 @@ static void test_event_alloc(struct ev_fixture *f)
     CHECK(str_eq(f->ev.text, "String"));
     CHECK(str_eq(f->ev.text2, "app/report.rb"));
     CHECK(str_eq(f->ev.text3, "Report#render"));
+    evf_end(f);
+}
+
+/* THREAD_NAME: a name, an empty one, and one of any bytes. */
+static void test_event_thread_name(struct ev_fixture *f)
+{
+    static const char odd[] = "a\nb\x1b[31m\xff\0z";
+
+    evf_begin(f);
+    rbtrace_event_pack_thread_name(&f->pk, 140379806918336ULL, "puma srv tp 001", 15);
+    evf_decode(f);
+    CHECK(f->ev.type == RBTRACE_EV_THREAD_NAME);
+    CHECK(f->ev.thread_id == 140379806918336ULL);
+    CHECK(str_eq(f->ev.text, "puma srv tp 001"));
+    evf_end(f);
+
+    evf_begin(f);
+    rbtrace_event_pack_thread_name(&f->pk, 7, "", 0);
+    evf_decode(f);
+    CHECK(f->ev.type == RBTRACE_EV_THREAD_NAME && f->ev.thread_id == 7 && f->ev.text.len == 0);
+    evf_end(f);
+
+    evf_begin(f);
+    rbtrace_event_pack_thread_name(&f->pk, 7, odd, sizeof(odd) - 1);
+    evf_decode(f);
+    CHECK(f->ev.text.len == sizeof(odd) - 1 && memcmp(f->ev.text.ptr, odd, sizeof(odd) - 1) == 0);
     evf_end(f);
 }
 
@@ -1507,6 +1536,7 @@ int main(void)
     test_event_raise(f);
     test_event_gvl(f);
     test_event_alloc(f);
+    test_event_thread_name(f);
     test_event_malformed();
     test_fast_call_widths();
     test_fast_call_wide_fields();

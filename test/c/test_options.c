@@ -232,6 +232,28 @@ static void test_alloc(void)
     refused(ARGC(with_eval), with_eval, "-e cannot be combined with");
 }
 
+/* --thread-names: with a trace (-m, -f, --slow...), not with -e or a report. */
+static void test_thread_names(void)
+{
+    char *with_m[] = { "rbtrace", "-p", "1", "-m", "A#a", "--thread-names" };
+    char *with_slow[] = { "rbtrace", "-p", "1", "--thread-names", "--slow", "5" };
+    char *with_eval[] = { "rbtrace", "-p", "1", "--thread-names", "-e", "1" };
+    char *with_value[] = { "rbtrace", "-p", "1", "-f", "--thread-names=yes" };
+    struct options o;
+
+    CHECK(parse(&o, ARGC(with_m), with_m, NULL) == CLI_OK);
+    CHECK(o.thread_names && o.mode == OPTIONS_MODE_METHODS);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(with_slow), with_slow, NULL) == CLI_OK);
+    CHECK(o.thread_names && o.slow_ms == 5);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(with_m) - 1, with_m, NULL) == CLI_OK);
+    CHECK(!o.thread_names);
+    options_free(&o);
+    refused(ARGC(with_eval), with_eval, "--thread-names names the threads of a trace: use it with -m");
+    refused(ARGC(with_value), with_value, "option --thread-names takes no value");
+}
+
 static void test_watch_errors(void)
 {
     char *both[] = { "rbtrace", "-p", "1", "--slow", "1", "--slowcpu", "2" };
@@ -483,6 +505,7 @@ int main(void)
     test_watch_errors();
     test_gvl();
     test_alloc();
+    test_thread_names();
     test_targets();
     test_optional_values();
     test_reports();

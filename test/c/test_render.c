@@ -775,6 +775,74 @@ static void fx_gvl(struct fixture *fx, uint64_t thread, uint64_t time_ns, uint64
     fx_send(fx, &ev);
 }
 
+static void fx_thread_name(struct fixture *fx, uint64_t thread, const char *name, size_t len)
+{
+    struct rbtrace_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = RBTRACE_EV_THREAD_NAME;
+    ev.thread_id = thread;
+    ev.text.ptr = name;
+    ev.text.len = (uint32_t)len;
+    fx_send(fx, &ev);
+}
+
+/* --thread-names: "[tN name]" once named (even alone), "[tN]" unnamed,
+ * renamed and unnamed again; without the option the events change nothing. */
+static void test_thread_names(void)
+{
+    struct render_opts o = { .prefix = 2, .thread_names = 1 };
+    struct fixture fx;
+
+    fx_open(&fx, 0, 0, 2);
+    fx.r.opts = o;
+    fx_method(&fx, 1, "Worker#step");
+    fx_thread_name(&fx, 7, "puma srv tp 001", 15);
+    fx_call(&fx, 7, 0, 1);
+    fx_return(&fx, 7, 1 * MS, 1);
+    fx_thread_name(&fx, 9, "", 0);
+    fx_call(&fx, 9, 2 * MS, 1);
+    fx_return(&fx, 9, 3 * MS, 1);
+    fx_thread_name(&fx, 7, "renamed", 7);
+    fx_call(&fx, 7, 4 * MS, 1);
+    fx_return(&fx, 7, 5 * MS, 1);
+    fx_thread_name(&fx, 7, "", 0);
+    fx_call(&fx, 7, 6 * MS, 1);
+    fx_return(&fx, 7, 7 * MS, 1);
+    FX_CHECK(&fx, "[t1 puma srv tp 001] Worker#step <0.001000>\n"
+                  "[t2] Worker#step <0.001000>\n"
+                  "[t1 renamed] Worker#step <0.001000>\n"
+                  "[t1] Worker#step <0.001000>\n");
+
+    /* A hostile name: escaped, its ']' as \x5d, cut to 48 bytes at a
+     * character's end (the 2-byte "é" that would cross it is left out). */
+    {
+        char name[10240];
+        const char *head = "a]b\n\x1b[31m";   /* 9 bytes, then 38 x */
+
+        memset(name, 'x', sizeof(name));
+        memcpy(name, head, strlen(head));
+        name[47] = (char)0xc3;                  /* "é" at bytes 47-48 */
+        name[48] = (char)0xa9;
+        fx_open(&fx, 0, 0, 2);
+        fx.r.opts = o;
+        fx_method(&fx, 1, "Worker#step");
+        fx_thread_name(&fx, 7, name, sizeof(name));
+        fx_call(&fx, 7, 0, 1);
+        fx_return(&fx, 7, 1 * MS, 1);
+        FX_CHECK(&fx, "[t1 a\\x5db\\n\\x1b[31mxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...] "
+                      "Worker#step <0.001000>\n");
+    }
+
+    /* Without --thread-names: nothing shows. */
+    fx_open(&fx, 0, 0, 2);
+    fx_method(&fx, 1, "Worker#step");
+    fx_thread_name(&fx, 7, "puma srv tp 001", 15);
+    fx_call(&fx, 7, 0, 1);
+    fx_return(&fx, 7, 1 * MS, 1);
+    FX_CHECK(&fx, "Worker#step <0.001000>\n");
+}
+
 /* --gvl MS: waits over MS on a line of their own; each call's waits after
  * its duration, its callees' included, its calls lost included. */
 static void test_gvl(void)
@@ -1004,6 +1072,7 @@ int main(void)
     test_gc();
     test_raise();
     test_gvl();
+    test_thread_names();
     test_reraise_folded();
     test_reraise_unfolded();
     test_reraise_interleaved();

@@ -131,6 +131,8 @@ struct calls_emit {
     int (*lost)(struct format *f, const struct rbtrace_event *ev);
     /* --alloc's ALLOC_SITE, or NULL for a format that leaves the sites out. */
     int (*alloc_site)(struct format *f, const struct rbtrace_event *ev);
+    /* THREAD_NAME (--thread-names), or NULL: the format shows no names. */
+    int (*thread_name)(struct format *f, const struct rbtrace_event *ev);
 };
 
 /* Notes an event's time: last_time_ns is the latest. */
@@ -230,6 +232,8 @@ static inline int calls_walk_event(struct calls *c, struct format *f, const stru
     }
     case RBTRACE_EV_ALLOC_SITE:
         return emit->alloc_site ? emit->alloc_site(f, ev) : CLI_OK;
+    case RBTRACE_EV_THREAD_NAME:
+        return emit->thread_name ? emit->thread_name(f, ev) : CLI_OK;
     default:
         return CLI_OK;
     }

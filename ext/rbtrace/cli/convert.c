@@ -112,7 +112,8 @@ static size_t convert_number(const struct convert_span *s, uint64_t *v)
     return n == 19 ? 0 : n;
 }
 
-/* "[" number "] " with the letter (0: none) after '[': *v, and s past it. */
+/* "[" number "] " with the letter (0: none) after '[': *v, and s past it.
+ * A thread's may carry its name: "[t2 puma srv tp 001] " (render.h). */
 static int convert_bracket(struct convert_span *s, char letter, uint64_t *v)
 {
     struct convert_span t = *s;
@@ -126,6 +127,13 @@ static int convert_bracket(struct convert_span *s, char letter, uint64_t *v)
     }
     if (!(n = convert_number(&t, v))) return 0;
     convert_skip(&t, n);
+    if (letter == 't' && convert_starts(&t, " ")) {
+        /* --thread-names: "[tN name] ", the name's own ']' escaped */
+        const char *end = memchr(t.p, ']', t.len);
+
+        if (!end) return 0;
+        convert_skip(&t, (size_t)(end - t.p));
+    }
     if (!convert_starts(&t, "] ")) return 0;
     convert_skip(&t, 2);
     *s = t;

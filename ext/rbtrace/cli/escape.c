@@ -109,3 +109,13 @@ int escape_fwrite_body(FILE *f, const char *s, size_t len)
     }
     return escape_fwrite(f, s, len, ESCAPE_KEEP_LINES);
 }
+
+size_t escape_cut(const char *s, size_t len, size_t max)
+{
+    const unsigned char *p = (const unsigned char *)s;
+
+    if (len <= max) return len;
+    /* Back over continuation bytes (10xxxxxx) to a character's start. */
+    while (max > 0 && (p[max] & 0xc0) == 0x80) max--;
+    return max;
+}

@@ -64,6 +64,10 @@ size_t escape_text(char *out, const char *s, size_t len, unsigned flags);
  * f). 0, or -1 if f has a write error. */
 int escape_fwrite(FILE *f, const char *s, size_t len, unsigned flags);
 
+/* How much of s[0, len) to show when at most max bytes may be: len, or
+ * max or less, never splitting a UTF-8 character (a name cut short). */
+size_t escape_cut(const char *s, size_t len, size_t max);
+
 /* Whether multi-line text the user asked for (see the top of this file)
  * is printed escaped: the caller then prints ESCAPE_BODY_NOTE first. */
 int escape_body_needed(const char *s, size_t len);

@@ -22,6 +22,7 @@
 #include <string.h>
 #include "calls.h"
 #include "cli.h"
+#include "escape.h"
 #include "format.h"
 #include "json.h"
 
@@ -104,6 +105,48 @@ static int chrome_thread_track(struct format *base, const struct calls_thread *t
 {
     chrome_thread_name((struct format_chrome *)base, t->ordinal, "thread", 6, t->id);
     return CLI_OK;
+}
+
+/*
+ * THREAD_NAME (--thread-names, on by default in chrome): the track's name
+ * again, "puma srv tp 001 (thread 2)": the name first, what a viewer's
+ * narrow column shows; the number to match the json's and text's. Cut as
+ * text cuts it (render.h); "" gives back "thread 2". Viewers take a
+ * track's last name: a rename renames the track for the whole trace.
+ */
+static int chrome_thread_named(struct format *base, const struct rbtrace_event *ev)
+{
+    struct format_chrome *f = (struct format_chrome *)base;
+    size_t cut = escape_cut(ev->text.ptr, ev->text.len, RENDER_THREAD_NAME_MAX), n;
+    int added;
+    long ti = calls_thread(&f->calls, ev->thread_id, &added);
+    uint64_t tid;
+
+    if (ti < 0) return format_fail(&f->base, "out of memory");
+    tid = f->calls.threads[ti].ordinal;
+    if ((n = json_escape_buf(&f->buf, ev->text.ptr, cut)) == (size_t)-1)
+        return format_fail(&f->base, "out of memory");
+    PUT_LITERAL(f, ",\n{\"ph\":\"M\",\"name\":\"thread_name\"");
+    put(f, f->pid, f->pid_len);
+    PUT_NUM(f, ",\"tid\":", tid);
+    PUT_LITERAL(f, ",\"args\":{\"name\":\"");
+    if (cut == 0) {
+        PUT_NUM(f, "thread ", tid);
+    } else {
+        put(f, f->buf.p, n);
+        if (cut < ev->text.len) PUT_LITERAL(f, "...");
+        PUT_NUM(f, " (thread ", tid);
+        PUT_LITERAL(f, ")");
+    }
+    PUT_LITERAL(f, "\"}}");
+    if (added) {
+        PUT_LITERAL(f, ",\n{\"ph\":\"M\",\"name\":\"thread_sort_index\"");
+        put(f, f->pid, f->pid_len);
+        PUT_NUM(f, ",\"tid\":", tid);
+        PUT_NUM(f, ",\"args\":{\"sort_index\":", tid);
+        PUT_LITERAL(f, "}}");
+    }
+    return format_check_io(&f->base);
 }
 
 /* The thread's index, its track named first if new; -1 when out of memory. */
@@ -329,6 +372,7 @@ static const struct calls_emit chrome_emit = {
     .raise = chrome_raise,
     .gvl = chrome_gvl,
     .lost = chrome_lost,
+    .thread_name = chrome_thread_named,
 };
 
 static int chrome_event(struct format *base, const struct rbtrace_event *ev)

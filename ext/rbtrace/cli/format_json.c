@@ -15,6 +15,7 @@
 #include <string.h>
 #include "calls.h"
 #include "cli.h"
+#include "escape.h"
 #include "format.h"
 #include "json.h"
 
@@ -111,6 +112,38 @@ static int json_thread_line(struct format *base, const struct calls_thread *t)
 static long json_thread(struct format_json *f, uint64_t id)
 {
     return calls_walk_thread(&f->calls, &f->base, json_thread_line, id);
+}
+
+/* THREAD_NAME (--thread-names, on by default in json): the thread's line
+ * again, with its name, cut as text cuts it (render.h), or null for none:
+ * {"kind":"thread","thread":2,"thread_id":139872,"name":"puma srv tp 001"}.
+ * A thread seen first so gets only this line; a rename, another. */
+static int json_thread_name(struct format *base, const struct rbtrace_event *ev)
+{
+    struct format_json *f = (struct format_json *)base;
+    struct rbtrace_str name = ev->text;
+    int added;
+    long ti = calls_thread(&f->calls, ev->thread_id, &added);
+
+    if (ti < 0) return format_fail(&f->base, "out of memory");
+    name.len = (uint32_t)escape_cut(name.ptr, name.len, RENDER_THREAD_NAME_MAX);
+    PUT_NUM(f, "{\"kind\":\"thread\",\"thread\":", f->calls.threads[ti].ordinal);
+    PUT_NUM(f, ",\"thread_id\":", ev->thread_id);
+    PUT_LITERAL(f, ",\"name\":");
+    if (name.len < ev->text.len) {
+        size_t n = 0;
+
+        if (json_buf_add_escaped(&f->name, &n, name.ptr, name.len) != CLI_OK ||
+            json_buf_add(&f->name, &n, "...") != CLI_OK)
+            return format_fail(&f->base, "out of memory");
+        fputc_unlocked('"', f->base.out);
+        put(f, f->name.p, n);
+        fputc_unlocked('"', f->base.out);
+    } else if (put_string(f, name, 1) != CLI_OK) {
+        return CLI_ERR;
+    }
+    PUT_LITERAL(f, "}\n");
+    return format_check_io(&f->base);
 }
 
 /* ---- events ---- */
@@ -313,6 +346,7 @@ static const struct calls_emit json_emit = {
     .gvl = json_gvl,
     .lost = json_lost,
     .alloc_site = json_alloc_site,
+    .thread_name = json_thread_name,
 };
 
 static int json_event(struct format *base, const struct rbtrace_event *ev)

@@ -67,6 +67,8 @@ static void usage(FILE *f)
           "                         allocated most\n"
           "      --alloc-sample N   --alloc, seeing one object in N (at random) and counting\n"
           "                         it as N (default 16; 1: every object, slower)\n"
+          "      --thread-names     each thread's name (Thread#name) after its number:\n"
+          "                         [t2 puma srv tp 001] (on in --format json, chrome)\n"
           "      --devmode          -m selectors follow their classes by name: a class\n"
           "                         reloaded or defined later is traced too\n"
           "  -e, --eval CODE        run Ruby code in the process and print the result\n"

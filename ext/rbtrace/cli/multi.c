@@ -285,7 +285,7 @@ static int multi_write_combined(const struct options *o, const char *text, size_
  * no process was traced. */
 static int multi_summary(const struct options *o, struct multi_child *kids, size_t n)
 {
-    struct format_opts fopts = { { 0, 0, 0, 0, 0, 0, 0, 0 }, 0, o->sort };
+    struct format_opts fopts = { { 0, 0, 0, 0, 0, 0, 0, 0, 0 }, 0, o->sort };
     struct format *all = NULL;
     char *text = NULL;
     size_t len = 0, i, merged = 0;

@@ -496,6 +496,7 @@ static const struct options_spec options_table[] = {
     { 0,   "gvl",         OPTIONS_OPTIONAL, options_set_gvl, 0 },
     { 0,   "alloc",       OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(alloc) },
     { 0,   "alloc-sample", OPTIONS_VALUE, options_set_alloc_sample, 0 },
+    { 0,   "thread-names", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(thread_names) },
     { 0,   "devmode",     OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(devmode) },
     { 'o', "output",      OPTIONS_VALUE, options_set_output, 0 },
     { 'a', "append",      OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(append) },
@@ -685,6 +686,9 @@ static int options_check(struct options *o)
         return options_fail(o, "-i shows its results on the terminal: -o applies to traces and -e");
     if (o->mode == OPTIONS_MODE_INTERACTIVE && (o->n_pids > 1 || o->exec_argv))
         return options_fail(o, "-i talks to one running process: give one -p PID (or --ps)");
+    if (o->thread_names && o->mode >= OPTIONS_MODE_EVAL)
+        return options_fail(o, "--thread-names names the threads of a trace: use it with -m, -c, -f, "
+                            "--slow or --raise, not %s", options_mode_names[o->mode]);
     if (o->devmode && o->mode != OPTIONS_MODE_METHODS)
         return options_fail(o, "--devmode applies to -m selectors: add -m SELECTOR...");
     if (o->n_slow_selectors && o->slow_ms < 0)

@@ -74,6 +74,7 @@ struct options {
                                   traced call's; < 0 when not given */
     int alloc;                 /* --alloc: objects allocated, per call and per site */
     unsigned long alloc_sample; /* --alloc-sample N: one object in N counts, as N */
+    int thread_names;          /* --thread-names: each thread's name after its [tN] */
     int devmode;               /* --devmode: -m follows reloaded classes */
     const char *output_path;   /* -o: output file, NULL for stdout */
     enum options_format format; /* --format, or --summary */

@@ -67,6 +67,7 @@ void render_free(struct render *r)
         free(r->threads[i].frames);
         free(r->threads[i].held.text);
         free(r->threads[i].held.last_at);
+        free(r->threads[i].name);
     }
     free(r->threads);
     alloc_report_free(&r->alloc);
@@ -286,10 +287,16 @@ static void render_line_start(struct render *r, const struct render_thread *t,
     char text[32];
     size_t n;
 
-    if (r->n_threads > 1) {
+    if (r->n_threads > 1 || t->name_len) {
         text[0] = '[';
         text[1] = 't';
         n = 2 + render_utoa(text + 2, t->ordinal);
+        if (t->name_len) {
+            text[n++] = ' ';
+            render_put(r, text, n);
+            render_put(r, t->name, t->name_len);
+            n = 0;
+        }
         text[n++] = ']';
         text[n++] = ' ';
         render_put(r, text, n);
@@ -647,11 +654,13 @@ static int render_print_held(struct render *r, size_t ti)
 {
     struct render_thread *t = &r->threads[ti];
     struct render_held *h = &t->held;
-    struct rbtrace_str klass = { h->text, h->class_len };
-    struct rbtrace_str message = { h->text + h->class_len, h->message_len };
-    struct rbtrace_str where = { h->text + h->class_len + h->message_len, h->where_len };
+    struct rbtrace_str klass, message, where;
 
+    /* A thread that never held one has no text (NULL): no offsets into it. */
     if (!t->holding) return CLI_OK;
+    klass = (struct rbtrace_str){ h->text, h->class_len };
+    message = (struct rbtrace_str){ h->text + h->class_len, h->message_len };
+    where = (struct rbtrace_str){ h->text + h->class_len + h->message_len, h->where_len };
     if (render_close_line(r) != CLI_OK) return CLI_ERR;
     render_line_start(r, t, &h->time_ns, h->depth);
     render_raise_text(r, h->reraise, klass, message, where);
@@ -833,6 +842,47 @@ int render_finish(struct render *r)
     return render_check_io(r);
 }
 
+/*
+ * THREAD_NAME (--thread-names): the thread's name, kept for its lines
+ * escaped and cut (render.h); "" takes it away. Its ']' are escaped too:
+ * the prefix ends at the first ']'.
+ */
+static int render_thread_name(struct render *r, const struct rbtrace_event *ev)
+{
+    size_t cut = escape_cut(ev->text.ptr, ev->text.len, RENDER_THREAD_NAME_MAX);
+    size_t i = 0, n = 0;
+    long ti;
+    char *name;
+
+    if (!r->opts.thread_names) return CLI_OK;
+    if ((ti = render_thread_index(r, ev->thread_id)) < 0) return CLI_ERR;
+    free(r->threads[ti].name);
+    r->threads[ti].name = NULL;
+    r->threads[ti].name_len = 0;
+    if (cut == 0) return CLI_OK;
+    name = malloc(cut * ESCAPE_MAX_PER_BYTE + 3);
+    if (!name) return render_fail(r, "out of memory");
+    while (i < cut) {
+        const char *bracket = memchr(ev->text.ptr + i, ']', cut - i);
+        size_t part = bracket ? (size_t)(bracket - ev->text.ptr) - i : cut - i;
+
+        n += escape_text(name + n, ev->text.ptr + i, part, 0);
+        i += part;
+        if (bracket) {
+            memcpy(name + n, "\\x5d", 4);
+            n += 4;
+            i++;
+        }
+    }
+    if (cut < ev->text.len) {
+        memcpy(name + n, "...", 3);
+        n += 3;
+    }
+    r->threads[ti].name = name;
+    r->threads[ti].name_len = n;
+    return CLI_OK;
+}
+
 /* The events a trace is made of, which the target counts when it drops one. */
 static void render_count(struct render *r, const struct rbtrace_event *ev)
 {
@@ -882,6 +932,8 @@ int render_event(struct render *r, const struct rbtrace_event *ev)
         return render_raise(r, ev);
     case RBTRACE_EV_GVL:
         return render_gvl(r, ev);
+    case RBTRACE_EV_THREAD_NAME:
+        return render_thread_name(r, ev);
     default:
         return CLI_OK;
     }

@@ -58,6 +58,17 @@
  *
  *   Foo#bar <0.001234> alloc 1600
  *
+ * With --thread-names (opts.thread_names), a thread the target named
+ * (THREAD_NAME events) shows its name after its number, on every line,
+ * even while it is the only thread seen; one without a name shows the
+ * number alone, as without the option:
+ *
+ *   [t2 puma srv tp 001] Foo#bar <0.000012>
+ *
+ * The name is cut to RENDER_THREAD_NAME_MAX bytes ("..." then follows),
+ * escaped, and its ']' written "\x5d", so that the prefix ends at the
+ * first ']' (--convert reads it so).
+ *
  * Names, expression values and GC and raise text are the app's bytes: they
  * are printed escaped (escape.h).
  */
@@ -78,7 +89,11 @@ struct render_opts {
     uint64_t gvl_threshold_ns; /* --gvl MS: longer waits get a line of their own */
     int alloc;                 /* --alloc: " alloc N" after each call's duration */
     unsigned long alloc_sample; /* --alloc-sample, for the report */
+    int thread_names;          /* --thread-names: "[tN name]" (THREAD_NAME events) */
 };
+
+/* The most bytes of a thread's name shown (before escaping), then "...". */
+#define RENDER_THREAD_NAME_MAX 48
 
 /* The deepest a SLOW line is indented, in levels; deeper ones say "[dN]". */
 #define RENDER_SLOW_INDENT_MAX 40
@@ -113,6 +128,8 @@ struct render_thread {
     struct render_frame *frames;
     size_t depth;              /* open calls */
     size_t cap;                /* room in frames */
+    char *name;                /* --thread-names: its name, escaped and cut, or NULL */
+    size_t name_len;
     int holding;               /* held is a raise line not yet printed */
     struct render_held held;
 };

@@ -667,7 +667,7 @@ static int session_init(struct session *s, const struct options *opts)
     struct format_opts fopts = { { opts->start_time, opts->no_duration, opts->prefix,
                                    opts->raise_all, opts->gvl_ms >= 0,
                                    (uint64_t)(opts->gvl_ms * 1e6 + 0.5), opts->alloc,
-                                   opts->alloc_sample },
+                                   opts->alloc_sample, opts->thread_names },
                                  (int)opts->pid, opts->sort };
 
     memset(s, 0, sizeof(*s));
@@ -927,6 +927,17 @@ static enum cli_exit session_send_alloc(struct session *s, struct rbtrace_comman
     return session_send_mode(s, cmd);
 }
 
+/* --thread-names, and json and chrome, whose viewers label threads by
+ * name: asked first, so that the first calls come named. */
+static enum cli_exit session_send_thread_names(struct session *s)
+{
+    const struct options *o = s->opts;
+
+    if (!o->thread_names && o->format != OPTIONS_FORMAT_JSON && o->format != OPTIONS_FORMAT_CHROME)
+        return CLI_EXIT_OK;
+    return session_send_bare(s, RBTRACE_CMD_THREAD_NAMES);
+}
+
 /* The commands that start tracing: --raise and --gc first (so that they
  * see what the others do, e.g. selectors that fail), --gvl and --alloc (so
  * that the first calls have their waits and objects), --slow, then -m or
@@ -935,6 +946,7 @@ static enum cli_exit session_send_trace(struct session *s, struct rbtrace_comman
 {
     const struct options *o = s->opts;
 
+    if (session_send_thread_names(s) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     if (o->raises && session_send_bare(s, RBTRACE_CMD_RAISE) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     if (o->gc && session_send_bare(s, RBTRACE_CMD_GC) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     if (session_send_gvl(s) != CLI_EXIT_OK) return CLI_EXIT_FAIL;

@@ -1,0 +1,129 @@
+/*
+ * threadnames.c - --thread-names: each traced thread's name (Thread#name)
+ * sent as a THREAD_NAME event before its calls
+ * (docs/DESIGN.md, "Thread names").
+ *
+ * Asked for by the THREAD_NAMES command (the client's --thread-names, and
+ * its json and chrome formats). Until then nothing here runs: the hot path
+ * pays nothing, as the flag sits in the event flags' word, which the
+ * firehose's way compares whole anyway (rbtrace_firehose_only) and which
+ * the general way reads a byte of, in the cache line it reads already.
+ *
+ * Once asked, a call event of a thread other than the last call event's
+ * (the chain's, codec.h) comes here first: that is each thread's first
+ * event of the trace, and its first after another thread ran, a few per
+ * GVL hand-off. Here the thread's name is read (a Ruby call, protected:
+ * the app may have redefined Thread#name) and compared with the one sent
+ * last for this thread; a new or changed name is sent. A name changed
+ * while its thread keeps the GVL shows at its next turn.
+ *
+ * What was sent is kept in a small direct-mapped table keyed by thread id
+ * (a name's hash, no copy, no allocation): a thread whose slot another
+ * took is named again, which is harmless. A dead thread's id reused by a
+ * new thread is the same thread to the client: its name is sent again if
+ * it differs.
+ */
+#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "emit.h"
+#include "threadnames.h"
+#include <string.h>
+
+/* Slots of the table of names sent: far more than the threads of a
+ * Puma or Sidekiq process; a collision costs one THREAD_NAME again. */
+#define THREAD_NAMES_SLOTS 512
+
+struct thread_name_sent {
+    uint64_t thread;           /* rbtrace_thread_id, 0 for a free slot */
+    uint64_t hash;             /* of the name sent (thread_name_hash) */
+};
+
+static struct thread_name_sent sent[THREAD_NAMES_SLOTS];
+static ID id_name;
+/* A name is being read: a wrapper on Thread#name (-m Thread#name) must not
+ * bring us back here while we read it. */
+static int reading;
+
+/* FNV-1a of the name, with its length so that "" differs from none at all
+ * (a fresh slot's hash, 0, is no name's). */
+static uint64_t thread_name_hash(const char *p, size_t len)
+{
+    uint64_t h = 0xcbf29ce484222325ULL ^ len;
+    size_t i;
+
+    for (i = 0; i < len; i++) h = (h ^ (unsigned char)p[i]) * 0x100000001b3ULL;
+    return h | 1;
+}
+
+static struct thread_name_sent *thread_name_slot(uint64_t thread)
+{
+    uint64_t h = thread * 0x9e3779b97f4a7c15ULL;
+
+    return &sent[(h >> 40) & (THREAD_NAMES_SLOTS - 1)];
+}
+
+static VALUE thread_name_get_i(VALUE thread)
+{
+    return rb_funcall(thread, id_name, 0);
+}
+
+/* The current thread's name: a String, or nil (none, or Thread#name
+ * failed). A raise inside is the app's redefinition's: swallowed. */
+static VALUE thread_name_current(void)
+{
+    int state = 0;
+    VALUE name = rb_protect(thread_name_get_i, rb_thread_current(), &state);
+
+    if (state) {
+        rb_set_errinfo(Qnil);
+        return Qnil;
+    }
+    return RB_TYPE_P(name, T_STRING) ? name : Qnil;
+}
+
+void rbtrace_thread_names_start(void)
+{
+    memset(sent, 0, sizeof(sent));
+    /* The next call event is encoded in full, and so comes here: the
+     * thread that runs now is named too. */
+    rbtrace.chain.thread_id = 0;
+    rbtrace.thread_names = 1;
+}
+
+void rbtrace_thread_names_stop(void)
+{
+    rbtrace.thread_names = 0;
+}
+
+/* Called by the emitters of call events (emit_call.h, emit.c) with the GVL,
+ * for a thread that is not the chain's. */
+__attribute__((noinline)) void rbtrace_thread_name_note(uint64_t thread)
+{
+    struct thread_name_sent *slot;
+    const char *p = "";
+    size_t len = 0;
+    uint64_t hash;
+    VALUE name;
+
+    if (reading || !rbtrace.attached) return;
+    reading = 1;
+    name = thread_name_current();
+    reading = 0;
+    if (name != Qnil) {
+        p = RSTRING_PTR(name);
+        len = (size_t)RSTRING_LEN(name);
+        if (len > RBTRACE_THREAD_NAME_MAX) len = RBTRACE_THREAD_NAME_MAX;
+    }
+    hash = thread_name_hash(p, len);
+    slot = thread_name_slot(thread);
+    if (slot->thread == thread && slot->hash == hash) return;
+    if (rbtrace_emit_thread_name(thread, p, len) != 0) return;   /* again next time */
+    RB_GC_GUARD(name);
+    slot->thread = thread;
+    slot->hash = hash;
+}
+
+void Init_rbtrace_threadnames(VALUE mod)
+{
+    (void)mod;
+    id_name = rb_intern("name");
+}

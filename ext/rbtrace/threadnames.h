@@ -1,0 +1,18 @@
+/*
+ * threadnames.h - --thread-names: each traced thread's name sent as a
+ * THREAD_NAME event before its calls (threadnames.c).
+ */
+#ifndef RBTRACE_THREADNAMES_H
+#define RBTRACE_THREADNAMES_H
+
+#include <stdint.h>
+#include <ruby.h>
+
+void rbtrace_thread_names_start(void);
+void rbtrace_thread_names_stop(void);
+/* The emitters of call events, with the GVL, for a thread that is not the
+ * chain's: its name sent if new or changed (a Ruby call). */
+void rbtrace_thread_name_note(uint64_t thread);
+void Init_rbtrace_threadnames(VALUE mod);
+
+#endif
