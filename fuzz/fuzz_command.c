@@ -22,13 +22,13 @@
 #include <string.h>
 #include "codec.h"
 
-#define FUZZ_CHECK(cond)                                                          \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            fprintf(stderr, "fuzz_command: check failed at %s:%d: %s\n", __FILE__, \
-                    __LINE__, #cond);                                             \
-            abort();                                                              \
-        }                                                                         \
+#define FUZZ_CHECK(cond) \
+    do { \
+        if (!(cond)) { \
+            fprintf(stderr, "fuzz_command: check failed at %s:%d: %s\n", __FILE__, __LINE__, \
+                    #cond); \
+            abort(); \
+        } \
     } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -76,15 +76,15 @@ static void check_scan(const uint8_t *data, size_t size)
     msgpack_object obj;
     int rc;
 
-    if (scan == RBTRACE_SCAN_TOO_BIG) return;   /* msgpack-c would allocate for it */
+    if (scan == RBTRACE_SCAN_TOO_BIG) return; /* msgpack-c would allocate for it */
     if (!msgpack_zone_init(&zone, 1024)) abort();
     rc = msgpack_unpack(buf, size, &off, &zone, &obj);
     switch (scan) {
     case RBTRACE_SCAN_WHOLE:
         /* msgpack-c refuses nesting deeper than its stack (NOMEM) */
-        FUZZ_CHECK(rc == MSGPACK_UNPACK_NOMEM_ERROR ||
-                   ((rc == MSGPACK_UNPACK_SUCCESS || rc == MSGPACK_UNPACK_EXTRA_BYTES) &&
-                    off == end));
+        FUZZ_CHECK(
+            rc == MSGPACK_UNPACK_NOMEM_ERROR ||
+            ((rc == MSGPACK_UNPACK_SUCCESS || rc == MSGPACK_UNPACK_EXTRA_BYTES) && off == end));
         FUZZ_CHECK(end <= size && (rc != MSGPACK_UNPACK_SUCCESS || end == size));
         break;
     case RBTRACE_SCAN_PARTIAL:
@@ -134,7 +134,7 @@ static void check_round_trip(const struct rbtrace_command *cmd)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static struct rbtrace_command cmd;   /* large: off the stack, as in command.c */
+    static struct rbtrace_command cmd; /* large: off the stack, as in command.c */
     char err[RBTRACE_ERRLEN];
     msgpack_zone zone;
     uint32_t i;

@@ -22,13 +22,12 @@
 #include <string.h>
 #include "escape.h"
 
-#define FUZZ_CHECK(cond)                                                        \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            fprintf(stderr, "fuzz_escape: check failed: %s (%s:%d)\n", #cond,   \
-                    __FILE__, __LINE__);                                        \
-            abort();                                                            \
-        }                                                                       \
+#define FUZZ_CHECK(cond) \
+    do { \
+        if (!(cond)) { \
+            fprintf(stderr, "fuzz_escape: check failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
+            abort(); \
+        } \
     } while (0)
 
 /* The length of a valid UTF-8 character at s (RFC 3629), or 0; C1
@@ -83,10 +82,22 @@ static void fuzz_check_output(const unsigned char *in, size_t in_len, const unsi
         }
         FUZZ_CHECK(i + 1 < out_len && k < in_len);
         switch (out[i + 1]) {
-        case '\\': FUZZ_CHECK(in[k] == '\\'); i += 2; break;
-        case 'n': FUZZ_CHECK(in[k] == '\n' && !(flags & ESCAPE_KEEP_LINES)); i += 2; break;
-        case 't': FUZZ_CHECK(in[k] == '\t' && !(flags & ESCAPE_KEEP_LINES)); i += 2; break;
-        case 'r': FUZZ_CHECK(in[k] == '\r'); i += 2; break;
+        case '\\':
+            FUZZ_CHECK(in[k] == '\\');
+            i += 2;
+            break;
+        case 'n':
+            FUZZ_CHECK(in[k] == '\n' && !(flags & ESCAPE_KEEP_LINES));
+            i += 2;
+            break;
+        case 't':
+            FUZZ_CHECK(in[k] == '\t' && !(flags & ESCAPE_KEEP_LINES));
+            i += 2;
+            break;
+        case 'r':
+            FUZZ_CHECK(in[k] == '\r');
+            i += 2;
+            break;
         case 'x':
             FUZZ_CHECK(i + 3 < out_len);
             FUZZ_CHECK(fuzz_hex(out[i + 2]) >= 0 && fuzz_hex(out[i + 3]) >= 0);

@@ -41,13 +41,12 @@
 #include "render.h"
 #include "stream.h"
 
-#define FUZZ_CHECK(cond)                                                        \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            fprintf(stderr, "fuzz_event: check failed at %s:%d: %s\n", __FILE__, \
-                    __LINE__, #cond);                                           \
-            abort();                                                            \
-        }                                                                       \
+#define FUZZ_CHECK(cond) \
+    do { \
+        if (!(cond)) { \
+            fprintf(stderr, "fuzz_event: check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+            abort(); \
+        } \
     } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -58,7 +57,7 @@ struct digest {
     uint64_t hash;
     size_t events;
     size_t consumed;
-    int broken;        /* stopped at bytes the client refuses */
+    int broken; /* stopped at bytes the client refuses */
 };
 
 static void hash_bytes(struct digest *d, const void *p, size_t n)
@@ -89,7 +88,8 @@ static void hash_event(struct digest *d, const struct rbtrace_event *ev)
     hash_u64(d, ev->thread_id);
     hash_u64(d, ev->time_ns);
     hash_u64(d, ev->method_id);
-    if (ev->type == RBTRACE_EV_CALL || ev->type == RBTRACE_EV_RETURN) return;   /* fast path: no more */
+    if (ev->type == RBTRACE_EV_CALL || ev->type == RBTRACE_EV_RETURN)
+        return; /* fast path: no more */
     hash_u64(d, ev->number);
     hash_u64(d, ev->pid);
     hash_u64(d, ev->clock_origin_ns);
@@ -124,12 +124,10 @@ static int event_same(const struct rbtrace_event *a, const struct rbtrace_event 
         a->clock_origin_ns != b->clock_origin_ns || a->wall_origin_ns != b->wall_origin_ns ||
         a->duration_ns != b->duration_ns || a->depth != b->depth || a->mark_ns != b->mark_ns ||
         a->sweep_ns != b->sweep_ns || a->status != b->status || !str_same(a->text, b->text) ||
-        !str_same(a->text2, b->text2) || !str_same(a->text3, b->text3) ||
-        a->n_exprs != b->n_exprs)
+        !str_same(a->text2, b->text2) || !str_same(a->text3, b->text3) || a->n_exprs != b->n_exprs)
         return 0;
     for (i = 0; i < a->n_exprs; i++)
-        if (!str_same(a->exprs[i], b->exprs[i]) || !str_same(a->values[i], b->values[i]))
-            return 0;
+        if (!str_same(a->exprs[i], b->exprs[i]) || !str_same(a->values[i], b->values[i])) return 0;
     return 1;
 }
 
@@ -160,8 +158,7 @@ static int event_pack(msgpack_packer *pk, const struct rbtrace_event *ev)
 
     switch (ev->type) {
     case RBTRACE_EV_ATTACHED:
-        if (ev->number != RBTRACE_PROTOCOL_VERSION || ev->pid > UINT32_MAX ||
-            !(a = cstr(ev->text)))
+        if (ev->number != RBTRACE_PROTOCOL_VERSION || ev->pid > UINT32_MAX || !(a = cstr(ev->text)))
             return 0;
         if (ev->features)
             rbtrace_event_pack_attached_features(pk, (uint32_t)ev->pid, a, ev->clock_origin_ns,
@@ -278,8 +275,8 @@ static void check_round_trip(const struct rbtrace_event *ev)
         n = rbtrace_event_encode_call(fast, ev->type, ev->thread_id, ev->time_ns, ev->method_id);
         FUZZ_CHECK(n == sb.size && memcmp(fast, sb.data, n) == 0);
     } else if (ev->type == RBTRACE_EV_CALL_NEXT || ev->type == RBTRACE_EV_RETURN_NEXT) {
-        FUZZ_CHECK(again.type == ev->type && again.thread_id == 0 &&
-                   again.time_ns == ev->time_ns && again.method_id == ev->method_id);
+        FUZZ_CHECK(again.type == ev->type && again.thread_id == 0 && again.time_ns == ev->time_ns &&
+                   again.method_id == ev->method_id);
         n = rbtrace_event_encode_call_next(fast, ev->type, ev->time_ns, ev->method_id);
         FUZZ_CHECK(n == sb.size && memcmp(fast, sb.data, n) == 0);
     } else {
@@ -302,8 +299,8 @@ static void check_seconds(uint64_t ns)
     mine[n] = '\0';
     snprintf(theirs, sizeof(theirs), "%.6f", (double)ns / 1e9);
     if (strcmp(mine, theirs) != 0) {
-        fprintf(stderr, "fuzz_event: %llu ns: render says %s, printf %s\n",
-                (unsigned long long)ns, mine, theirs);
+        fprintf(stderr, "fuzz_event: %llu ns: render says %s, printf %s\n", (unsigned long long)ns,
+                mine, theirs);
         abort();
     }
 }
@@ -314,12 +311,12 @@ static void check_seconds(uint64_t ns)
 #define FUZZ_FORMATS 4
 
 struct pass {
-    struct render *render;     /* NULL: decode only */
-    struct format **formats;   /* FUZZ_FORMATS of them, or NULL */
+    struct render *render;   /* NULL: decode only */
+    struct format **formats; /* FUZZ_FORMATS of them, or NULL */
     struct digest d;
-    struct stream stream;      /* the decoder under test */
-    msgpack_zone zone;         /* the oracle's objects */
-    int checks;                /* the cross-checks, on one pass only */
+    struct stream stream; /* the decoder under test */
+    msgpack_zone zone;    /* the oracle's objects */
+    int checks;           /* the cross-checks, on one pass only */
 };
 
 /*
@@ -345,8 +342,8 @@ static void check_event(struct pass *ps, const char *p, size_t avail, size_t use
     FUZZ_CHECK(rbtrace_event_decode(&obj, &raw, err) == RBTRACE_OK);
     check_round_trip(&raw);
     if (raw.type == RBTRACE_EV_CALL_NEXT || raw.type == RBTRACE_EV_RETURN_NEXT) {
-        FUZZ_CHECK(ev->type == (raw.type == RBTRACE_EV_CALL_NEXT ? RBTRACE_EV_CALL
-                                                                 : RBTRACE_EV_RETURN));
+        FUZZ_CHECK(ev->type ==
+                   (raw.type == RBTRACE_EV_CALL_NEXT ? RBTRACE_EV_CALL : RBTRACE_EV_RETURN));
         FUZZ_CHECK(ev->method_id == raw.method_id);
     } else if (ps->stream.fast) {
         FUZZ_CHECK(raw.type == ev->type && raw.thread_id == ev->thread_id &&

@@ -16,8 +16,7 @@
 static const char *seeds_dir;
 
 /* Writes sb's bytes (after prefix, if any) to DIR/kind/name. */
-static int seeds_write(const char *kind, const char *name, const msgpack_sbuffer *sb,
-                       int prefix)
+static int seeds_write(const char *kind, const char *name, const msgpack_sbuffer *sb, int prefix)
 {
     char path[4096];
     unsigned char p = (unsigned char)prefix;
@@ -31,7 +30,7 @@ static int seeds_write(const char *kind, const char *name, const msgpack_sbuffer
         return -1;
     }
     ok = (prefix < 0 || fwrite(&p, 1, 1, f) == 1) &&
-         (sb->size == 0 || fwrite(sb->data, sb->size, 1, f) == 1);
+        (sb->size == 0 || fwrite(sb->data, sb->size, 1, f) == 1);
     if (fclose(f) != 0) ok = 0;
     if (!ok) {
         fprintf(stderr, "seeds: cannot write %s: %s\n", path, strerror(errno));
@@ -54,14 +53,15 @@ static int seeds_command(const char *name, const struct rbtrace_command *cmd)
 
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    rc = rbtrace_command_encode(&pk, cmd) == RBTRACE_OK ? seeds_write("command", name, &sb, -1) : -1;
+    rc = rbtrace_command_encode(&pk, cmd) == RBTRACE_OK ? seeds_write("command", name, &sb, -1)
+                                                        : -1;
     msgpack_sbuffer_destroy(&sb);
     return rc;
 }
 
 static int seeds_commands(void)
 {
-    static struct rbtrace_command c;   /* large */
+    static struct rbtrace_command c; /* large */
     int rc = 0;
 
     memset(&c, 0, sizeof(c));
@@ -136,15 +136,16 @@ static void seeds_session(msgpack_packer *pk)
     rbtrace_event_pack_expr(pk, "self", 4, "\"hello\"", 7);
     rbtrace_event_pack_expr(pk, "@test", 5, "123", 3);
     n = rbtrace_event_encode_call(fast, RBTRACE_EV_CALL, 140000000001ULL, 2000, 2);
-    msgpack_pack_str_body(pk, fast, n);   /* raw bytes: the hot path's encoding */
+    msgpack_pack_str_body(pk, fast, n); /* raw bytes: the hot path's encoding */
     rbtrace_event_pack_call(pk, RBTRACE_EV_RETURN, 140000000001ULL, 19000, 2);
     rbtrace_event_pack_call_next(pk, RBTRACE_EV_CALL_NEXT, 400, 2);
     rbtrace_event_pack_call_next(pk, RBTRACE_EV_RETURN_NEXT, 30000, 2);
     chain.started = 1;
     chain.thread_id = 140000000001ULL;
     chain.time_ns = 49400;
-    n = rbtrace_event_encode_call_chained(fast, &chain, RBTRACE_EV_RETURN, 140000000001ULL, 52000, 1);
-    msgpack_pack_str_body(pk, fast, n);   /* a RETURN_NEXT, as the hot path encodes it */
+    n = rbtrace_event_encode_call_chained(fast, &chain, RBTRACE_EV_RETURN, 140000000001ULL, 52000,
+                                          1);
+    msgpack_pack_str_body(pk, fast, n); /* a RETURN_NEXT, as the hot path encodes it */
     rbtrace_event_pack_call(pk, RBTRACE_EV_CALL, 7, UINT64_MAX - 5, 300);
     rbtrace_event_pack_lost(pk, 17);
     rbtrace_event_pack_call(pk, RBTRACE_EV_RETURN, 7, UINT64_MAX, 300);
@@ -153,7 +154,8 @@ static void seeds_session(msgpack_packer *pk)
     rbtrace_event_pack_raise(pk, 7, 7000, "ArgumentError", 13, "bad value", 9, "app.rb:12", 9, 0);
     rbtrace_event_pack_gvl(pk, 7, 8000, 12345000);
     rbtrace_event_pack_alloc(pk, 7, 2487);
-    rbtrace_event_pack_alloc_site(pk, 3972, "String", 6, "app/report.rb", 13, 8, "Report#render", 13);
+    rbtrace_event_pack_alloc_site(pk, 3972, "String", 6, "app/report.rb", 13, 8, "Report#render",
+                                  13);
     rbtrace_event_pack_thread_name(pk, 7, "puma srv tp 001", 15);
     rbtrace_event_pack_thread_name(pk, 9, "a]b\n\x1b[31m", 9);
     rbtrace_event_pack_forget(pk, 32768);
@@ -176,7 +178,8 @@ static int seeds_events(void)
     rc |= seeds_write("event", "session-t-n-r2-chunk3", &sb, 0x01 | 0x02 | (2 << 2) | (2 << 4));
     msgpack_sbuffer_clear(&sb);
 
-    rbtrace_event_pack_refused(&pk, RBTRACE_REFUSED_BUSY, 4243, "already traced by rbtrace pid 4243");
+    rbtrace_event_pack_refused(&pk, RBTRACE_REFUSED_BUSY, 4243,
+                               "already traced by rbtrace pid 4243");
     rc |= seeds_write("event", "refused", &sb, 0x10);
     msgpack_sbuffer_clear(&sb);
 

@@ -1,8 +1,8 @@
 # rakelib/lint.rake - the linters.
 #
-#   rake lint      RuboCop over the project's Ruby (which files, and how:
-#                  .rubocop.yml, and spec/ and bench/'s own); script/test
-#                  runs it on the Ruby 3.1 leg
+#   rake lint      both below; script/test runs it on the Ruby 3.1 leg
+#   rake lint:ruby RuboCop over the project's Ruby (which files, and how:
+#                  .rubocop.yml, and spec/ and bench/'s own)
 #   rake lint:c    clang-format over the C sources (.clang-format), as a
 #                  check (--dry-run --Werror) that rewrites nothing; it says
 #                  how many lines each file has to change. To reformat:
@@ -35,14 +35,17 @@ module Lint
   end
 end
 
-desc 'RuboCop over the Ruby of lib/, bench/, spec/, rakelib/, the Rakefile, the gemspec... (.rubocop.yml)'
-task :lint do
-  Lint.require_tool!('rubocop', 'rubocop')
-  ok = Lint.unbundled { system('rubocop', '--format', 'simple', chdir: Build::ROOT) }
-  abort 'rake lint: RuboCop found offenses (above); `rubocop -a FILE` corrects the safe ones' unless ok
-end
+desc 'The linters: RuboCop (lint:ruby) and clang-format (lint:c)'
+task lint: %w[lint:ruby lint:c]
 
 namespace :lint do
+  desc 'RuboCop over the Ruby of lib/, bench/, spec/, rakelib/, the Rakefile, the gemspec... (.rubocop.yml)'
+  task :ruby do
+    Lint.require_tool!('rubocop', 'rubocop')
+    ok = Lint.unbundled { system('rubocop', '--format', 'simple', chdir: Build::ROOT) }
+    abort 'rake lint:ruby: RuboCop found offenses (above); `rubocop -a FILE` corrects the safe ones' unless ok
+  end
+
   desc 'clang-format --dry-run --Werror over ext/rbtrace, test/c and fuzz/ (.clang-format): rewrites nothing'
   task :c do
     Lint.require_tool!('clang-format', 'clang-format')

@@ -43,7 +43,7 @@
  * detach, when the client goes away, and in a forked child
  * (rbtrace_trace_clear): Ruby then calls nothing of ours.
  */
-#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "allocwatch.h"
 #include "emit.h"
 #include <ruby/debug.h>
@@ -174,7 +174,8 @@ static void alloc_sampled(VALUE obj)
         rbtrace_expr_call_p())
         return;
     alloc.samples++;
-    if (thread != rbtrace_alloc_pending_thread && rbtrace_alloc_pending) rbtrace_emit_alloc_pending();
+    if (thread != rbtrace_alloc_pending_thread && rbtrace_alloc_pending)
+        rbtrace_emit_alloc_pending();
     rbtrace_alloc_pending_thread = thread;
     rbtrace_alloc_pending += alloc.sample;
     alloc_find_site(&frame, &line);

@@ -35,7 +35,7 @@
  * nothing to others. If another user's queue already sits under our key,
  * we never read it: a private queue serves instead (channel_queue_private).
  */
-#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "channel.h"
 #include "emit.h"
 #include "handoff.h"
@@ -118,7 +118,8 @@ static int channel_queue_open(void)
         qid = msgget(key, 0);
         if (qid < 0 || !channel_queue_trusted(qid)) {
             if (!rbtrace.queue_refused) {
-                fprintf(stderr, "rbtrace: ignoring message queue 0x%08x under the key of process "
+                fprintf(stderr,
+                        "rbtrace: ignoring message queue 0x%08x under the key of process "
                         "%d: it was created by another user or is open to others; commands "
                         "come through a private queue instead (remove it: ipcrm -Q 0x%08x)\n",
                         (unsigned)key, (int)getpid(), (unsigned)key);
@@ -129,8 +130,8 @@ static int channel_queue_open(void)
     }
     if (qid < 0) {
         if (!rbtrace.queue_refused)
-            fprintf(stderr, "rbtrace: cannot create message queue 0x%08x: %s\n",
-                    (unsigned)key, strerror(errno));
+            fprintf(stderr, "rbtrace: cannot create message queue 0x%08x: %s\n", (unsigned)key,
+                    strerror(errno));
         rbtrace.queue_refused = 1;
         return -1;
     }
@@ -182,9 +183,10 @@ static ssize_t channel_recv(void *buf, size_t len)
 /* The length just read is not one a client sends: the stream is broken. */
 static void channel_bad_frame(uint32_t len)
 {
-    rbtrace_emit_message(RBTRACE_EV_ERROR, "a command of %u bytes on the socket (at most %d): "
-                         "the client's stream is broken; detaching", (unsigned)len,
-                         RBTRACE_COMMAND_MAX);
+    rbtrace_emit_message(RBTRACE_EV_ERROR,
+                         "a command of %u bytes on the socket (at most %d): "
+                         "the client's stream is broken; detaching",
+                         (unsigned)len, RBTRACE_COMMAND_MAX);
     rbtrace_command_detach(1);
 }
 
@@ -216,8 +218,10 @@ static int channel_read_frame(void)
         rbtrace.frame_len = len;
         rbtrace.command_len = 0;
         if (channel_command_grow(len) != 0) {
-            rbtrace_emit_message(RBTRACE_EV_ERROR, "out of memory for a command of %u bytes; "
-                                 "detaching", (unsigned)len);
+            rbtrace_emit_message(RBTRACE_EV_ERROR,
+                                 "out of memory for a command of %u bytes; "
+                                 "detaching",
+                                 (unsigned)len);
             rbtrace_command_detach(1);
             return -1;
         }
@@ -249,7 +253,7 @@ static void channel_read_socket(void)
             return;
         }
         if (r < 0) {
-            if (rbtrace.attached) rbtrace_command_detach(0);   /* hung up */
+            if (rbtrace.attached) rbtrace_command_detach(0); /* hung up */
             return;
         }
         rbtrace_command_execute(rbtrace.command, rbtrace.command_len, 1);
@@ -335,11 +339,12 @@ static int channel_work_waiting(void)
 {
     struct msqid_ds ds;
 
-    if (rbtrace.deferred != NULL || (rbtrace.attached && (rbtrace.peer_gone || rbtrace.sock_readable)))
+    if (rbtrace.deferred != NULL ||
+        (rbtrace.attached && (rbtrace.peer_gone || rbtrace.sock_readable)))
         return 1;
     if (!rbtrace.pending) return 0;
-    if (rbtrace.queue_id < 0) return 1;   /* the first signal: the queue is made */
-    if (msgctl(rbtrace.queue_id, IPC_STAT, &ds) != 0) return 1;   /* service says why */
+    if (rbtrace.queue_id < 0) return 1; /* the first signal: the queue is made */
+    if (msgctl(rbtrace.queue_id, IPC_STAT, &ds) != 0) return 1; /* service says why */
     return ds.msg_qnum > 0;
 }
 
@@ -357,7 +362,7 @@ static void *channel_wait_nogvl(void *unused)
         }
         if (channel_unblocked) return NULL;
         while (sem_trywait(&rbtrace.wake) == 0)
-            ;   /* one look serves every signal so far */
+            ; /* one look serves every signal so far */
         if (channel_work_waiting()) break;
     }
     return NULL;
@@ -377,14 +382,14 @@ static void channel_unblock(void *unused)
  */
 static VALUE channel_helper_loop_m(VALUE self)
 {
-    rbtrace.helper_thread = rbtrace_thread_id();   /* its GVL waits are not the app's (gvlwatch.c) */
+    rbtrace.helper_thread = rbtrace_thread_id(); /* its GVL waits are not the app's (gvlwatch.c) */
     for (;;) {
         int state;
 
         channel_unblocked = 0;
         /* rbtrace_nogvl says when this thread starts waiting for the GVL. */
         if (rbtrace_nogvl(channel_wait_nogvl, NULL, channel_unblock, NULL, &state) != 0)
-            rb_jump_tag(state);   /* Thread#kill, exit */
+            rb_jump_tag(state); /* Thread#kill, exit */
         rb_thread_check_ints();
         do channel_service();
         while ((rbtrace.pending || rbtrace.deferred) && !rbtrace.servicing);
@@ -480,7 +485,7 @@ static void channel_exec_install(void)
 
     ruby_verbose = Qfalse;
 #ifdef HAVE_RB_EXT_RACTOR_SAFE
-    rb_ext_ractor_safe(true);   /* as Ruby's own: else exec in a Ractor raises */
+    rb_ext_ractor_safe(true); /* as Ruby's own: else exec in a Ractor raises */
 #endif
     if (rb_method_basic_definition_p(rb_cObject, id))
         rb_define_private_method(rb_mKernel, "exec", channel_exec_m, -1);
@@ -512,13 +517,11 @@ void rbtrace_channel_init(void)
     struct sigaction sa, before;
 
     rbtrace.queue_id = -1;
-    if (sem_init(&rbtrace.wake, 0, 0) != 0)
-        rb_sys_fail("rbtrace: sem_init");
+    if (sem_init(&rbtrace.wake, 0, 0) != 0) rb_sys_fail("rbtrace: sem_init");
 #ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
     channel_job = rb_postponed_job_preregister(0, channel_job_i, NULL);
 #endif
-    if (atexit(channel_atexit) != 0)
-        rb_raise(rb_eRuntimeError, "rbtrace: atexit failed");
+    if (atexit(channel_atexit) != 0) rb_raise(rb_eRuntimeError, "rbtrace: atexit failed");
     rb_set_end_proc(channel_end_proc, Qnil);
 
     rbtrace_handoff_install();
@@ -527,8 +530,7 @@ void rbtrace_channel_init(void)
     /* SA_RESTART: other C extensions do not expect EINTR from our signal. */
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGURG, &sa, &before) != 0)
-        rb_sys_fail("rbtrace: sigaction(SIGURG)");
+    if (sigaction(SIGURG, &sa, &before) != 0) rb_sys_fail("rbtrace: sigaction(SIGURG)");
     if (!(before.sa_flags & SA_SIGINFO) && before.sa_handler == SIG_DFL)
         channel_urg_before = "SYSTEM_DEFAULT";
     else if (!(before.sa_flags & SA_SIGINFO) && before.sa_handler == SIG_IGN)

@@ -35,7 +35,7 @@
  * Only threads holding the GVL stamp events (the hooks, the wrappers, GC
  * and raise events), so the state needs no lock.
  */
-#include "clock.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "clock.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "clock_tsc.h"
 #include <fcntl.h>
 #include <stdlib.h>
@@ -119,7 +119,8 @@ uint64_t rbtrace_clock_renew(void)
     if (!rbtrace_clock.mult) {
         /* Measuring the rate: no need for the TSC before the time is up. */
         ns = rbtrace_now_ns();
-        if (rbtrace_clock_calibrating(&rbtrace_clock, ns)) return rbtrace_clock_fallback(&rbtrace_clock, ns);
+        if (rbtrace_clock_calibrating(&rbtrace_clock, ns))
+            return rbtrace_clock_fallback(&rbtrace_clock, ns);
     }
     clock_read_pair(&tsc, &ns);
     return rbtrace_clock_tsc_renew(&rbtrace_clock, tsc, ns);
@@ -139,9 +140,7 @@ uint64_t rbtrace_clock_renew(void)
     return rbtrace_now_ns();
 }
 
-void rbtrace_clock_init(void)
-{
-}
+void rbtrace_clock_init(void) {}
 #endif
 
 /* call-seq: RBTrace.clock_source -> "tsc" or "clock_gettime" (for bench/ and specs) */

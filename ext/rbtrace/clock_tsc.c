@@ -30,8 +30,8 @@ uint64_t rbtrace_clock_fallback(struct rbtrace_clock *c, uint64_t ns)
 static uint64_t clock_measure_again(struct rbtrace_clock *c, uint64_t tsc, uint64_t ns)
 {
     if (c->mult) {
-        uint64_t given = rbtrace_clock_ns_at(c, rbtrace_clock_fresh(c, tsc)
-                                                ? tsc : c->anchor_tsc + c->period_ticks);
+        uint64_t given = rbtrace_clock_ns_at(
+            c, rbtrace_clock_fresh(c, tsc) ? tsc : c->anchor_tsc + c->period_ticks);
 
         if (given > c->last_ns) c->last_ns = given;
         c->mult = 0;
@@ -68,7 +68,7 @@ uint64_t rbtrace_clock_tsc_renew(struct rbtrace_clock *c, uint64_t tsc, uint64_t
     uint64_t rate, predicted;
 
     if (!c->tsc_usable) return rbtrace_clock_fallback(c, ns);
-    if (tsc <= c->real_tsc) return clock_jumped(c, tsc, ns);   /* it went back */
+    if (tsc <= c->real_tsc) return clock_jumped(c, tsc, ns); /* it went back */
     if (rbtrace_clock_calibrating(c, ns)) return rbtrace_clock_fallback(c, ns);
     if (ns - c->real_ns > RBTRACE_CLOCK_RATE_MAX_NS) return clock_measure_again(c, tsc, ns);
     rate = (uint64_t)((((unsigned __int128)(ns - c->real_ns)) << 32) / (tsc - c->real_tsc));

@@ -22,17 +22,17 @@
 
 struct rbtrace_clock {
     /* The hot path's. */
-    uint64_t mult;          /* ns per TSC tick, 32.32 fixed point; 0: not measured */
-    uint64_t period_ticks;  /* ticks after the anchor that it is renewed; 0
+    uint64_t mult;         /* ns per TSC tick, 32.32 fixed point; 0: not measured */
+    uint64_t period_ticks; /* ticks after the anchor that it is renewed; 0
                                while mult is (no tick converts then) */
-    uint64_t anchor_tsc;    /* the conversion's origin in both clocks */
+    uint64_t anchor_tsc;   /* the conversion's origin in both clocks */
     uint64_t anchor_ns;
     /* The slow path's. */
-    uint64_t last_ns;       /* no stamp is given before this */
-    uint64_t real_tsc;      /* where the measure of the rate began */
+    uint64_t last_ns;  /* no stamp is given before this */
+    uint64_t real_tsc; /* where the measure of the rate began */
     uint64_t real_ns;
-    int jumps;              /* jumps of the TSC seen */
-    int tsc_usable;         /* the TSC may stamp events */
+    int jumps;      /* jumps of the TSC seen */
+    int tsc_usable; /* the TSC may stamp events */
 };
 
 /* The arithmetic needs 128-bit products: on 64-bit targets (the TSC is

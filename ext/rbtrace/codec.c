@@ -59,8 +59,8 @@ static int codec_str(const msgpack_object_array *a, uint32_t i, struct rbtrace_s
     return RBTRACE_OK;
 }
 
-static int codec_array(const msgpack_object_array *a, uint32_t i,
-                       const msgpack_object_array **out, char *err)
+static int codec_array(const msgpack_object_array *a, uint32_t i, const msgpack_object_array **out,
+                       char *err)
 {
     if (i >= a->size || a->ptr[i].type != MSGPACK_OBJECT_ARRAY)
         return codec_fail(err, "an array", i);
@@ -69,8 +69,8 @@ static int codec_array(const msgpack_object_array *a, uint32_t i,
 }
 
 /* The array of a message and its type number. */
-static int codec_message(const msgpack_object *obj, const msgpack_object_array **a,
-                         uint64_t *type, char *err)
+static int codec_message(const msgpack_object *obj, const msgpack_object_array **a, uint64_t *type,
+                         char *err)
 {
     if (obj->type != MSGPACK_OBJECT_ARRAY || obj->via.array.size == 0) {
         snprintf(err, RBTRACE_ERRLEN, "a message must be a non-empty array");
@@ -156,8 +156,8 @@ static int command_decode_selectors(const msgpack_object_array *a, uint32_t at,
 
     if (codec_array(a, at, &list, err) != RBTRACE_OK) return RBTRACE_ERR;
     if (list->size > RBTRACE_SELECTORS_MAX) {
-        snprintf(err, RBTRACE_ERRLEN, "too many selectors (%u, at most %d)",
-                 list->size, RBTRACE_SELECTORS_MAX);
+        snprintf(err, RBTRACE_ERRLEN, "too many selectors (%u, at most %d)", list->size,
+                 RBTRACE_SELECTORS_MAX);
         return RBTRACE_ERR;
     }
     for (i = 0; i < list->size; i++) {
@@ -171,8 +171,8 @@ static int command_decode_selectors(const msgpack_object_array *a, uint32_t at,
 }
 
 /* EVAL's optional trailing field: absent (an older client) is INSPECT. */
-static int command_decode_result_format(const msgpack_object_array *a,
-                                        struct rbtrace_command *cmd, char *err)
+static int command_decode_result_format(const msgpack_object_array *a, struct rbtrace_command *cmd,
+                                        char *err)
 {
     cmd->result_format = RBTRACE_RESULT_INSPECT;
     if (a->size <= 5) return RBTRACE_OK;
@@ -184,8 +184,8 @@ static int command_decode_result_format(const msgpack_object_array *a,
     return RBTRACE_OK;
 }
 
-static int command_decode_fields(const msgpack_object_array *a,
-                                 struct rbtrace_command *cmd, char *err)
+static int command_decode_fields(const msgpack_object_array *a, struct rbtrace_command *cmd,
+                                 char *err)
 {
     switch (cmd->type) {
     case RBTRACE_CMD_ATTACH:
@@ -239,35 +239,96 @@ static int codec_item(const unsigned char *p, size_t n, size_t *head, uint64_t *
     *body = 0;
     *children = 0;
     if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) return 0;
-    if ((b & 0xf0) == 0x90) { *children = b & 0x0f; return 0; }
-    if ((b & 0xf0) == 0x80) { *children = 2u * (b & 0x0f); return 0; }
-    if ((b & 0xe0) == 0xa0) { *body = b & 0x1f; return 0; }
+    if ((b & 0xf0) == 0x90) {
+        *children = b & 0x0f;
+        return 0;
+    }
+    if ((b & 0xf0) == 0x80) {
+        *children = 2u * (b & 0x0f);
+        return 0;
+    }
+    if ((b & 0xe0) == 0xa0) {
+        *body = b & 0x1f;
+        return 0;
+    }
     switch (b) {
-    case 0xcc: case 0xd0: *body = 1; return 0;
-    case 0xcd: case 0xd1: *body = 2; return 0;
-    case 0xca: case 0xce: case 0xd2: *body = 4; return 0;
-    case 0xcb: case 0xcf: case 0xd3: *body = 8; return 0;
-    case 0xd4: *body = 2; return 0;            /* fixext 1..16: type + data */
-    case 0xd5: *body = 3; return 0;
-    case 0xd6: *body = 5; return 0;
-    case 0xd7: *body = 9; return 0;
-    case 0xd8: *body = 17; return 0;
-    case 0xc4: case 0xd9: w = 1; break;        /* bin 8, str 8 */
-    case 0xc5: case 0xda: w = 2; break;
-    case 0xc6: case 0xdb: w = 4; break;
-    case 0xc7: w = 1; ext = 1; break;          /* ext 8, 16, 32: length, then */
-    case 0xc8: w = 2; ext = 1; break;          /* a type byte and the data */
-    case 0xc9: w = 4; ext = 1; break;
-    case 0xdc: case 0xdd: case 0xde: case 0xdf: {
+    case 0xcc:
+    case 0xd0:
+        *body = 1;
+        return 0;
+    case 0xcd:
+    case 0xd1:
+        *body = 2;
+        return 0;
+    case 0xca:
+    case 0xce:
+    case 0xd2:
+        *body = 4;
+        return 0;
+    case 0xcb:
+    case 0xcf:
+    case 0xd3:
+        *body = 8;
+        return 0;
+    case 0xd4:
+        *body = 2;
+        return 0; /* fixext 1..16: type + data */
+    case 0xd5:
+        *body = 3;
+        return 0;
+    case 0xd6:
+        *body = 5;
+        return 0;
+    case 0xd7:
+        *body = 9;
+        return 0;
+    case 0xd8:
+        *body = 17;
+        return 0;
+    case 0xc4:
+    case 0xd9:
+        w = 1;
+        break; /* bin 8, str 8 */
+    case 0xc5:
+    case 0xda:
+        w = 2;
+        break;
+    case 0xc6:
+    case 0xdb:
+        w = 4;
+        break;
+    case 0xc7:
+        w = 1;
+        ext = 1;
+        break; /* ext 8, 16, 32: length, then */
+    case 0xc8:
+        w = 2;
+        ext = 1;
+        break; /* a type byte and the data */
+    case 0xc9:
+        w = 4;
+        ext = 1;
+        break;
+    case 0xdc:
+    case 0xdd:
+    case 0xde:
+    case 0xdf: {
         w = (b == 0xdc || b == 0xde) ? 2 : 4;
-        if (n < w + 1) { *head = 0; return 0; }
+        if (n < w + 1) {
+            *head = 0;
+            return 0;
+        }
         *head = w + 1;
         *children = codec_be(p + 1, w) * ((b == 0xde || b == 0xdf) ? 2 : 1);
         return 0;
     }
-    default: return -1;                        /* 0xc1 */
+    default:
+        return -1; /* 0xc1 */
     }
-    if (n < 1 + w) { *head = 0; return 0; }
+    if (n < 1 + w) {
+        *head = 0;
+        return 0;
+    }
     *head = 1 + w;
     *body = codec_be(p + 1, w);
     if (ext) {
@@ -324,8 +385,10 @@ int rbtrace_command_decode(const char *buf, size_t len, msgpack_zone *zone,
         snprintf(err, RBTRACE_ERRLEN, "truncated command (%zu bytes)", len);
         return RBTRACE_ERR;
     case RBTRACE_SCAN_TOO_BIG:
-        snprintf(err, RBTRACE_ERRLEN, "a container or string announces more than the "
-                 "command's %zu bytes hold", len);
+        snprintf(err, RBTRACE_ERRLEN,
+                 "a container or string announces more than the "
+                 "command's %zu bytes hold",
+                 len);
         return RBTRACE_ERR;
     case RBTRACE_SCAN_INVALID:
         snprintf(err, RBTRACE_ERRLEN, "malformed msgpack in command");
@@ -356,8 +419,7 @@ static void pack_cstr(msgpack_packer *pk, const char *s)
     msgpack_pack_str_with_body(pk, s, strlen(s));
 }
 
-void rbtrace_event_pack_attached(msgpack_packer *pk, uint32_t target_pid,
-                                 const char *ruby_version,
+void rbtrace_event_pack_attached(msgpack_packer *pk, uint32_t target_pid, const char *ruby_version,
                                  uint64_t clock_origin_ns, uint64_t wall_origin_ns)
 {
     msgpack_pack_array(pk, 6);
@@ -401,10 +463,9 @@ void rbtrace_event_pack_alloc(msgpack_packer *pk, uint64_t thread_id, uint64_t c
     msgpack_pack_uint64(pk, count);
 }
 
-void rbtrace_event_pack_alloc_site(msgpack_packer *pk, uint64_t count,
-                                   const char *klass, size_t klass_len,
-                                   const char *path, size_t path_len, uint64_t line,
-                                   const char *label, size_t label_len)
+void rbtrace_event_pack_alloc_site(msgpack_packer *pk, uint64_t count, const char *klass,
+                                   size_t klass_len, const char *path, size_t path_len,
+                                   uint64_t line, const char *label, size_t label_len)
 {
     msgpack_pack_array(pk, 6);
     msgpack_pack_uint32(pk, RBTRACE_EV_ALLOC_SITE);
@@ -440,8 +501,8 @@ void rbtrace_event_pack_detached(msgpack_packer *pk)
     msgpack_pack_uint32(pk, RBTRACE_EV_DETACHED);
 }
 
-void rbtrace_event_pack_method(msgpack_packer *pk, uint64_t method_id,
-                               const char *name, size_t name_len)
+void rbtrace_event_pack_method(msgpack_packer *pk, uint64_t method_id, const char *name,
+                               size_t name_len)
 {
     msgpack_pack_array(pk, 3);
     msgpack_pack_uint32(pk, RBTRACE_EV_METHOD);
@@ -449,8 +510,8 @@ void rbtrace_event_pack_method(msgpack_packer *pk, uint64_t method_id,
     msgpack_pack_str_with_body(pk, name, name_len);
 }
 
-void rbtrace_event_pack_call(msgpack_packer *pk, enum rbtrace_event_type type,
-                             uint64_t thread_id, uint64_t time_ns, uint64_t method_id)
+void rbtrace_event_pack_call(msgpack_packer *pk, enum rbtrace_event_type type, uint64_t thread_id,
+                             uint64_t time_ns, uint64_t method_id)
 {
     msgpack_pack_array(pk, 4);
     msgpack_pack_uint32(pk, type);
@@ -468,9 +529,8 @@ void rbtrace_event_pack_call_next(msgpack_packer *pk, enum rbtrace_event_type ty
     msgpack_pack_uint64(pk, method_id);
 }
 
-void rbtrace_event_pack_call_args(msgpack_packer *pk, uint64_t thread_id,
-                                  uint64_t time_ns, uint64_t method_id,
-                                  uint32_t n_exprs)
+void rbtrace_event_pack_call_args(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
+                                  uint64_t method_id, uint32_t n_exprs)
 {
     msgpack_pack_array(pk, 5);
     msgpack_pack_uint32(pk, RBTRACE_EV_CALL_ARGS);
@@ -503,8 +563,8 @@ void rbtrace_event_pack_forget(msgpack_packer *pk, uint64_t first_id)
 }
 
 void rbtrace_event_pack_eval_result(msgpack_packer *pk, uint32_t eval_id,
-                                    enum rbtrace_eval_status status,
-                                    const char *text, size_t text_len)
+                                    enum rbtrace_eval_status status, const char *text,
+                                    size_t text_len)
 {
     msgpack_pack_array(pk, 4);
     msgpack_pack_uint32(pk, RBTRACE_EV_EVAL_RESULT);
@@ -541,9 +601,9 @@ void rbtrace_event_pack_gc(msgpack_packer *pk, uint64_t thread_id, uint64_t time
 }
 
 void rbtrace_event_pack_raise(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
-                              const char *klass, size_t klass_len,
-                              const char *message, size_t message_len,
-                              const char *location, size_t location_len, uint64_t reraise)
+                              const char *klass, size_t klass_len, const char *message,
+                              size_t message_len, const char *location, size_t location_len,
+                              uint64_t reraise)
 {
     msgpack_pack_array(pk, 7);
     msgpack_pack_uint32(pk, RBTRACE_EV_RAISE);
@@ -730,7 +790,7 @@ static int codec_get_uint(const unsigned char **p, const unsigned char *end, uin
         return 1;
     }
     if (*q < 0xcc || *q > 0xcf) return 0;
-    bytes = (size_t)1 << (*q - 0xcc);    /* 0xcc..0xcf: 1, 2, 4, 8 bytes */
+    bytes = (size_t)1 << (*q - 0xcc); /* 0xcc..0xcf: 1, 2, 4, 8 bytes */
     if ((size_t)(end - q) < bytes + 1) return -1;
     *out = codec_be(q + 1, bytes);
     *p = q + 1 + bytes;

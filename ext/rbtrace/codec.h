@@ -33,15 +33,15 @@ struct rbtrace_str {
 struct rbtrace_command {
     enum rbtrace_command_type type;
     uint32_t client_pid;
-    uint32_t protocol_version;   /* ATTACH */
-    struct rbtrace_str text;     /* ATTACH: socket path; EVAL: code */
-    uint32_t eval_id;            /* EVAL */
-    uint32_t timeout_ms;         /* EVAL */
-    uint32_t result_format;      /* EVAL: enum rbtrace_result_format, 0 if absent */
-    uint64_t threshold_ns;       /* SLOW */
-    uint64_t sample;             /* ALLOC: one object in sample is counted */
-    int cpu;                     /* SLOW: CPU time rather than wall time */
-    uint32_t n_selectors;        /* METHODS, SLOW */
+    uint32_t protocol_version; /* ATTACH */
+    struct rbtrace_str text;   /* ATTACH: socket path; EVAL: code */
+    uint32_t eval_id;          /* EVAL */
+    uint32_t timeout_ms;       /* EVAL */
+    uint32_t result_format;    /* EVAL: enum rbtrace_result_format, 0 if absent */
+    uint64_t threshold_ns;     /* SLOW */
+    uint64_t sample;           /* ALLOC: one object in sample is counted */
+    int cpu;                   /* SLOW: CPU time rather than wall time */
+    uint32_t n_selectors;      /* METHODS, SLOW */
     struct rbtrace_str selectors[RBTRACE_SELECTORS_MAX];
 };
 
@@ -50,33 +50,33 @@ struct rbtrace_command {
 
 struct rbtrace_event {
     enum rbtrace_event_type type;
-    uint64_t thread_id;          /* CALL, RETURN, CALL_ARGS (0 in a _NEXT), SLOW, GC,
+    uint64_t thread_id;       /* CALL, RETURN, CALL_ARGS (0 in a _NEXT), SLOW, GC,
                                     RAISE, GVL, THREAD_NAME */
-    uint64_t time_ns;            /* CALL, RETURN, CALL_ARGS; _NEXT: delta_ns */
-    uint64_t method_id;          /* METHOD, CALL, RETURN, CALL_ARGS, _NEXT */
-    uint64_t number;             /* ATTACHED: protocol version; LOST: count;
+    uint64_t time_ns;         /* CALL, RETURN, CALL_ARGS; _NEXT: delta_ns */
+    uint64_t method_id;       /* METHOD, CALL, RETURN, CALL_ARGS, _NEXT */
+    uint64_t number;          /* ATTACHED: protocol version; LOST: count;
                                     REFUSED: reason; EVAL_RESULT: eval id;
                                     RAISE: reraise (0: a first raise) */
-    uint64_t pid;                /* ATTACHED: target pid; REFUSED: client pid */
-    uint64_t clock_origin_ns;    /* ATTACHED */
-    uint64_t wall_origin_ns;     /* ATTACHED */
-    uint64_t features;           /* ATTACHED: RBTRACE_FEATURE_* bits (0 if absent) */
-    uint64_t duration_ns;        /* SLOW, GC; GVL: the wait */
-    uint64_t count;              /* ALLOC, ALLOC_SITE: objects (sampled) */
-    uint64_t line;               /* ALLOC_SITE */
-    uint64_t depth;              /* SLOW */
-    uint64_t mark_ns;            /* GC */
-    uint64_t sweep_ns;           /* GC */
-    uint32_t status;             /* EVAL_RESULT */
-    struct rbtrace_str text;     /* ATTACHED: ruby version; METHOD: name;
+    uint64_t pid;             /* ATTACHED: target pid; REFUSED: client pid */
+    uint64_t clock_origin_ns; /* ATTACHED */
+    uint64_t wall_origin_ns;  /* ATTACHED */
+    uint64_t features;        /* ATTACHED: RBTRACE_FEATURE_* bits (0 if absent) */
+    uint64_t duration_ns;     /* SLOW, GC; GVL: the wait */
+    uint64_t count;           /* ALLOC, ALLOC_SITE: objects (sampled) */
+    uint64_t line;            /* ALLOC_SITE */
+    uint64_t depth;           /* SLOW */
+    uint64_t mark_ns;         /* GC */
+    uint64_t sweep_ns;        /* GC */
+    uint32_t status;          /* EVAL_RESULT */
+    struct rbtrace_str text;  /* ATTACHED: ruby version; METHOD: name;
                                     REFUSED, ERROR, NOTICE: message;
                                     EVAL_RESULT: result text;
                                     GC: major_by; RAISE: class;
                                     ALLOC_SITE: class;
                                     THREAD_NAME: the name ("" for none) */
-    struct rbtrace_str text2;    /* GC: gc_by; RAISE: message; ALLOC_SITE: path */
-    struct rbtrace_str text3;    /* RAISE: location; ALLOC_SITE: label */
-    uint32_t n_exprs;            /* CALL_ARGS */
+    struct rbtrace_str text2; /* GC: gc_by; RAISE: message; ALLOC_SITE: path */
+    struct rbtrace_str text3; /* RAISE: location; ALLOC_SITE: label */
+    uint32_t n_exprs;         /* CALL_ARGS */
     struct rbtrace_str exprs[RBTRACE_EXPRS_MAX];
     struct rbtrace_str values[RBTRACE_EXPRS_MAX];
 };
@@ -85,10 +85,10 @@ struct rbtrace_event {
 
 /* What rbtrace_msgpack_scan found at the start of a buffer. */
 enum rbtrace_scan {
-    RBTRACE_SCAN_WHOLE,      /* a whole message, *size bytes long */
-    RBTRACE_SCAN_PARTIAL,    /* the buffer ends before the message does */
-    RBTRACE_SCAN_TOO_BIG,    /* it announces more items or bytes than max could hold */
-    RBTRACE_SCAN_INVALID     /* a byte msgpack never uses (0xc1) */
+    RBTRACE_SCAN_WHOLE,   /* a whole message, *size bytes long */
+    RBTRACE_SCAN_PARTIAL, /* the buffer ends before the message does */
+    RBTRACE_SCAN_TOO_BIG, /* it announces more items or bytes than max could hold */
+    RBTRACE_SCAN_INVALID  /* a byte msgpack never uses (0xc1) */
 };
 
 /*
@@ -113,8 +113,7 @@ int rbtrace_command_decode(const char *buf, size_t len, msgpack_zone *zone,
 /* ---- events ---- */
 
 /* One encoder per event; each packs one msgpack array. */
-void rbtrace_event_pack_attached(msgpack_packer *pk, uint32_t target_pid,
-                                 const char *ruby_version,
+void rbtrace_event_pack_attached(msgpack_packer *pk, uint32_t target_pid, const char *ruby_version,
                                  uint64_t clock_origin_ns, uint64_t wall_origin_ns);
 /* ATTACHED with the features field (the target's; the above leaves it out). */
 void rbtrace_event_pack_attached_features(msgpack_packer *pk, uint32_t target_pid,
@@ -123,10 +122,10 @@ void rbtrace_event_pack_attached_features(msgpack_packer *pk, uint32_t target_pi
 void rbtrace_event_pack_refused(msgpack_packer *pk, enum rbtrace_refusal reason,
                                 uint32_t client_pid, const char *message);
 void rbtrace_event_pack_detached(msgpack_packer *pk);
-void rbtrace_event_pack_method(msgpack_packer *pk, uint64_t method_id,
-                               const char *name, size_t name_len);
-void rbtrace_event_pack_call(msgpack_packer *pk, enum rbtrace_event_type type,
-                             uint64_t thread_id, uint64_t time_ns, uint64_t method_id);
+void rbtrace_event_pack_method(msgpack_packer *pk, uint64_t method_id, const char *name,
+                               size_t name_len);
+void rbtrace_event_pack_call(msgpack_packer *pk, enum rbtrace_event_type type, uint64_t thread_id,
+                             uint64_t time_ns, uint64_t method_id);
 /* CALL_NEXT or RETURN_NEXT (type) */
 void rbtrace_event_pack_call_next(msgpack_packer *pk, enum rbtrace_event_type type,
                                   uint64_t delta_ns, uint64_t method_id);
@@ -177,7 +176,7 @@ static inline size_t rbtrace_event_encode_call(char *out, enum rbtrace_event_typ
 {
     size_t n = 0;
 
-    out[n++] = (char)0x94;               /* fixarray of 4 */
+    out[n++] = (char)0x94; /* fixarray of 4 */
     n += rbtrace_put_uint(out + n, type);
     n += rbtrace_put_uint(out + n, thread_id);
     n += rbtrace_put_uint(out + n, time_ns);
@@ -192,10 +191,10 @@ static inline size_t rbtrace_event_encode_call(char *out, enum rbtrace_event_typ
  * what it has read; each notes every call event as it goes in or comes out.
  */
 struct rbtrace_call_chain {
-    uint64_t thread_id;      /* 0 until a call event is noted (the target's
+    uint64_t thread_id; /* 0 until a call event is noted (the target's
                                 thread ids are never 0) */
     uint64_t time_ns;
-    int started;             /* a call event has been seen (the client's
+    int started; /* a call event has been seen (the client's
                                 test: a stream may carry thread 0) */
 };
 
@@ -219,14 +218,14 @@ rbtrace_event_encode_call_next(char *out, enum rbtrace_event_type type, uint64_t
      * store (one test where each field took a compare and a jump). */
     if (__builtin_expect((delta_ns | method_id) < 128, 1)) {
         uint32_t word = 0x93u | (uint32_t)type << 8 | (uint32_t)delta_ns << 16 |
-                        (uint32_t)method_id << 24;
+            (uint32_t)method_id << 24;
 
         __builtin_memcpy(out, &word, sizeof(word));
         return sizeof(word);
     }
 #endif
-    out[n++] = (char)0x93;               /* fixarray of 3 */
-    out[n++] = (char)type;               /* 16 or 17: a fixint */
+    out[n++] = (char)0x93; /* fixarray of 3 */
+    out[n++] = (char)type; /* 16 or 17: a fixint */
     n += rbtrace_put_uint(out + n, delta_ns);
     n += rbtrace_put_uint(out + n, method_id);
     return n;
@@ -266,32 +265,31 @@ int rbtrace_call_chain_resolve(struct rbtrace_call_chain *c, struct rbtrace_even
 #define RBTRACE_LOST_EVENT_MAX 11
 static inline size_t rbtrace_event_encode_lost(char *out, uint64_t count)
 {
-    out[0] = (char)0x92;                 /* fixarray of 2 */
+    out[0] = (char)0x92; /* fixarray of 2 */
     out[1] = RBTRACE_EV_LOST;
     return 2 + rbtrace_put_uint(out + 2, count);
 }
 
 /* Starts a CALL_ARGS event; the caller then packs n_exprs pairs with
  * rbtrace_event_pack_expr. */
-void rbtrace_event_pack_call_args(msgpack_packer *pk, uint64_t thread_id,
-                                  uint64_t time_ns, uint64_t method_id,
-                                  uint32_t n_exprs);
+void rbtrace_event_pack_call_args(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
+                                  uint64_t method_id, uint32_t n_exprs);
 void rbtrace_event_pack_expr(msgpack_packer *pk, const char *expr, size_t expr_len,
                              const char *value, size_t value_len);
 void rbtrace_event_pack_lost(msgpack_packer *pk, uint64_t count);
 void rbtrace_event_pack_forget(msgpack_packer *pk, uint64_t first_id);
 void rbtrace_event_pack_eval_result(msgpack_packer *pk, uint32_t eval_id,
-                                    enum rbtrace_eval_status status,
-                                    const char *text, size_t text_len);
+                                    enum rbtrace_eval_status status, const char *text,
+                                    size_t text_len);
 void rbtrace_event_pack_slow(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
                              uint64_t method_id, uint64_t duration_ns, uint64_t depth);
 void rbtrace_event_pack_gc(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
                            uint64_t duration_ns, uint64_t mark_ns, uint64_t sweep_ns,
                            const char *major_by, const char *gc_by);
 void rbtrace_event_pack_raise(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
-                              const char *klass, size_t klass_len,
-                              const char *message, size_t message_len,
-                              const char *location, size_t location_len, uint64_t reraise);
+                              const char *klass, size_t klass_len, const char *message,
+                              size_t message_len, const char *location, size_t location_len,
+                              uint64_t reraise);
 /* THREAD_NAME: name[0, len), the caller cut to RBTRACE_THREAD_NAME_MAX */
 void rbtrace_event_pack_thread_name(msgpack_packer *pk, uint64_t thread_id, const char *name,
                                     size_t len);
@@ -306,18 +304,17 @@ static inline size_t rbtrace_event_encode_gvl(char *out, uint64_t thread_id, uin
 {
     size_t n = 0;
 
-    out[n++] = (char)0x94;               /* fixarray of 4 */
-    out[n++] = (char)RBTRACE_EV_GVL;     /* a fixint */
+    out[n++] = (char)0x94;           /* fixarray of 4 */
+    out[n++] = (char)RBTRACE_EV_GVL; /* a fixint */
     n += rbtrace_put_uint(out + n, thread_id);
     n += rbtrace_put_uint(out + n, time_ns);
     n += rbtrace_put_uint(out + n, wait_ns);
     return n;
 }
 void rbtrace_event_pack_alloc(msgpack_packer *pk, uint64_t thread_id, uint64_t count);
-void rbtrace_event_pack_alloc_site(msgpack_packer *pk, uint64_t count,
-                                   const char *klass, size_t klass_len,
-                                   const char *path, size_t path_len, uint64_t line,
-                                   const char *label, size_t label_len);
+void rbtrace_event_pack_alloc_site(msgpack_packer *pk, uint64_t count, const char *klass,
+                                   size_t klass_len, const char *path, size_t path_len,
+                                   uint64_t line, const char *label, size_t label_len);
 
 /* ALLOC, the same bytes as rbtrace_event_pack_alloc, written in place (no
  * packer: the target's allocation hook runs inside Ruby's allocator). */
@@ -326,8 +323,8 @@ static inline size_t rbtrace_event_encode_alloc(char *out, uint64_t thread_id, u
 {
     size_t n = 0;
 
-    out[n++] = (char)0x93;               /* fixarray of 3 */
-    out[n++] = (char)RBTRACE_EV_ALLOC;   /* a fixint */
+    out[n++] = (char)0x93;             /* fixarray of 3 */
+    out[n++] = (char)RBTRACE_EV_ALLOC; /* a fixint */
     n += rbtrace_put_uint(out + n, thread_id);
     n += rbtrace_put_uint(out + n, count);
     return n;

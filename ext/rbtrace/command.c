@@ -8,7 +8,7 @@
  * Every Ruby call is made under rbtrace_protect: an exception must never
  * escape into the helper thread's loop or an app thread.
  */
-#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "clock.h"
 #include "codec.h"
 #include "command.h"
@@ -56,7 +56,8 @@ static int command_connect(const struct rbtrace_str *path)
 
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        fprintf(stderr, "rbtrace: cannot create a socket to reach the tracer: %s\n", strerror(errno));
+        fprintf(stderr, "rbtrace: cannot create a socket to reach the tracer: %s\n",
+                strerror(errno));
         return -1;
     }
     if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
@@ -65,7 +66,8 @@ static int command_connect(const struct rbtrace_str *path)
          * socket, or was killed and left it): it told its user already,
          * and the app's log is no place for it. */
         if (!command_socket_gone(errno))
-            fprintf(stderr, "rbtrace: cannot connect to the tracer's socket %s: %s (is the "
+            fprintf(stderr,
+                    "rbtrace: cannot connect to the tracer's socket %s: %s (is the "
                     "rbtrace client still running, and may this process reach its socket?)\n",
                     addr.sun_path, strerror(errno));
         goto close_fd;
@@ -144,13 +146,13 @@ static void command_attach(const struct rbtrace_command *cmd)
     if (command_busy()) {
         if (rbtrace.client_pid != 0)
             snprintf(why, sizeof(why), "already traced by rbtrace pid %d", (int)rbtrace.client_pid);
-        else
-            snprintf(why, sizeof(why), "already traced by an rbtrace outside this PID namespace");
+        else snprintf(why, sizeof(why), "already traced by an rbtrace outside this PID namespace");
         command_refuse(fd, RBTRACE_REFUSED_BUSY, rbtrace.client_pid, why);
         return;
     }
     if (cmd->protocol_version != RBTRACE_PROTOCOL_VERSION) {
-        snprintf(why, sizeof(why), "protocol version %u, but this process speaks %d: use the "
+        snprintf(why, sizeof(why),
+                 "protocol version %u, but this process speaks %d: use the "
                  "rbtrace client of the gem version the app loaded (rbtrace " RBTRACE_VERSION ")",
                  cmd->protocol_version, RBTRACE_PROTOCOL_VERSION);
         command_refuse(fd, RBTRACE_REFUSED_VERSION, 0, why);
@@ -161,7 +163,7 @@ static void command_attach(const struct rbtrace_command *cmd)
         command_refuse(fd, RBTRACE_REFUSED_PEER, 0, "out of memory or descriptors in the target");
         return;
     }
-    rbtrace_channel_reset_socket();   /* before the writer watches it */
+    rbtrace_channel_reset_socket(); /* before the writer watches it */
     rbtrace.sock = fd;
     rbtrace.client_pid = (pid_t)cmd->client_pid;
     rbtrace.clock_origin_ns = rbtrace_clock_ns();
@@ -169,9 +171,10 @@ static void command_attach(const struct rbtrace_command *cmd)
     if (rbtrace_writer_start() != 0) {
         err = errno;
         fprintf(stderr, "rbtrace: cannot start the writer thread: %s\n", strerror(err));
-        snprintf(why, sizeof(why), "process %d cannot start its writer thread: %s (short of "
-                 "file descriptors or threads? try again once it has fewer)", (int)getpid(),
-                 strerror(err));
+        snprintf(why, sizeof(why),
+                 "process %d cannot start its writer thread: %s (short of "
+                 "file descriptors or threads? try again once it has fewer)",
+                 (int)getpid(), strerror(err));
         rbtrace.attached = 0;
         rbtrace.sock = -1;
         rbtrace_emit_close();
@@ -405,7 +408,7 @@ void rbtrace_command_drop_deferred(void)
  * client's to hear of only when it came on its socket. */
 void rbtrace_command_execute(const char *buf, size_t len, int from_socket)
 {
-    static struct rbtrace_command cmd;   /* large; the GVL serialises use */
+    static struct rbtrace_command cmd; /* large; the GVL serialises use */
     struct command_dispatch_arg arg = { &cmd, from_socket };
     char err[RBTRACE_ERRLEN];
     msgpack_zone zone;
@@ -418,9 +421,9 @@ void rbtrace_command_execute(const char *buf, size_t len, int from_socket)
             rbtrace_emit_message(RBTRACE_EV_ERROR, "malformed command: %s", err);
         goto destroy_zone;
     }
-    if (!from_socket && cmd.type != RBTRACE_CMD_ATTACH) goto destroy_zone;   /* not the client's */
+    if (!from_socket && cmd.type != RBTRACE_CMD_ATTACH) goto destroy_zone; /* not the client's */
     if (!from_socket && command_must_defer(&cmd)) {
-        (void)command_defer(buf, len);   /* -1: dropped, said by the client's time-out */
+        (void)command_defer(buf, len); /* -1: dropped, said by the client's time-out */
         goto destroy_zone;
     }
     rbtrace_protect(command_dispatch_i, (VALUE)&arg, &state, &e);
@@ -428,8 +431,8 @@ void rbtrace_command_execute(const char *buf, size_t len, int from_socket)
         if (rbtrace.attached) {
             VALUE msg = rbtrace_protect(rb_inspect, e, &state, NULL);
             if (state) msg = rb_str_new_cstr("(exception)");
-            rbtrace_emit_message(RBTRACE_EV_ERROR, "command failed: %.*s",
-                                 (int)RSTRING_LEN(msg), RSTRING_PTR(msg));
+            rbtrace_emit_message(RBTRACE_EV_ERROR, "command failed: %.*s", (int)RSTRING_LEN(msg),
+                                 RSTRING_PTR(msg));
         }
     }
 destroy_zone:

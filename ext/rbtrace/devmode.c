@@ -13,7 +13,7 @@
  *
  * Classes built without a class body (Class.new, const_set) are not seen.
  */
-#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "devmode.h"
 #include "emit.h"
 #include "selector.h"
@@ -58,8 +58,8 @@ static void devmode_hook_i(VALUE data, rb_trace_arg_t *targ)
         if (rbtrace_trace_add_one(sel, &err) != 0) continue;
         rb_ary_store(e, 2, klass);
         rbtrace_emit_message(RBTRACE_EV_NOTICE, "%.*s (re)defined: tracing %.*s on it",
-                             (int)RSTRING_LEN(name), RSTRING_PTR(name),
-                             (int)RSTRING_LEN(sel), RSTRING_PTR(sel));
+                             (int)RSTRING_LEN(name), RSTRING_PTR(name), (int)RSTRING_LEN(sel),
+                             RSTRING_PTR(sel));
     }
 }
 
@@ -70,7 +70,8 @@ void rbtrace_devmode_start(void)
     rb_add_event_hook2(DEVMODE_HOOK, RUBY_EVENT_END, Qnil,
                        RUBY_EVENT_HOOK_FLAG_SAFE | RUBY_EVENT_HOOK_FLAG_RAW_ARG);
     dev.active = 1;
-    rbtrace_emit_message(RBTRACE_EV_NOTICE, "devmode: selectors follow their classes by name "
+    rbtrace_emit_message(RBTRACE_EV_NOTICE,
+                         "devmode: selectors follow their classes by name "
                          "(reloaded or defined later)");
 }
 
@@ -110,8 +111,8 @@ void rbtrace_devmode_failed(VALUE sel, VALUE error)
     msg = rbtrace_protect(rb_obj_as_string, error, &state, NULL);
     if (state || !RB_TYPE_P(msg, T_STRING)) msg = rb_str_new_cstr("not defined");
     rbtrace_emit_message(RBTRACE_EV_NOTICE, "%.*s: %.*s yet; traced once it is defined",
-                         (int)RSTRING_LEN(sel), RSTRING_PTR(sel),
-                         (int)RSTRING_LEN(msg), RSTRING_PTR(msg));
+                         (int)RSTRING_LEN(sel), RSTRING_PTR(sel), (int)RSTRING_LEN(msg),
+                         RSTRING_PTR(msg));
 }
 
 void rbtrace_devmode_stop(void)

@@ -18,7 +18,7 @@
  * event is dropped and counted; the count goes out as a LOST event before
  * the next event that fits.
  */
-#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "clock.h"
 #include "codec.h"
 #include "emit.h"
@@ -46,7 +46,7 @@ struct emit_buffer {
 static struct emit_buffer scratch;
 static msgpack_packer scratch_pk;
 #ifndef HAVE_RB_CLASS_ATTACHED_OBJECT
-static ID id_attached;  /* where Rubies before 3.2 keep a singleton's object */
+static ID id_attached; /* where Rubies before 3.2 keep a singleton's object */
 #endif
 
 static int emit_buffer_write(void *data, const char *buf, size_t len)
@@ -141,8 +141,9 @@ static size_t emit_format_name(char *out, VALUE klass, ID mid)
     if (klass && klass != Qnil && (RB_TYPE_P(klass, T_CLASS) || RB_TYPE_P(klass, T_MODULE))) {
         if (FL_TEST(klass, FL_SINGLETON)) {
             VALUE obj = emit_attached_object(klass);
-            at = emit_append_class(out, at, RB_TYPE_P(obj, T_CLASS) || RB_TYPE_P(obj, T_MODULE)
-                                   ? obj : rb_obj_class(obj));
+            at = emit_append_class(
+                out, at,
+                RB_TYPE_P(obj, T_CLASS) || RB_TYPE_P(obj, T_MODULE) ? obj : rb_obj_class(obj));
             at = emit_append(out, at, ".", 1);
         } else {
             at = emit_append_class(out, at, klass);
@@ -156,7 +157,8 @@ static size_t emit_format_name(char *out, VALUE klass, ID mid)
 
 static size_t emit_slot_of(VALUE klass, ID mid, size_t slots)
 {
-    uint64_t h = ((uint64_t)klass >> 3) * 0x9E3779B97F4A7C15ull ^ (uint64_t)mid * 0xC2B2AE3D27D4EB4Full;
+    uint64_t h = ((uint64_t)klass >> 3) * 0x9E3779B97F4A7C15ull ^
+        (uint64_t)mid * 0xC2B2AE3D27D4EB4Full;
     return (size_t)(h >> 32) & (slots - 1);
 }
 
@@ -314,20 +316,22 @@ __attribute__((noinline)) void rbtrace_emit_call_at_now(char *out, enum rbtrace_
 
 /* A CALL or RETURN that cannot be encoded in place (emit.h). A full
  * ring (a client that stopped reading) costs no encoding. */
-__attribute__((noinline)) void rbtrace_emit_call_pushed(enum rbtrace_event_type type,
-                                                        uint64_t time, uint32_t id)
+__attribute__((noinline)) void rbtrace_emit_call_pushed(enum rbtrace_event_type type, uint64_t time,
+                                                        uint32_t id)
 {
     const size_t room = RBTRACE_CALL_EVENT_MAX + RBTRACE_LOST_EVENT_MAX;
     char bytes[RBTRACE_CALL_EVENT_MAX];
     uint64_t thread = rbtrace_thread_id();
 
-    if (rbtrace_alloc_pending) rbtrace_emit_alloc_pending();   /* --alloc: the objects before it, first */
+    if (rbtrace_alloc_pending)
+        rbtrace_emit_alloc_pending(); /* --alloc: the objects before it, first */
     if (rbtrace_ring_space(&rbtrace.ring, room) < room) {
         rbtrace.lost++;
         return;
     }
-    if (emit_push(bytes, rbtrace_event_encode_call_chained(bytes, &rbtrace.chain, type, thread,
-                                                           time, id)) == 0)
+    if (emit_push(
+            bytes,
+            rbtrace_event_encode_call_chained(bytes, &rbtrace.chain, type, thread, time, id)) == 0)
         rbtrace_call_chain_note(&rbtrace.chain, thread, time);
 }
 
@@ -342,20 +346,21 @@ void rbtrace_emit_call_args(VALUE klass, ID mid, uint64_t now, VALUE exprs, VALU
     long i, n = RARRAY_LEN(exprs);
 
     if (rbtrace.calls_ended || now < rbtrace.clock_origin_ns) return;
-    if (rbtrace_alloc_pending) rbtrace_emit_alloc_pending();   /* --alloc: the objects before it, first */
+    if (rbtrace_alloc_pending)
+        rbtrace_emit_alloc_pending(); /* --alloc: the objects before it, first */
     id = rbtrace.attached ? rbtrace_emit_method_id(klass, mid) : 0;
     if (id == 0) {
         rbtrace.lost++;
         return;
     }
     if (n > RBTRACE_EXPRS_MAX) n = RBTRACE_EXPRS_MAX;
-    if (rbtrace.thread_names) rbtrace_emit_thread_name_due();   /* before the scratch is ours */
+    if (rbtrace.thread_names) rbtrace_emit_thread_name_due(); /* before the scratch is ours */
     emit_begin();
     rbtrace_event_pack_call_args(&scratch_pk, thread, time, id, (uint32_t)n);
     for (i = 0; i < n; i++) {
         VALUE e = RARRAY_AREF(exprs, i), v = RARRAY_AREF(values, i);
-        rbtrace_event_pack_expr(&scratch_pk, RSTRING_PTR(e), RSTRING_LEN(e),
-                                RSTRING_PTR(v), RSTRING_LEN(v));
+        rbtrace_event_pack_expr(&scratch_pk, RSTRING_PTR(e), RSTRING_LEN(e), RSTRING_PTR(v),
+                                RSTRING_LEN(v));
     }
     if (scratch.overflow) {
         /* Too long even after truncation: send the call without values. */
@@ -366,8 +371,7 @@ void rbtrace_emit_call_args(VALUE klass, ID mid, uint64_t now, VALUE exprs, VALU
 }
 
 /* A call slower than the --slow threshold (slow.c). */
-void rbtrace_emit_slow(VALUE klass, ID mid, uint64_t start_ns, uint64_t duration_ns,
-                       uint32_t depth)
+void rbtrace_emit_slow(VALUE klass, ID mid, uint64_t start_ns, uint64_t duration_ns, uint32_t depth)
 {
     uint32_t id;
 
@@ -409,13 +413,14 @@ void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location
 {
     if (!rbtrace.attached) return;
     if (!RB_TYPE_P(klass, T_STRING) || !RB_TYPE_P(message, T_STRING) ||
-        !RB_TYPE_P(location, T_STRING)) return;
+        !RB_TYPE_P(location, T_STRING))
+        return;
     if (rbtrace.thread_names) rbtrace_thread_name_note(rbtrace_thread_id());
     emit_begin();
     rbtrace_event_pack_raise(&scratch_pk, rbtrace_thread_id(), now - rbtrace.clock_origin_ns,
-                             RSTRING_PTR(klass), RSTRING_LEN(klass),
-                             RSTRING_PTR(message), RSTRING_LEN(message),
-                             RSTRING_PTR(location), RSTRING_LEN(location), reraise);
+                             RSTRING_PTR(klass), RSTRING_LEN(klass), RSTRING_PTR(message),
+                             RSTRING_LEN(message), RSTRING_PTR(location), RSTRING_LEN(location),
+                             reraise);
     emit_commit();
 }
 
@@ -443,8 +448,8 @@ static int emit_may_wait(void)
 /* A waiting push (emit_may_wait's thread). Gives up if the writer stops. */
 struct emit_wait_arg {
     size_t need;
-    uint64_t head;              /* the ring's head: no producer moves it now */
-    volatile int unblocked;     /* set by emit_wait_unblock */
+    uint64_t head;          /* the ring's head: no producer moves it now */
+    volatile int unblocked; /* set by emit_wait_unblock */
 };
 
 /* Free bytes, without the GVL: reads tail only (tail_seen is the GVL
@@ -628,8 +633,8 @@ void rbtrace_emit_alloc_site(uint64_t count, const char *klass, size_t klass_len
                              size_t path_len, uint64_t line, const char *label, size_t label_len)
 {
     emit_begin();
-    rbtrace_event_pack_alloc_site(&scratch_pk, count, klass, klass_len, path, path_len, line,
-                                  label, label_len);
+    rbtrace_event_pack_alloc_site(&scratch_pk, count, klass, klass_len, path, path_len, line, label,
+                                  label_len);
     if (emit_commit() == 0) rbtrace_writer_nudge();
 }
 
@@ -644,8 +649,7 @@ void rbtrace_emit_attached(uint32_t features)
         wall_ns = (uint64_t)wall.tv_sec * 1000000000ull + (uint64_t)wall.tv_nsec;
     emit_begin();
     rbtrace_event_pack_attached_features(&scratch_pk, (uint32_t)getpid(), ruby_description,
-                                         rbtrace.clock_origin_ns, wall_ns,
-                                         features);
+                                         rbtrace.clock_origin_ns, wall_ns, features);
     if (emit_commit() == 0) rbtrace_writer_nudge();
 }
 
@@ -686,14 +690,19 @@ int rbtrace_emit_detached(uint64_t other_gcs, int *state)
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     /* Told once, with the session's total (ractors.c). */
-    if (other && (n = snprintf(text, sizeof(text), "%llu calls in other Ractors not traced (rbtrace "
-                               "traces the main Ractor only)", (unsigned long long)other)) > 0)
+    if (other &&
+        (n = snprintf(text, sizeof(text),
+                      "%llu calls in other Ractors not traced (rbtrace "
+                      "traces the main Ractor only)",
+                      (unsigned long long)other)) > 0)
         rbtrace_event_pack_message(&pk, RBTRACE_EV_NOTICE, text,
                                    (size_t)n < sizeof(text) ? (size_t)n : sizeof(text) - 1);
     /* Likewise the collections other Ractors' threads ran (gcwatch.c). */
-    if (other_gcs && (n = snprintf(text, sizeof(text), "%llu garbage collections run by other Ractors "
-                                   "not shown (rbtrace sees the main Ractor's only)",
-                                   (unsigned long long)other_gcs)) > 0)
+    if (other_gcs &&
+        (n = snprintf(text, sizeof(text),
+                      "%llu garbage collections run by other Ractors "
+                      "not shown (rbtrace sees the main Ractor's only)",
+                      (unsigned long long)other_gcs)) > 0)
         rbtrace_event_pack_message(&pk, RBTRACE_EV_NOTICE, text,
                                    (size_t)n < sizeof(text) ? (size_t)n : sizeof(text) - 1);
     rbtrace_event_pack_detached(&pk);

@@ -90,14 +90,14 @@ void rbtrace_emit_call_at_now(char *out, enum rbtrace_event_type type, uint32_t 
  * hash made a loop of operators' slots collide at random, by the address). */
 static inline struct rbtrace_method_slot *rbtrace_recent_method(VALUE klass, ID mid)
 {
-    return &rbtrace_recent_methods[((klass >> 3) ^ mid ^ (mid >> 4)) & (RBTRACE_RECENT_METHODS - 1)].method;
+    return &rbtrace_recent_methods[((klass >> 3) ^ mid ^ (mid >> 4)) & (RBTRACE_RECENT_METHODS - 1)]
+                .method;
 }
 
 /* The id of (klass, mid), naming it first if it is new; 0 if the name
  * could not be sent (the caller's event is then dropped too). klass is
  * never 0 here (an empty slot's): an unknown owner is Qnil. */
-static inline __attribute__((always_inline)) uint32_t
-rbtrace_emit_method_id(VALUE klass, ID mid)
+static inline __attribute__((always_inline)) uint32_t rbtrace_emit_method_id(VALUE klass, ID mid)
 {
     const struct rbtrace_method_slot *r = rbtrace_recent_method(klass, mid);
 
@@ -118,8 +118,9 @@ rbtrace_emit_call_at(char *out, enum rbtrace_event_type type, uint32_t id, uint6
 {
     uint64_t thread = rbtrace_thread_id();
 
-    rbtrace_ring_commit(&rbtrace.ring, rbtrace_event_encode_call_chained(
-        out, &rbtrace.chain, type, thread, time, id));
+    rbtrace_ring_commit(
+        &rbtrace.ring,
+        rbtrace_event_encode_call_chained(out, &rbtrace.chain, type, thread, time, id));
     rbtrace_call_chain_note(&rbtrace.chain, thread, time);
 }
 
@@ -128,8 +129,8 @@ rbtrace_emit_call_at(char *out, enum rbtrace_event_type type, uint32_t id, uint6
  * found attached set and big_event, sealed and calls_ended clear. Encoded
  * in place, straight into the ring; pushed when it cannot be (a loss
  * report due, the ring full or at its end). */
-static inline __attribute__((always_inline)) void
-rbtrace_emit_call_of(rb_event_flag_t event, uint32_t id, uint64_t now)
+static inline __attribute__((always_inline)) void rbtrace_emit_call_of(rb_event_flag_t event,
+                                                                       uint32_t id, uint64_t now)
 {
     char *out;
 
@@ -139,8 +140,7 @@ rbtrace_emit_call_of(rb_event_flag_t event, uint32_t id, uint64_t now)
     if (!rbtrace.lost && !rbtrace_alloc_pending &&
         (out = rbtrace_ring_reserve(&rbtrace.ring, RBTRACE_CALL_EVENT_MAX)) != NULL)
         rbtrace_emit_call_at(out, rbtrace_call_event_type(event), id, now);
-    else
-        rbtrace_emit_call_pushed(rbtrace_call_event_type(event), now, id);
+    else rbtrace_emit_call_pushed(rbtrace_call_event_type(event), now, id);
 }
 
 /* --thread-names: the current thread's name goes first (threadnames.c)
@@ -184,8 +184,8 @@ rbtrace_emit_call(rb_event_flag_t event, VALUE klass, ID mid, uint64_t now)
  * the hook needs no stack frame for this. klass and mid are not both 0
  * (an empty slot's pair).
  */
-static inline __attribute__((always_inline)) int
-rbtrace_emit_recent_call(rb_event_flag_t event, VALUE klass, ID mid)
+static inline __attribute__((always_inline)) int rbtrace_emit_recent_call(rb_event_flag_t event,
+                                                                          VALUE klass, ID mid)
 {
     const struct rbtrace_method_slot *r = rbtrace_recent_method(klass, mid);
     uint64_t now;
@@ -196,9 +196,9 @@ rbtrace_emit_recent_call(rb_event_flag_t event, VALUE klass, ID mid)
         return 0;
     out = rbtrace_ring_at_head(&rbtrace.ring);
     if (rbtrace_clock_ns_quick(&now))
-        rbtrace_emit_call_at(out, rbtrace_call_event_type(event), r->id, now - rbtrace.clock_origin_ns);
-    else
-        rbtrace_emit_call_at_now(out, rbtrace_call_event_type(event), r->id);
+        rbtrace_emit_call_at(out, rbtrace_call_event_type(event), r->id,
+                             now - rbtrace.clock_origin_ns);
+    else rbtrace_emit_call_at_now(out, rbtrace_call_event_type(event), r->id);
     return 1;
 }
 

@@ -24,15 +24,16 @@
  * hooks of the Ractor whose thread collects, and another Ractor's are out
  * of reach. Those are counted (GC.count moves on) and told at the detach.
  */
-#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "clock.h"
 #include "emit.h"
 #include "gcwatch.h"
 #include "ractors.h"
 
-#define GC_EVENTS (RUBY_INTERNAL_EVENT_GC_START | RUBY_INTERNAL_EVENT_GC_END_MARK | \
-                   RUBY_INTERNAL_EVENT_GC_END_SWEEP | RUBY_INTERNAL_EVENT_GC_ENTER | \
-                   RUBY_INTERNAL_EVENT_GC_EXIT)
+#define GC_EVENTS \
+    (RUBY_INTERNAL_EVENT_GC_START | RUBY_INTERNAL_EVENT_GC_END_MARK | \
+     RUBY_INTERNAL_EVENT_GC_END_SWEEP | RUBY_INTERNAL_EVENT_GC_ENTER | \
+     RUBY_INTERNAL_EVENT_GC_EXIT)
 
 /* Collections recorded but not yet sent; more are counted as lost. */
 #define GC_PENDING_MAX 64
@@ -44,17 +45,17 @@ struct gc_record {
     uint64_t start_ns;
     uint64_t mark_ns;
     uint64_t sweep_ns;
-    VALUE major_by;        /* a static Symbol, or nil for a minor GC */
-    VALUE gc_by;           /* a static Symbol */
+    VALUE major_by; /* a static Symbol, or nil for a minor GC */
+    VALUE gc_by;    /* a static Symbol */
 };
 
 static struct {
     int active;
-    int in_step;           /* between a GC_ENTER and its GC_EXIT */
+    int in_step; /* between a GC_ENTER and its GC_EXIT */
     enum gc_phase phase;
-    uint64_t step_start;   /* when the current step (or phase) began */
-    size_t last_count;     /* GC.count at the last collection seen */
-    uint64_t other;        /* collections run by other Ractors, not seen */
+    uint64_t step_start; /* when the current step (or phase) began */
+    size_t last_count;   /* GC.count at the last collection seen */
+    uint64_t other;      /* collections run by other Ractors, not seen */
     struct gc_record current;
     struct gc_record pending[GC_PENDING_MAX];
     unsigned n_pending;
@@ -88,7 +89,7 @@ static void gc_cut_off(void)
     if (gcw.last_count) gcw.last_count = rb_gc_count();
     if (gcw.phase == GC_IDLE) return;
     if (gcw.phase == GC_SWEEPING && rb_gc_latest_gc_info(sym_state) == sym_none) {
-        gc_finish(now);   /* the step ended it */
+        gc_finish(now); /* the step ended it */
         return;
     }
     if (gcw.phase == GC_MARKING) gcw.current.mark_ns += now - gcw.step_start;
@@ -114,8 +115,8 @@ static void gc_flush_job(void *unused)
         const struct gc_record *r = &gcw.pending[i];
         const char *major = RB_SYMBOL_P(r->major_by) ? rb_id2name(SYM2ID(r->major_by)) : NULL;
         const char *by = RB_SYMBOL_P(r->gc_by) ? rb_id2name(SYM2ID(r->gc_by)) : NULL;
-        rbtrace_emit_gc(r->thread, r->start_ns, r->mark_ns, r->sweep_ns,
-                        major ? major : "", by ? by : "unknown");
+        rbtrace_emit_gc(r->thread, r->start_ns, r->mark_ns, r->sweep_ns, major ? major : "",
+                        by ? by : "unknown");
     }
     gcw.n_pending = 0;
     rbtrace.lost += gcw.lost;
@@ -166,7 +167,10 @@ static void gc_hook(rb_event_flag_t flag, VALUE data, VALUE self, ID mid, VALUE 
 {
     uint64_t now = rbtrace_clock_ns();
 
-    (void)data; (void)self; (void)mid; (void)klass;
+    (void)data;
+    (void)self;
+    (void)mid;
+    (void)klass;
     /* The main Ractor's hook (ractors.c); gcw is not another's to touch. */
     if (!gcw.active || !rbtrace_main_ractor_p()) return;
     switch (flag) {

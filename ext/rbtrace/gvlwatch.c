@@ -41,7 +41,7 @@
  * The hook is removed at detach, when the client goes away, and in a
  * forked child (rbtrace_trace_clear): Ruby then calls nothing of ours.
  */
-#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "emit.h"
 #include "gvlwatch.h"
 #include <string.h>
@@ -50,18 +50,18 @@
 
 #ifdef RBTRACE_HAVE_GVL_HOOK
 
-#if defined(HAVE_RB_INTERNAL_THREAD_SPECIFIC_GET) && defined(HAVE_RB_INTERNAL_THREAD_EVENT_DATA_T_THREAD) && \
-    !defined(RBTRACE_GVL_TABLE)
+#if defined(HAVE_RB_INTERNAL_THREAD_SPECIFIC_GET) && \
+    defined(HAVE_RB_INTERNAL_THREAD_EVENT_DATA_T_THREAD) && !defined(RBTRACE_GVL_TABLE)
 #define GVL_THREAD_SPECIFIC 1
 #endif
 
 #define GVL_EVENTS (RUBY_INTERNAL_THREAD_EVENT_READY | RUBY_INTERNAL_THREAD_EVENT_RESUMED)
 
 static struct {
-    rb_internal_thread_event_hook_t *hook;   /* installed, or NULL */
-    uint64_t since_ns;       /* when it was installed: older READY times are stale */
-    uint64_t runs;           /* hook calls, ever (RBTrace.gvl_stats; atomic) */
-    uint64_t unmeasured;     /* waits whose READY time had no slot (atomic) */
+    rb_internal_thread_event_hook_t *hook; /* installed, or NULL */
+    uint64_t since_ns;                     /* when it was installed: older READY times are stale */
+    uint64_t runs;                         /* hook calls, ever (RBTrace.gvl_stats; atomic) */
+    uint64_t unmeasured;                   /* waits whose READY time had no slot (atomic) */
 } gvl;
 
 /* CLOCK_MONOTONIC, the events' time line. Not the TSC (rbtrace_clock_ns):
@@ -117,7 +117,7 @@ static inline uint64_t gvl_ready_take(const rb_internal_thread_event_data_t *dat
 #define GVL_SLOTS 1024
 
 struct gvl_slot {
-    uint64_t thread;         /* the native thread that claimed it, or 0 */
+    uint64_t thread; /* the native thread that claimed it, or 0 */
     uint64_t ready_ns;
 };
 
@@ -151,7 +151,8 @@ static inline void gvl_ready_note(const rb_internal_thread_event_data_t *data, u
     struct gvl_slot *s = gvl_slot_of(self);
 
     (void)data;
-    if (__atomic_compare_exchange_n(&s->thread, &owner, self, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED) ||
+    if (__atomic_compare_exchange_n(&s->thread, &owner, self, 0, __ATOMIC_ACQUIRE,
+                                    __ATOMIC_RELAXED) ||
         owner == self) {
         s->ready_ns = now;
         return;
@@ -184,7 +185,8 @@ static inline uint64_t gvl_thread_id(const rb_internal_thread_event_data_t *data
     return rbtrace_thread_id();
 }
 
-static void gvl_hook_i(rb_event_flag_t event, const rb_internal_thread_event_data_t *data, void *unused)
+static void gvl_hook_i(rb_event_flag_t event, const rb_internal_thread_event_data_t *data,
+                       void *unused)
 {
     uint64_t now = gvl_now_ns(), ready, thread;
 
@@ -196,7 +198,7 @@ static void gvl_hook_i(rb_event_flag_t event, const rb_internal_thread_event_dat
     }
     /* RESUMED: this thread holds the GVL from here on. */
     ready = gvl_ready_take(data);
-    if (ready < gvl.since_ns || ready > now) return;   /* none, or of a hook before this one */
+    if (ready < gvl.since_ns || ready > now) return; /* none, or of a hook before this one */
     thread = gvl_thread_id(data);
     /* The helper thread's waits (to carry out the client's commands) are
      * rbtrace's, not the app's. */
@@ -228,15 +230,18 @@ void rbtrace_gvl_start(void)
 {
     if (gvl.hook) return;
     if (gvl_other_ractors() || gvl_slots_prepare() != 0) {
-        rbtrace_emit_message(RBTRACE_EV_ERROR, "--gvl: process %d runs Ractors besides the main "
+        rbtrace_emit_message(RBTRACE_EV_ERROR,
+                             "--gvl: process %d runs Ractors besides the main "
                              "one, whose threads rbtrace cannot tell apart in the GVL's hook: "
-                             "GVL waits are not traced", (int)getpid());
+                             "GVL waits are not traced",
+                             (int)getpid());
         return;
     }
     gvl.since_ns = gvl_now_ns();
     gvl.hook = rb_internal_thread_add_event_hook(gvl_hook_i, GVL_EVENTS, NULL);
     if (gvl.hook == NULL) {
-        rbtrace_emit_message(RBTRACE_EV_ERROR, "--gvl: Ruby refused the thread event hook: GVL "
+        rbtrace_emit_message(RBTRACE_EV_ERROR,
+                             "--gvl: Ruby refused the thread event hook: GVL "
                              "waits are not traced");
         return;
     }
@@ -269,7 +274,7 @@ static VALUE gvl_stats_m(VALUE self)
                                 ULL2NUM(__atomic_load_n(&gvl.unmeasured, __ATOMIC_RELAXED)));
 }
 
-#else  /* no thread event hooks: Ruby before 3.2 */
+#else /* no thread event hooks: Ruby before 3.2 */
 
 int rbtrace_gvl_supported(void)
 {
@@ -278,14 +283,13 @@ int rbtrace_gvl_supported(void)
 
 void rbtrace_gvl_start(void)
 {
-    rbtrace_emit_message(RBTRACE_EV_ERROR, "--gvl needs Ruby 3.2 or newer (its thread event hooks); "
-                         "process %d runs Ruby %s: GVL waits are not traced", (int)getpid(),
-                         ruby_version);
+    rbtrace_emit_message(RBTRACE_EV_ERROR,
+                         "--gvl needs Ruby 3.2 or newer (its thread event hooks); "
+                         "process %d runs Ruby %s: GVL waits are not traced",
+                         (int)getpid(), ruby_version);
 }
 
-void rbtrace_gvl_stop(void)
-{
-}
+void rbtrace_gvl_stop(void) {}
 
 static VALUE gvl_stats_m(VALUE self)
 {

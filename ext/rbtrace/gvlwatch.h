@@ -6,7 +6,7 @@
 
 #include <ruby.h>
 
-int rbtrace_gvl_supported(void);   /* this build has the thread event hooks */
+int rbtrace_gvl_supported(void); /* this build has the thread event hooks */
 void rbtrace_gvl_start(void);
 void rbtrace_gvl_stop(void);
 void Init_rbtrace_gvlwatch(VALUE mod);

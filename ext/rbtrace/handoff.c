@@ -25,7 +25,7 @@
  * An app that is not busy never sees any of it: the GVL is free, and ours
  * has it before the delay is over.
  */
-#include "handoff.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "handoff.h" /* first: ruby.h sets _GNU_SOURCE */
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,8 +41,8 @@ struct rbtrace_handoff rbtrace_handoff;
 #define HANDOFF_START_WAIT_NS 5000000L
 #define HANDOFF_START_POLL_NS 20000L
 
-static int handoff_ready;   /* the way of asking works here */
-static ID id_own_thread;    /* the mark of rbtrace's Ruby threads */
+static int handoff_ready; /* the way of asking works here */
+static ID id_own_thread;  /* the mark of rbtrace's Ruby threads */
 static ID id_native_thread_id;
 
 /* A thread of ours is about to wait for the GVL (or, for an eval's thread
@@ -104,7 +104,7 @@ int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, 
 
     *state = 0;
     rb_protect(rbtrace_nogvl_i, (VALUE)&c, state);
-    rbtrace_handoff_done();   /* also when an interrupt was raised */
+    rbtrace_handoff_done(); /* also when an interrupt was raised */
     return *state ? -1 : 0;
 }
 
@@ -113,8 +113,10 @@ void rbtrace_handoff_report_unavailable(const char *what, int err)
     static int reported;
 
     if (!reported)
-        fprintf(stderr, "rbtrace: %s: %s (attaching to a busy process will take up to "
-                "100 ms a command)\n", what, strerror(err));
+        fprintf(stderr,
+                "rbtrace: %s: %s (attaching to a busy process will take up to "
+                "100 ms a command)\n",
+                what, strerror(err));
     reported = 1;
 }
 
@@ -212,7 +214,7 @@ static VALUE handoff_wait_started_m(VALUE self, VALUE thread)
             snprintf(path, sizeof(path), "/proc/self/task/%ld/stat", FIX2LONG(tid));
             state = handoff_proc_state(path);
             if (state == 'S') return Qtrue;
-            if (state == 0) return Qfalse;   /* /proc cannot tell */
+            if (state == 0) return Qfalse; /* /proc cannot tell */
         }
         if (waited >= HANDOFF_START_WAIT_NS) return Qfalse;
         nanosleep(&pause, NULL);

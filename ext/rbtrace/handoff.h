@@ -36,8 +36,8 @@ int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, 
 #define RBTRACE_HANDOFF_MAX_ASKS 200
 
 struct rbtrace_handoff {
-    volatile sig_atomic_t wanted;   /* a thread of ours waits for the GVL */
-    volatile pid_t requester;       /* the native thread (tid) that said so */
+    volatile sig_atomic_t wanted; /* a thread of ours waits for the GVL */
+    volatile pid_t requester;     /* the native thread (tid) that said so */
 };
 
 extern struct rbtrace_handoff rbtrace_handoff;

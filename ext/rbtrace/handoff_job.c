@@ -25,7 +25,7 @@
  * busy thread passes the GVL on, not only the main one. A thread inside one
  * long C call that keeps the GVL runs the job only when the call returns.
  */
-#include "handoff.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "handoff.h" /* first: ruby.h sets _GNU_SOURCE */
 
 #ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
 #include <errno.h>
@@ -48,18 +48,18 @@
 
 static struct {
     rb_postponed_job_handle_t job;
-    pthread_mutex_t lock;       /* for `taken`, the kicker's start and end */
-    pthread_cond_t taken;       /* ours has the GVL (CLOCK_MONOTONIC) */
-    sem_t kick;                 /* a thread of ours waits for the GVL */
-    pid_t kicker_pid;           /* the kicker runs in this process (0: none) */
-    VALUE yielder;              /* the thread in the job now, or nil */
-    int closing;                /* the VM is ending: no more triggers */
+    pthread_mutex_t lock; /* for `taken`, the kicker's start and end */
+    pthread_cond_t taken; /* ours has the GVL (CLOCK_MONOTONIC) */
+    sem_t kick;           /* a thread of ours waits for the GVL */
+    pid_t kicker_pid;     /* the kicker runs in this process (0: none) */
+    VALUE yielder;        /* the thread in the job now, or nil */
+    int closing;          /* the VM is ending: no more triggers */
 } job_way;
 
 /* What one run of the job waits on, without the GVL. */
 struct handoff_job_wait {
     struct timespec deadline;
-    int unblocked;              /* Ruby wants this thread back (an interrupt) */
+    int unblocked; /* Ruby wants this thread back (an interrupt) */
 };
 
 static void handoff_sleep_ns(long ns)
@@ -78,7 +78,7 @@ static int handoff_kicker_wait(void)
     struct timespec deadline;
     long ns;
 
-    clock_gettime(CLOCK_REALTIME, &deadline);   /* sem_timedwait's clock */
+    clock_gettime(CLOCK_REALTIME, &deadline); /* sem_timedwait's clock */
     ns = deadline.tv_nsec + HANDOFF_KICKER_IDLE_NS;
     deadline.tv_sec += ns / 1000000000L;
     deadline.tv_nsec = ns % 1000000000L;
@@ -102,7 +102,7 @@ static void *handoff_kicker(void *unused)
         int asks = 0;
 
         while (sem_trywait(&job_way.kick) == 0)
-            ;   /* one look serves every request so far */
+            ; /* one look serves every request so far */
         while (rbtrace_handoff.wanted && asks++ < RBTRACE_HANDOFF_MAX_ASKS) {
             handoff_sleep_ns(HANDOFF_JOB_DELAY_NS);
             /* Under the lock: never after handoff_job_end (freed queues). */
@@ -172,8 +172,7 @@ static void handoff_job_i(void *unused)
     if (!rbtrace_handoff.wanted) return;
     /* The thread that waits has the GVL: it is about to say so. And one
      * of ours that has it is what ours wait for: it goes on. */
-    if (rbtrace_handoff.requester == (pid_t)syscall(SYS_gettid) ||
-        rbtrace_handoff_own_thread_p())
+    if (rbtrace_handoff.requester == (pid_t)syscall(SYS_gettid) || rbtrace_handoff_own_thread_p())
         return;
     clock_gettime(CLOCK_MONOTONIC, &w.deadline);
     ns = w.deadline.tv_nsec + RBTRACE_HANDOFF_YIELD_MAX_NS;
@@ -210,9 +209,8 @@ static int handoff_job_sync_init(void)
 
     if (pthread_condattr_init(&attr) != 0) return -1;
     ok = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0 &&
-         pthread_cond_init(&job_way.taken, &attr) == 0 &&
-         pthread_mutex_init(&job_way.lock, NULL) == 0 &&
-         sem_init(&job_way.kick, 0, 0) == 0;
+        pthread_cond_init(&job_way.taken, &attr) == 0 &&
+        pthread_mutex_init(&job_way.lock, NULL) == 0 && sem_init(&job_way.kick, 0, 0) == 0;
     pthread_condattr_destroy(&attr);
     job_way.kicker_pid = 0;
     return ok ? 0 : -1;
@@ -252,9 +250,18 @@ VALUE rbtrace_handoff_ask_yielder(void)
  * A postponed job cannot be triggered safely from another thread there
  * (https://bugs.ruby-lang.org/issues/19991), and every other way touches
  * the app (a trap on its main thread interrupts its C calls). */
-int rbtrace_handoff_ask_install(void) { return -1; }
+int rbtrace_handoff_ask_install(void)
+{
+    return -1;
+}
 void rbtrace_handoff_ask_start(void) {}
 void rbtrace_handoff_ask_stop(void) {}
-int rbtrace_handoff_ask_after_fork(void) { return -1; }
-VALUE rbtrace_handoff_ask_yielder(void) { return Qnil; }
+int rbtrace_handoff_ask_after_fork(void)
+{
+    return -1;
+}
+VALUE rbtrace_handoff_ask_yielder(void)
+{
+    return Qnil;
+}
 #endif

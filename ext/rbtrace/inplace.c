@@ -32,7 +32,7 @@
  * or daemon an app or gem defined before rbtrace loaded stays (its trap of
  * URG then goes unwatched).
  */
-#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "channel.h"
 #include "inplace.h"
 
@@ -63,7 +63,8 @@ static void inplace_say_urg_lost(void)
     if (inplace_urg_lost_said) return;
     inplace_urg_lost_said = 1;
     msg = rb_sprintf("rbtrace: the app replaced rbtrace's SIGURG handler (trap('URG')); "
-                     "this process (pid %ld) can no longer be traced", (long)getpid());
+                     "this process (pid %ld) can no longer be traced",
+                     (long)getpid());
     rb_funcall(rb_mKernel, rb_intern("warn"), 1, msg);
 }
 
@@ -146,8 +147,9 @@ static VALUE inplace_instance_original(VALUE *slot, VALUE mod, const char *name)
  * rb_method_basic_definition_p is asked of the singleton class only (a
  * class: it caches into what it is given, which a module is not made for).
  */
-static void inplace_module_function(VALUE mod, const char *name, VALUE *instance, VALUE (*instance_m)(int, VALUE *, VALUE),
-                                    VALUE *singleton, VALUE (*singleton_m)(int, VALUE *, VALUE))
+static void inplace_module_function(VALUE mod, const char *name, VALUE *instance,
+                                    VALUE (*instance_m)(int, VALUE *, VALUE), VALUE *singleton,
+                                    VALUE (*singleton_m)(int, VALUE *, VALUE))
 {
     if (!rb_method_basic_definition_p(rb_singleton_class(mod), rb_intern(name))) return;
     inplace_instance_original(instance, mod, name);
@@ -166,7 +168,7 @@ static void inplace_module_function(VALUE mod, const char *name, VALUE *instance
 void rbtrace_inplace_install(void)
 {
     ID trap = rb_intern("trap");
-    VALUE signal = rb_path2class("Signal");   /* Ruby exports no rb_mSignal */
+    VALUE signal = rb_path2class("Signal"); /* Ruby exports no rb_mSignal */
     VALUE verbose = ruby_verbose;
 
     ruby_verbose = Qfalse;
@@ -183,8 +185,9 @@ void rbtrace_inplace_install(void)
     }
     inplace_module_function(signal, "trap", &inplace_signal_trap, inplace_signal_trap_m,
                             &inplace_signal_s_trap, inplace_signal_s_trap_m);
-    inplace_module_function(rb_mProcess, "daemon", &inplace_process_daemon, inplace_process_daemon_m,
-                            &inplace_process_s_daemon, inplace_process_s_daemon_m);
+    inplace_module_function(rb_mProcess, "daemon", &inplace_process_daemon,
+                            inplace_process_daemon_m, &inplace_process_s_daemon,
+                            inplace_process_s_daemon_m);
 #ifdef HAVE_RB_EXT_RACTOR_SAFE
     rb_ext_ractor_safe(false);
 #endif

@@ -47,7 +47,7 @@
  * The target's queue key. Pids on Linux stay below 2^22, so the key is
  * unique per pid and never collides with the old gem's keys (-pid).
  */
-#define RBTRACE_QUEUE_KEY(pid) ((key_t)(0x52000000 | ((pid) & 0x00ffffff)))
+#define RBTRACE_QUEUE_KEY(pid) ((key_t)(0x52000000 | ((pid)&0x00ffffff)))
 
 /* Every queue message has this mtype. */
 #define RBTRACE_MSG_TYPE 1
@@ -69,8 +69,8 @@
 #define RBTRACE_COMMAND_MAX (4 * 1024 * 1024)
 
 struct rbtrace_msg {
-    long mtype;                                  /* RBTRACE_MSG_TYPE */
-    unsigned char mtext[RBTRACE_MSG_PAYLOAD];    /* flags byte + command */
+    long mtype;                               /* RBTRACE_MSG_TYPE */
+    unsigned char mtext[RBTRACE_MSG_PAYLOAD]; /* flags byte + command */
 };
 
 /* ---- commands on the socket ------------------------------------------ */
@@ -233,27 +233,27 @@ enum rbtrace_event_type {
 
 /* ATTACHED's features: what the target can do beyond every version's. */
 enum rbtrace_feature {
-    RBTRACE_FEATURE_GVL = 1        /* GVL waits: Ruby 3.2+'s thread event hooks */
+    RBTRACE_FEATURE_GVL = 1 /* GVL waits: Ruby 3.2+'s thread event hooks */
 };
 
 enum rbtrace_refusal {
-    RBTRACE_REFUSED_BUSY = 1,      /* another client (client_pid) is attached */
-    RBTRACE_REFUSED_VERSION = 2,   /* protocol versions differ */
-    RBTRACE_REFUSED_PEER = 3       /* the socket's owner may not attach */
+    RBTRACE_REFUSED_BUSY = 1,    /* another client (client_pid) is attached */
+    RBTRACE_REFUSED_VERSION = 2, /* protocol versions differ */
+    RBTRACE_REFUSED_PEER = 3     /* the socket's owner may not attach */
 };
 
 /* How an EVAL's result becomes the EVAL_RESULT text. */
 enum rbtrace_result_format {
-    RBTRACE_RESULT_INSPECT = 0,    /* the result's #inspect (rbtrace -e) */
-    RBTRACE_RESULT_TEXT = 1        /* the result, a String, as is (the reports) */
+    RBTRACE_RESULT_INSPECT = 0, /* the result's #inspect (rbtrace -e) */
+    RBTRACE_RESULT_TEXT = 1     /* the result, a String, as is (the reports) */
 };
 #define RBTRACE_RESULT_FORMAT_MAX RBTRACE_RESULT_TEXT
 
 enum rbtrace_eval_status {
-    RBTRACE_EVAL_OK = 0,           /* text is the result (see rbtrace_result_format) */
-    RBTRACE_EVAL_RAISED = 1,       /* text is "Class: message\n\tbacktrace" */
-    RBTRACE_EVAL_SYNTAX = 2,       /* text is the syntax error's message */
-    RBTRACE_EVAL_TIMEOUT = 3       /* the code ran past its timeout; killed */
+    RBTRACE_EVAL_OK = 0,     /* text is the result (see rbtrace_result_format) */
+    RBTRACE_EVAL_RAISED = 1, /* text is "Class: message\n\tbacktrace" */
+    RBTRACE_EVAL_SYNTAX = 2, /* text is the syntax error's message */
+    RBTRACE_EVAL_TIMEOUT = 3 /* the code ran past its timeout; killed */
 };
 
 /* Longest value of a trace expression, in bytes, before "..." */

@@ -38,7 +38,7 @@
  * the app's own global TracePoints too, as any attach or detach of rbtrace
  * always did.
  */
-#include "ractors.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "ractors.h" /* first: ruby.h sets _GNU_SOURCE */
 
 #ifdef RBTRACE_HAVE_RACTORS
 rb_ractor_local_key_t rbtrace_main_ractor_key;
@@ -49,9 +49,8 @@ static void ractors_nothing(void *ptr)
 }
 
 /* The key's value is a static marker: nothing to mark, nothing to free. */
-static const struct rb_ractor_local_storage_type ractors_marker_type = {
-    ractors_nothing, ractors_nothing
-};
+static const struct rb_ractor_local_storage_type ractors_marker_type = { ractors_nothing,
+                                                                         ractors_nothing };
 static char ractors_main_marker;
 #endif
 
@@ -71,7 +70,11 @@ uint64_t rbtrace_ractors_take_other(void)
 
 static void ractors_noop_hook(rb_event_flag_t ev, VALUE data, VALUE self, ID mid, VALUE klass)
 {
-    (void)ev; (void)data; (void)self; (void)mid; (void)klass;
+    (void)ev;
+    (void)data;
+    (void)self;
+    (void)mid;
+    (void)klass;
 }
 
 /* Sets the VM's global event flags from the main Ractor's hooks again

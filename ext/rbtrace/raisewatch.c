@@ -28,7 +28,7 @@
  * the exception: an exception the app dropped is not kept alive, and a
  * new one at a freed one's address is not taken for it.
  */
-#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "clock.h"
 #include "emit.h"
 #include "ractors.h"
@@ -45,17 +45,17 @@
 #define RAISE_LAST_SLOTS 64
 
 static int raise_active;
-static int raise_busy;    /* finding the location: do not re-enter */
+static int raise_busy; /* finding the location: do not re-enter */
 static ID id_raise_location, id_mesg;
-static VALUE raise_main;  /* the top-level self, "main" in messages */
+static VALUE raise_main; /* the top-level self, "main" in messages */
 
 /* The last exception reported on a thread, and how many times it has been
  * raised again since. */
 struct raise_last {
     uint64_t thread;
-    VALUE object_id;      /* a Fixnum (an object id), or 0 for none */
+    VALUE object_id; /* a Fixnum (an object id), or 0 for none */
     uint64_t reraises;
-    uint64_t used;        /* raise_clock at its thread's last raise; 0: free */
+    uint64_t used; /* raise_clock at its thread's last raise; 0: free */
 };
 
 static struct raise_last raise_last[RAISE_LAST_SLOTS];
@@ -112,12 +112,15 @@ static void raise_name_err_args(VALUE recv, VALUE name, int modern, VALUE args[4
 {
     VALUE klass;
 
-    args[0] = RB_SYMBOL_P(name) ? rb_sym2str(name)
-            : RB_TYPE_P(name, T_STRING) ? name : rb_str_new_cstr("?");
+    args[0] = RB_SYMBOL_P(name)     ? rb_sym2str(name)
+        : RB_TYPE_P(name, T_STRING) ? name
+                                    : rb_str_new_cstr("?");
     args[2] = args[3] = rb_str_new_cstr("");
     if (NIL_P(recv) || recv == Qtrue || recv == Qfalse || recv == raise_main) {
-        const char *what = NIL_P(recv) ? "nil" : recv == Qtrue ? "true"
-                         : recv == Qfalse ? "false" : "main";
+        const char *what = NIL_P(recv) ? "nil"
+            : recv == Qtrue            ? "true"
+            : recv == Qfalse           ? "false"
+                                       : "main";
         args[1] = rb_str_new_cstr(what);
         if (modern) {
             args[3] = args[1];
@@ -182,7 +185,8 @@ static VALUE raise_format(VALUE format, const VALUE args[4])
         if (pct + 1 < end && pct[1] == 's') {
             n = next++;
             p = pct + 2;
-        } else if (pct + 3 < end && pct[1] >= '1' && pct[1] <= '4' && pct[2] == '$' && pct[3] == 's') {
+        } else if (pct + 3 < end && pct[1] >= '1' && pct[1] <= '4' && pct[2] == '$' &&
+                   pct[3] == 's') {
             n = pct[1] - '1';
             p = pct + 4;
         } else {
@@ -191,7 +195,7 @@ static VALUE raise_format(VALUE format, const VALUE args[4])
         if (n > 3) return Qnil;
         rb_str_cat(out, RSTRING_PTR(args[n]), RSTRING_LEN(args[n]));
     }
-    RB_GC_GUARD(format);   /* on the stack, so not moved while p points into it */
+    RB_GC_GUARD(format); /* on the stack, so not moved while p points into it */
     return out;
 }
 
@@ -203,7 +207,7 @@ static VALUE raise_name_err_message(const struct raise_name_err_mesg *m)
     if (!RB_TYPE_P(m->format, T_STRING) || m->recv == Qundef) return Qnil;
     /* 3.3+ formats name what follows the receiver by position 3 and 4 */
     modern = memmem(RSTRING_PTR(m->format), (size_t)RSTRING_LEN(m->format), "%3$s", 4) != NULL ||
-             memmem(RSTRING_PTR(m->format), (size_t)RSTRING_LEN(m->format), "%4$s", 4) != NULL;
+        memmem(RSTRING_PTR(m->format), (size_t)RSTRING_LEN(m->format), "%4$s", 4) != NULL;
     raise_name_err_args(m->recv, m->name, modern, args);
     return raise_format(m->format, args);
 }
@@ -265,7 +269,7 @@ static uint64_t raise_count_reraise(VALUE exc)
     VALUE id = rb_obj_id(exc);
 
     slot->used = ++raise_clock;
-    if (!RB_FIXNUM_P(id)) id = 0;   /* never on 64 bits; then no folding */
+    if (!RB_FIXNUM_P(id)) id = 0; /* never on 64 bits; then no folding */
     if (id != 0 && slot->object_id == id) return ++slot->reraises;
     slot->thread = thread;
     slot->object_id = id;
@@ -301,7 +305,7 @@ static void raise_hook_i(VALUE data, rb_trace_arg_t *targ)
     /* raise_location rescues everything; what escapes is an interrupt for
      * the app (Thread#raise, kill), deferred past it: it goes on. */
     if (state) rb_jump_tag(state);
-    if (!RB_TYPE_P(location, T_STRING)) return;   /* one of ours */
+    if (!RB_TYPE_P(location, T_STRING)) return; /* one of ours */
     rbtrace_emit_raise(now, raise_class_path(rb_obj_class(exc)), raise_message(exc), location,
                        raise_count_reraise(exc));
 }
@@ -338,7 +342,7 @@ void Init_rbtrace_raisewatch(VALUE mod)
 {
     rb_define_singleton_method(mod, "class_path_of", raise_class_path_of_m, 1);
     id_raise_location = rb_intern("raise_location");
-    id_mesg = rb_intern("mesg");   /* error.c's id_mesg: no "@", hidden from Ruby */
+    id_mesg = rb_intern("mesg"); /* error.c's id_mesg: no "@", hidden from Ruby */
     /* the top-level self, evaluated at the top level */
     raise_main = rb_eval_string("self");
     rb_gc_register_address(&raise_main);

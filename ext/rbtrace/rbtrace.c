@@ -10,7 +10,7 @@
  *
  * Each file's one job: docs/DESIGN.md, "Files".
  */
-#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "channel.h"
 #include "clock.h"
 #include "emit.h"
@@ -40,11 +40,9 @@ static void rbtrace_roots_mark(void *unused)
     rbtrace_alloc_mark();
 }
 
-static const rb_data_type_t rbtrace_roots_type = {
-    .wrap_struct_name = "rbtrace_roots",
-    .function = { .dmark = rbtrace_roots_mark },
-    .flags = RUBY_TYPED_FREE_IMMEDIATELY
-};
+static const rb_data_type_t rbtrace_roots_type = { .wrap_struct_name = "rbtrace_roots",
+                                                   .function = { .dmark = rbtrace_roots_mark },
+                                                   .flags = RUBY_TYPED_FREE_IMMEDIATELY };
 
 static VALUE rbtrace_roots;
 

@@ -20,16 +20,16 @@
 #define RBTRACE_CACHE_LINE 64
 
 struct rbtrace_ring {
-    char *buf;          /* size bytes, or NULL when not allocated */
-    size_t size;        /* a power of two */
+    char *buf;   /* size bytes, or NULL when not allocated */
+    size_t size; /* a power of two */
     uint64_t head __attribute__((aligned(RBTRACE_CACHE_LINE)));
-                        /* bytes ever pushed (producer-owned) */
+    /* bytes ever pushed (producer-owned) */
     uint64_t tail_seen; /* the producer's last look at tail */
     uint64_t reserve_limit;
-                        /* head may grow up to here without a wrap or an
+    /* head may grow up to here without a wrap or an
                            overrun (rbtrace_ring_reserve; 0: look again) */
     uint64_t tail __attribute__((aligned(RBTRACE_CACHE_LINE)));
-                        /* bytes ever consumed (consumer-owned) */
+    /* bytes ever consumed (consumer-owned) */
     char pad[RBTRACE_CACHE_LINE - sizeof(uint64_t)];
 };
 

@@ -15,7 +15,7 @@
  * meant for the user; NotLoaded, NotDefined), and reported here, as an
  * ERROR event naming the selector and saying it is not traced.
  */
-#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "emit.h"
 #include "selector.h"
 #include <string.h>

@@ -26,7 +26,7 @@
  * Time: CLOCK_MONOTONIC (the event's start), and with --slowcpu the
  * thread's CPU time (CLOCK_THREAD_CPUTIME_ID) for the duration.
  */
-#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "clock.h"
 #include "emit.h"
 #include "slow.h"
@@ -41,17 +41,17 @@
 struct slow_frame {
     VALUE klass;
     ID mid;
-    uint64_t start_ns;     /* CLOCK_MONOTONIC */
-    uint64_t start_cpu;    /* thread CPU time, with --slowcpu */
+    uint64_t start_ns;  /* CLOCK_MONOTONIC */
+    uint64_t start_cpu; /* thread CPU time, with --slowcpu */
 };
 
 struct slow_stack {
-    struct slow_stack *prev, *next;   /* every stack alive (slow.stacks) */
-    VALUE thread;          /* its Thread, marked (and so pinned) */
+    struct slow_stack *prev, *next; /* every stack alive (slow.stacks) */
+    VALUE thread;                   /* its Thread, marked (and so pinned) */
     struct slow_frame *frames;
-    uint32_t depth;        /* frames in use */
-    uint32_t cap;          /* room in frames */
-    uint32_t hidden;       /* calls past SLOW_MAX_DEPTH, not stored */
+    uint32_t depth;  /* frames in use */
+    uint32_t cap;    /* room in frames */
+    uint32_t hidden; /* calls past SLOW_MAX_DEPTH, not stored */
 };
 
 /* One selector of --slow-methods: owner and method name, 0 for any. */
@@ -65,9 +65,9 @@ static struct {
     uint64_t threshold_ns;
     struct slow_filter filters[RBTRACE_SELECTORS_MAX];
     uint32_t n_filters;
-    struct slow_stack *stacks;  /* every stack alive, newest first */
-    struct slow_stack *last;    /* the stack of the last event's thread */
-    uint8_t said[3];            /* a SLOW_UNWATCHED_* notice was sent */
+    struct slow_stack *stacks; /* every stack alive, newest first */
+    struct slow_stack *last;   /* the stack of the last event's thread */
+    uint8_t said[3];           /* a SLOW_UNWATCHED_* notice was sent */
 } slow;
 
 /* Why calls went unwatched (slow_unwatched), each said once a session. */
@@ -103,19 +103,22 @@ static void slow_unwatched(int why)
     if (slow.said[why]) return;
     switch (why) {
     case SLOW_UNWATCHED_DEEP:
-        sent = rbtrace_emit_message(RBTRACE_EV_NOTICE, "--slow: calls nested more than %d deep "
+        sent = rbtrace_emit_message(RBTRACE_EV_NOTICE,
+                                    "--slow: calls nested more than %d deep "
                                     "in a thread are not watched (the calls around them are)",
                                     SLOW_MAX_DEPTH);
         break;
     case SLOW_UNWATCHED_THREAD:
-        sent = rbtrace_emit_message(RBTRACE_EV_NOTICE, "--slow: the calls of a thread are not "
+        sent = rbtrace_emit_message(RBTRACE_EV_NOTICE,
+                                    "--slow: the calls of a thread are not "
                                     "watched: its Thread is frozen, or no memory was left for "
                                     "its state");
         break;
     case SLOW_UNWATCHED_MEMORY:
-        sent = rbtrace_emit_message(RBTRACE_EV_NOTICE, "--slow: out of memory: calls nested "
-                                    "deeper than %u in a thread are not watched", slow.last ?
-                                    slow.last->cap : 0);
+        sent = rbtrace_emit_message(RBTRACE_EV_NOTICE,
+                                    "--slow: out of memory: calls nested "
+                                    "deeper than %u in a thread are not watched",
+                                    slow.last ? slow.last->cap : 0);
         break;
     }
     if (sent == 0) slow.said[why] = 1;
@@ -149,13 +152,13 @@ static void slow_stack_free(void *p)
 
 static size_t slow_stack_memsize(const void *p)
 {
-    return sizeof(struct slow_stack) + ((const struct slow_stack *)p)->cap * sizeof(struct slow_frame);
+    return sizeof(struct slow_stack) +
+        ((const struct slow_stack *)p)->cap * sizeof(struct slow_frame);
 }
 
 static const rb_data_type_t slow_stack_type = {
     .wrap_struct_name = "rbtrace/slow_stack",
-    .function = { .dmark = slow_stack_mark, .dfree = slow_stack_free,
-                  .dsize = slow_stack_memsize },
+    .function = { .dmark = slow_stack_mark, .dfree = slow_stack_free, .dsize = slow_stack_memsize },
     .flags = RUBY_TYPED_FREE_IMMEDIATELY
 };
 
@@ -192,7 +195,7 @@ static struct slow_stack *slow_stack_of(VALUE thread, int create)
             return NULL;
         }
         obj = rb_protect(slow_stack_new_i, thread, &state);
-        if (state) {   /* NoMemoryError: ours, not the app's to see */
+        if (state) { /* NoMemoryError: ours, not the app's to see */
             rb_set_errinfo(Qnil);
             slow_unwatched(SLOW_UNWATCHED_THREAD);
             return NULL;
@@ -243,7 +246,7 @@ static void slow_pop(struct slow_stack *s, VALUE klass, ID mid)
     for (i = s->depth; i > 0; i--) {
         if (s->frames[i - 1].klass == klass && s->frames[i - 1].mid == mid) break;
     }
-    if (i == 0) return;   /* a call that began before the attach */
+    if (i == 0) return; /* a call that began before the attach */
     f = &s->frames[i - 1];
     s->depth = i - 1;
     now = slow.cpu ? slow_cpu_ns() : rbtrace_clock_ns();
@@ -287,7 +290,8 @@ int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors)
             continue;
         }
         if (!NIL_P(sel.exprs))
-            rbtrace_emit_message(RBTRACE_EV_NOTICE, "%.*s: --slow-methods shows no trace "
+            rbtrace_emit_message(RBTRACE_EV_NOTICE,
+                                 "%.*s: --slow-methods shows no trace "
                                  "expressions; the method is watched without them",
                                  (int)RSTRING_LEN(text), RSTRING_PTR(text));
         f = &slow.filters[slow.n_filters++];
@@ -295,7 +299,8 @@ int rbtrace_slow_start(uint64_t threshold_ns, int cpu, VALUE selectors)
         f->mid = sel.mid;
     }
     if (n > 0 && slow.n_filters == 0) {
-        rbtrace_emit_message(RBTRACE_EV_ERROR, "no --slow-methods selector could be used: "
+        rbtrace_emit_message(RBTRACE_EV_ERROR,
+                             "no --slow-methods selector could be used: "
                              "slow calls are not watched");
         return -1;
     }

@@ -10,7 +10,7 @@
  * below it need them too: they are here, on the state they touch, so that
  * no layer calls up into the channel.
  */
-#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -24,8 +24,8 @@ uint64_t rbtrace_mn_thread;
  * native thread, GVL held): it is the one whose events follow. Its
  * rb_thread_t, which stays in place for the thread's life (the Thread
  * object may be moved by GC.compact). */
-static void rbtrace_thread_resumed(rb_event_flag_t event, const rb_internal_thread_event_data_t *data,
-                                   void *unused)
+static void rbtrace_thread_resumed(rb_event_flag_t event,
+                                   const rb_internal_thread_event_data_t *data, void *unused)
 {
     rbtrace_mn_thread = (uint64_t)(uintptr_t)RTYPEDDATA_GET_DATA(data->thread);
 }
@@ -44,9 +44,10 @@ void rbtrace_mn_threads_init(void)
 
     if (mn == NULL || atoi(mn) <= 0) return;
     rbtrace_mn_thread = (uint64_t)(uintptr_t)RTYPEDDATA_GET_DATA(rb_thread_current());
-    if (rb_internal_thread_add_event_hook(rbtrace_thread_resumed, RUBY_INTERNAL_THREAD_EVENT_RESUMED,
-                                          NULL) == NULL) {
-        fprintf(stderr, "rbtrace: cannot watch which Ruby thread runs (RUBY_MN_THREADS=1): traces "
+    if (rb_internal_thread_add_event_hook(rbtrace_thread_resumed,
+                                          RUBY_INTERNAL_THREAD_EVENT_RESUMED, NULL) == NULL) {
+        fprintf(stderr,
+                "rbtrace: cannot watch which Ruby thread runs (RUBY_MN_THREADS=1): traces "
                 "will mix up the Ruby threads that share a native thread\n");
         return;
     }

@@ -32,19 +32,19 @@
 struct rbtrace_deferred {
     struct rbtrace_deferred *next;
     size_t len;
-    char data[];        /* the command's msgpack bytes */
+    char data[]; /* the command's msgpack bytes */
 };
 
 /* A selection: one method selector the user asked for (-m, -c), as it is
  * traced (trace.c). */
 struct rbtrace_selection {
-    VALUE klass;        /* owner to match, or 0 for any */
-    ID mid;             /* method name to match, or 0 for any */
-    VALUE exprs;        /* Array of expression Strings, or Qnil */
-    VALUE selector;     /* the selector's text, as the client sent it */
-    VALUE tp;           /* a TracePoint of calls of this Ruby method alone,
+    VALUE klass;     /* owner to match, or 0 for any */
+    ID mid;          /* method name to match, or 0 for any */
+    VALUE exprs;     /* Array of expression Strings, or Qnil */
+    VALUE selector;  /* the selector's text, as the client sent it */
+    VALUE tp;        /* a TracePoint of calls of this Ruby method alone,
                            or 0 (the global hook watches it) */
-    VALUE tp_return;    /* ... and of its returns */
+    VALUE tp_return; /* ... and of its returns */
 };
 
 /* A method name Symbol (or nil) as the ID the hooks compare (0 for nil).
@@ -65,7 +65,7 @@ static inline int rbtrace_selects(VALUE want_klass, ID want_mid, VALUE klass, ID
  * its evaluation, linked into rbtrace.evaluators while it lasts. Several
  * threads may evaluate at once: the VM switches threads inside Ruby code. */
 struct rbtrace_evaluator {
-    uint64_t thread;                 /* rbtrace_thread_id() */
+    uint64_t thread; /* rbtrace_thread_id() */
     struct rbtrace_evaluator *next;
 };
 
@@ -80,23 +80,23 @@ struct rbtrace_method_slot {
 
 struct rbtrace_state {
     /* command channel (channel.c) */
-    sem_t wake;                      /* posted by the signal handler */
-    volatile sig_atomic_t pending;   /* a signal arrived, not yet served */
-    int queue_id;                    /* our message queue, or -1 */
-    pid_t queue_pid;                 /* the process that created it */
-    int queue_refused;               /* a foreign queue was reported */
-    int servicing;                   /* a command is being carried out */
-    uint64_t servicing_thread;       /* ... by this thread (rbtrace_thread_id), or 0 */
-    uint64_t helper_thread;          /* the helper thread (rbtrace_thread_id), once it runs */
-    int in_job;                      /* ... from a postponed job, on an app thread */
-    struct rbtrace_deferred *deferred;       /* commands left for the helper, oldest first */
+    sem_t wake;                        /* posted by the signal handler */
+    volatile sig_atomic_t pending;     /* a signal arrived, not yet served */
+    int queue_id;                      /* our message queue, or -1 */
+    pid_t queue_pid;                   /* the process that created it */
+    int queue_refused;                 /* a foreign queue was reported */
+    int servicing;                     /* a command is being carried out */
+    uint64_t servicing_thread;         /* ... by this thread (rbtrace_thread_id), or 0 */
+    uint64_t helper_thread;            /* the helper thread (rbtrace_thread_id), once it runs */
+    int in_job;                        /* ... from a postponed job, on an app thread */
+    struct rbtrace_deferred *deferred; /* commands left for the helper, oldest first */
     struct rbtrace_deferred **deferred_tail; /* where the next one is linked */
-    char *command;                   /* the socket's command being received */
+    char *command;                           /* the socket's command being received */
     size_t command_len, command_cap;
-    unsigned char frame_header[RBTRACE_FRAME_HEADER];   /* its length, as read so far */
-    size_t frame_header_len;         /* bytes of it read (all: the length is known) */
-    uint32_t frame_len;              /* the command's length, once known */
-    volatile int sock_readable;      /* set by the writer: the client sent bytes */
+    unsigned char frame_header[RBTRACE_FRAME_HEADER]; /* its length, as read so far */
+    size_t frame_header_len;    /* bytes of it read (all: the length is known) */
+    uint32_t frame_len;         /* the command's length, once known */
+    volatile int sock_readable; /* set by the writer: the client sent bytes */
 
     /*
      * What every traced event looks at, a byte each, 0 or 1, sharing one
@@ -106,36 +106,36 @@ struct rbtrace_state {
      */
     union {
         struct {
-            uint8_t attached;        /* command.c: a client is attached */
-            uint8_t firehose;        /* trace.c: --firehose */
-            uint8_t slow;            /* trace.c: --slow: the hook feeds slow.c */
-            uint8_t in_expr;         /* trace.c: a thread evaluates trace expressions
+            uint8_t attached;     /* command.c: a client is attached */
+            uint8_t firehose;     /* trace.c: --firehose */
+            uint8_t slow;         /* trace.c: --slow: the hook feeds slow.c */
+            uint8_t in_expr;      /* trace.c: a thread evaluates trace expressions
                                         (rbtrace.evaluators is not empty) */
-            uint8_t big_event;       /* emit.c: a large event is being pushed */
-            uint8_t sealed;          /* emit.c: DETACHED is in the ring: nothing may follow */
-            uint8_t calls_ended;     /* emit.c: detaching: calls and returns are not recorded */
-            uint8_t thread_names;    /* threadnames.c: THREAD_NAME events asked for */
+            uint8_t big_event;    /* emit.c: a large event is being pushed */
+            uint8_t sealed;       /* emit.c: DETACHED is in the ring: nothing may follow */
+            uint8_t calls_ended;  /* emit.c: detaching: calls and returns are not recorded */
+            uint8_t thread_names; /* threadnames.c: THREAD_NAME events asked for */
         };
-        uint64_t event_flags;   /* the bytes above, all at once */
+        uint64_t event_flags; /* the bytes above, all at once */
     };
 
     /* session (command.c) */
     pid_t client_pid;
-    int sock;                        /* the client's socket, or -1 */
+    int sock; /* the client's socket, or -1 */
     uint64_t clock_origin_ns;
-    int resumed;                     /* RESUME came (rbtrace --exec) */
+    int resumed; /* RESUME came (rbtrace --exec) */
 
     /* writer (writer.c) */
     struct rbtrace_ring ring;
     pthread_t writer;
     int writer_running;
-    volatile int writer_stop;        /* asks the writer to drain and exit */
-    volatile int peer_gone;          /* set by the writer: client went away */
+    volatile int writer_stop; /* asks the writer to drain and exit */
+    volatile int peer_gone;   /* set by the writer: client went away */
 
     /* events (emit.c) */
-    uint64_t lost;                   /* events dropped, not yet reported */
+    uint64_t lost; /* events dropped, not yet reported */
     struct rbtrace_method_slot *methods;
-    uint32_t method_slots;           /* the table's size, a power of two */
+    uint32_t method_slots; /* the table's size, a power of two */
     uint32_t methods_used;
     uint32_t next_method_id;
     uint32_t forget_from;            /* a FORGET of ids below this is due (0: none) */
@@ -143,8 +143,8 @@ struct rbtrace_state {
 
     /* tracing (trace.c) */
     int hook_installed;
-    int hook_raw;                    /* ... the RAW_ARG kind (trace expressions) */
-    struct rbtrace_evaluator *evaluators;   /* threads evaluating expressions, or NULL */
+    int hook_raw;                         /* ... the RAW_ARG kind (trace expressions) */
+    struct rbtrace_evaluator *evaluators; /* threads evaluating expressions, or NULL */
     struct rbtrace_selection selections[RBTRACE_SELECTORS_MAX];
     uint32_t n_selections;
 };
@@ -153,17 +153,24 @@ extern struct rbtrace_state rbtrace;
 
 /* A flag added past the word's end would go unseen by rbtrace_firehose_only:
  * the union is one word (client_pid is the member after it). */
-_Static_assert(offsetof(struct rbtrace_state, client_pid) - offsetof(struct rbtrace_state, event_flags)
-               == sizeof(uint64_t), "the event flags fit in event_flags");
+_Static_assert(offsetof(struct rbtrace_state, client_pid) -
+                       offsetof(struct rbtrace_state, event_flags) ==
+                   sizeof(uint64_t),
+               "the event flags fit in event_flags");
 
 /* Whether a client is attached with --firehose on and nothing else of
  * event_flags set: the event_flags word then (a constant, folded). */
 static inline int rbtrace_firehose_only(void)
 {
-    union { uint8_t bytes[sizeof(uint64_t)]; uint64_t word; } want = { { 0 } };
+    union {
+        uint8_t bytes[sizeof(uint64_t)];
+        uint64_t word;
+    } want = { { 0 } };
 
-    want.bytes[offsetof(struct rbtrace_state, attached) - offsetof(struct rbtrace_state, event_flags)] = 1;
-    want.bytes[offsetof(struct rbtrace_state, firehose) - offsetof(struct rbtrace_state, event_flags)] = 1;
+    want.bytes[offsetof(struct rbtrace_state, attached) -
+               offsetof(struct rbtrace_state, event_flags)] = 1;
+    want.bytes[offsetof(struct rbtrace_state, firehose) -
+               offsetof(struct rbtrace_state, event_flags)] = 1;
     return rbtrace.event_flags == want.word;
 }
 extern VALUE rbtrace_mRBTrace;
@@ -203,8 +210,8 @@ void rbtrace_mn_threads_init(void);
 
 /* The channel's (channel.c), but the writer, emit and the commands below it
  * call them too: here, on the state they touch (docs/DESIGN.md, "Layers"). */
-void rbtrace_channel_wake(void);            /* wakes the helper thread, from any thread */
-void rbtrace_channel_reset_socket(void);    /* forgets a half-read command */
+void rbtrace_channel_wake(void);         /* wakes the helper thread, from any thread */
+void rbtrace_channel_reset_socket(void); /* forgets a half-read command */
 
 /* Whether the current thread is evaluating trace expressions (the list
  * trace.c keeps in rbtrace.evaluators). Out of line. */

@@ -23,7 +23,7 @@
  * new thread is the same thread to the client: its name is sent again if
  * it differs.
  */
-#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "emit.h"
 #include "threadnames.h"
 #include <string.h>
@@ -33,8 +33,8 @@
 #define THREAD_NAMES_SLOTS 512
 
 struct thread_name_sent {
-    uint64_t thread;           /* rbtrace_thread_id, 0 for a free slot */
-    uint64_t hash;             /* of the name sent (thread_name_hash) */
+    uint64_t thread; /* rbtrace_thread_id, 0 for a free slot */
+    uint64_t hash;   /* of the name sent (thread_name_hash) */
 };
 
 static struct thread_name_sent sent[THREAD_NAMES_SLOTS];
@@ -116,7 +116,7 @@ __attribute__((noinline)) void rbtrace_thread_name_note(uint64_t thread)
     hash = thread_name_hash(p, len);
     slot = thread_name_slot(thread);
     if (slot->thread == thread && slot->hash == hash) return;
-    if (rbtrace_emit_thread_name(thread, p, len) != 0) return;   /* again next time */
+    if (rbtrace_emit_thread_name(thread, p, len) != 0) return; /* again next time */
     RB_GC_GUARD(name);
     slot->thread = thread;
     slot->hash = hash;

@@ -28,7 +28,7 @@
  * nothing of it reaches the hook. Two selectors of one method make one
  * selection, with the expressions of both.
  */
-#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "clock.h"
 #include "devmode.h"
 #include "emit.h"
@@ -89,8 +89,8 @@ static VALUE trace_exprs_i(VALUE p)
     rb_event_flag_t ev = rb_tracearg_event_flag(arg->targ);
     VALUE binding = (ev & RUBY_EVENT_CALL) ? rb_tracearg_binding(arg->targ) : Qnil;
 
-    return rb_funcall(rbtrace_mRBTrace, id_trace_exprs, 3, rb_tracearg_self(arg->targ),
-                      binding, arg->exprs);
+    return rb_funcall(rbtrace_mRBTrace, id_trace_exprs, 3, rb_tracearg_self(arg->targ), binding,
+                      arg->exprs);
 }
 
 /*
@@ -135,8 +135,8 @@ void rbtrace_trace_after_fork(void)
 
 /* A call with trace expressions: evaluate them (slow path; allocates).
  * Out of line, for the same reason as rbtrace_slow_event. */
-static __attribute__((noinline)) void trace_call_with_exprs(rb_trace_arg_t *targ, VALUE klass, ID mid,
-                                   VALUE exprs, uint64_t now)
+static __attribute__((noinline)) void trace_call_with_exprs(rb_trace_arg_t *targ, VALUE klass,
+                                                            ID mid, VALUE exprs, uint64_t now)
 {
     struct trace_expr_arg arg = { targ, exprs };
     struct rbtrace_evaluator me = { rbtrace_thread_id(), rbtrace.evaluators };
@@ -160,9 +160,10 @@ static __attribute__((noinline)) void trace_call_with_exprs(rb_trace_arg_t *targ
     rbtrace_emit_call_args(klass, mid, now, exprs, values);
 }
 
-static inline __attribute__((always_inline)) void
-trace_event(rb_trace_arg_t *targ, rb_event_flag_t ev, const struct rbtrace_selection *t,
-             VALUE klass, ID mid);
+static inline __attribute__((always_inline)) void trace_event(rb_trace_arg_t *targ,
+                                                              rb_event_flag_t ev,
+                                                              const struct rbtrace_selection *t,
+                                                              VALUE klass, ID mid);
 
 /* What both global hooks do with an event once they know its method:
  * --slow's bookkeeping, then the selectors (or --firehose). targ is NULL
@@ -208,8 +209,8 @@ static __attribute__((noinline)) void trace_hook_named(rb_event_flag_t ev, VALUE
  * names it: a module's method called through a class that includes it
  * (the VM hands over the ICLASS) always takes the general way.
  */
-static inline __attribute__((always_inline)) void
-trace_hook_known(rb_event_flag_t ev, VALUE klass, ID mid)
+static inline __attribute__((always_inline)) void trace_hook_known(rb_event_flag_t ev, VALUE klass,
+                                                                   ID mid)
 {
     if (rbtrace_firehose_only() && rbtrace_emit_recent_call(ev, klass, mid)) return;
     trace_hook_named(ev, klass, mid);
@@ -218,7 +219,8 @@ trace_hook_known(rb_event_flag_t ev, VALUE klass, ID mid)
 /* A Ruby method's call or return: the method is the current frame's. Out
  * of line, so that a C method's event needs no stack frame for it. No
  * stack protector: its locals are two words, no buffer. */
-static __attribute__((noinline)) RBTRACE_NO_STACK_PROTECTOR void trace_hook_frame(rb_event_flag_t ev)
+static __attribute__((noinline)) RBTRACE_NO_STACK_PROTECTOR void
+trace_hook_frame(rb_event_flag_t ev)
 {
     ID mid;
     VALUE klass;
@@ -247,23 +249,23 @@ static void trace_raw_hook_i(VALUE data, rb_trace_arg_t *targ)
 {
     if (!rbtrace.attached || RBTRACE_OWN_CALL()) return;
     trace_hooked(targ, rb_tracearg_event_flag(targ), rb_tracearg_defined_class(targ),
-                  rbtrace_method_id_of(rb_tracearg_method_id(targ)));
+                 rbtrace_method_id_of(rb_tracearg_method_id(targ)));
 }
 
 /* A call or return of a traced method: encoded, with its expressions
  * (those need targ). Inline, always (GCC would split it off): under
  * --firehose it runs for every call and return. */
-static inline __attribute__((always_inline)) void
-trace_event(rb_trace_arg_t *targ, rb_event_flag_t ev, const struct rbtrace_selection *t,
-             VALUE klass, ID mid)
+static inline __attribute__((always_inline)) void trace_event(rb_trace_arg_t *targ,
+                                                              rb_event_flag_t ev,
+                                                              const struct rbtrace_selection *t,
+                                                              VALUE klass, ID mid)
 {
     /* The expressions' own calls: never, through the VM's hooks (a thread
      * inside a hook does not enter another), but kept out all the same. */
     if (rbtrace_expr_call_p()) return;
     if (t && t->exprs != Qnil && (ev & (RUBY_EVENT_CALL | RUBY_EVENT_C_CALL)))
         trace_call_with_exprs(targ, klass, mid, t->exprs, rbtrace_clock_ns());
-    else
-        rbtrace_emit_call(ev, klass, mid, rbtrace_clock_ns());
+    else rbtrace_emit_call(ev, klass, mid, rbtrace_clock_ns());
 }
 
 /*
@@ -292,8 +294,9 @@ static void trace_targeted_i(VALUE tpval, void *data)
     /* Under -f the global hook shows every call already. */
     if (rbtrace.firehose || RBTRACE_OWN_CALL()) return;
     if ((t = trace_of_tracepoint(tpval)) == NULL) return;
-    trace_event(t->exprs != Qnil && ev == RUBY_EVENT_CALL ? rb_tracearg_from_tracepoint(tpval) : NULL,
-                 ev, t, t->klass, t->mid);
+    trace_event(t->exprs != Qnil && ev == RUBY_EVENT_CALL ? rb_tracearg_from_tracepoint(tpval)
+                                                          : NULL,
+                ev, t, t->klass, t->mid);
 }
 
 struct trace_target_arg {
@@ -332,7 +335,8 @@ static int trace_target(struct rbtrace_selection *t, VALUE method, int block_met
         return t->tp ? 0 : -1;
     }
     t->tp = trace_targeted_tracepoint(method, RUBY_EVENT_CALL, RUBY_EVENT_CALL);
-    t->tp_return = t->tp ? trace_targeted_tracepoint(method, RUBY_EVENT_RETURN, RUBY_EVENT_RETURN) : 0;
+    t->tp_return = t->tp ? trace_targeted_tracepoint(method, RUBY_EVENT_RETURN, RUBY_EVENT_RETURN)
+                         : 0;
     if (t->tp && !t->tp_return) {
         rb_tracepoint_disable(t->tp);
         t->tp = 0;
@@ -355,7 +359,8 @@ static struct rbtrace_selection *trace_of_method(VALUE klass, ID mid)
     uint32_t i;
 
     for (i = 0; i < rbtrace.n_selections; i++)
-        if (rbtrace.selections[i].klass == klass && rbtrace.selections[i].mid == mid) return &rbtrace.selections[i];
+        if (rbtrace.selections[i].klass == klass && rbtrace.selections[i].mid == mid)
+            return &rbtrace.selections[i];
     return NULL;
 }
 
@@ -375,7 +380,8 @@ static void trace_merge_exprs(struct rbtrace_selection *t, VALUE exprs)
     }
     merged = rb_ary_dup(t->exprs);
     for (i = 0; i < RARRAY_LEN(exprs); i++)
-        if (!RTEST(rb_ary_includes(merged, RARRAY_AREF(exprs, i)))) rb_ary_push(merged, RARRAY_AREF(exprs, i));
+        if (!RTEST(rb_ary_includes(merged, RARRAY_AREF(exprs, i))))
+            rb_ary_push(merged, RARRAY_AREF(exprs, i));
     t->exprs = rb_ary_freeze(merged);
 }
 
@@ -409,8 +415,7 @@ static void trace_install(void)
     if (raw)
         rb_add_event_hook2(TRACE_RAW_HOOK, TRACE_EVENTS, Qnil,
                            RUBY_EVENT_HOOK_FLAG_SAFE | RUBY_EVENT_HOOK_FLAG_RAW_ARG);
-    else
-        rb_add_event_hook2(trace_hook_i, TRACE_EVENTS, Qnil, RUBY_EVENT_HOOK_FLAG_SAFE);
+    else rb_add_event_hook2(trace_hook_i, TRACE_EVENTS, Qnil, RUBY_EVENT_HOOK_FLAG_SAFE);
     rbtrace.hook_installed = 1;
     rbtrace.hook_raw = raw;
     if (first)
@@ -483,9 +488,10 @@ static int trace_add_one(VALUE text, VALUE *error, int *hook)
     }
     trace_remove(text);
     if (rbtrace.n_selections >= RBTRACE_SELECTORS_MAX) {
-        rbtrace_emit_message(RBTRACE_EV_ERROR, "too many selectors (at most %d): %.*s is not "
-                             "traced", RBTRACE_SELECTORS_MAX, (int)RSTRING_LEN(text),
-                             RSTRING_PTR(text));
+        rbtrace_emit_message(RBTRACE_EV_ERROR,
+                             "too many selectors (at most %d): %.*s is not "
+                             "traced",
+                             RBTRACE_SELECTORS_MAX, (int)RSTRING_LEN(text), RSTRING_PTR(text));
         return -1;
     }
     if ((t = trace_of_method(sel.owner, sel.mid)) != NULL) {

@@ -30,18 +30,18 @@
  * a core class's operator (wrapping `Integer#+` would turn off the VM's
  * fast path for good), nor methods that look at their caller's frame.
  */
-#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "clock.h"
 #include "emit.h"
 #include "ractors.h"
 #include "wrapper.h"
 
 struct wrapper_entry {
-    VALUE module;       /* the prepended module holding the wrapper */
-    ID name;            /* the wrapper's name: the method's, or an alias's */
-    ID mid;             /* the method's original name, which events show */
-    VALUE owner;        /* the wrapped method's owner, for event names */
-    int shadowed;       /* the global hook shows its calls: the wrapper passes them on unseen */
+    VALUE module; /* the prepended module holding the wrapper */
+    ID name;      /* the wrapper's name: the method's, or an alias's */
+    ID mid;       /* the method's original name, which events show */
+    VALUE owner;  /* the wrapped method's owner, for event names */
+    int shadowed; /* the global hook shows its calls: the wrapper passes them on unseen */
 };
 
 static struct wrapper_entry wrappers[RBTRACE_SELECTORS_MAX];
@@ -103,8 +103,7 @@ static VALUE wrapper_call_m(int argc, const VALUE *argv, VALUE self)
     VALUE module;
 
     if (rbtrace.attached) {
-        if (!rbtrace_main_ractor_p())
-            rbtrace_ractors_count_other();
+        if (!rbtrace_main_ractor_p()) rbtrace_ractors_count_other();
         else if (!rbtrace.firehose && !RBTRACE_OWN_CALL() && !rbtrace_expr_call_p() &&
                  rb_frame_method_id_and_class(&mid, &module))
             c.w = wrapper_find(module, mid);
@@ -127,7 +126,10 @@ static VALUE wrapper_call_m(int argc, const VALUE *argv, VALUE self)
     }
 #define P(i) , VALUE a##i
 
-static VALUE wrapper_call_0(VALUE self) { return wrapper_call_m(0, NULL, self); }
+static VALUE wrapper_call_0(VALUE self)
+{
+    return wrapper_call_m(0, NULL, self);
+}
 WRAPPER_FIXED(1, P(0), a0)
 WRAPPER_FIXED(2, P(0) P(1), a0, a1)
 WRAPPER_FIXED(3, P(0) P(1) P(2), a0, a1, a2)
@@ -137,16 +139,16 @@ WRAPPER_FIXED(6, P(0) P(1) P(2) P(3) P(4) P(5), a0, a1, a2, a3, a4, a5)
 WRAPPER_FIXED(7, P(0) P(1) P(2) P(3) P(4) P(5) P(6), a0, a1, a2, a3, a4, a5, a6)
 WRAPPER_FIXED(8, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7), a0, a1, a2, a3, a4, a5, a6, a7)
 WRAPPER_FIXED(9, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8), a0, a1, a2, a3, a4, a5, a6, a7, a8)
-WRAPPER_FIXED(10, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9),
-              a0, a1, a2, a3, a4, a5, a6, a7, a8, a9)
-WRAPPER_FIXED(11, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9) P(10),
-              a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
-WRAPPER_FIXED(12, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9) P(10) P(11),
-              a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
-WRAPPER_FIXED(13, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9) P(10) P(11) P(12),
-              a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12)
-WRAPPER_FIXED(14, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9) P(10) P(11) P(12) P(13),
-              a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13)
+WRAPPER_FIXED(10, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9), a0, a1, a2, a3, a4, a5, a6, a7,
+              a8, a9)
+WRAPPER_FIXED(11, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9) P(10), a0, a1, a2, a3, a4, a5,
+              a6, a7, a8, a9, a10)
+WRAPPER_FIXED(12, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9) P(10) P(11), a0, a1, a2, a3, a4,
+              a5, a6, a7, a8, a9, a10, a11)
+WRAPPER_FIXED(13, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9) P(10) P(11) P(12), a0, a1, a2,
+              a3, a4, a5, a6, a7, a8, a9, a10, a11, a12)
+WRAPPER_FIXED(14, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9) P(10) P(11) P(12) P(13), a0, a1,
+              a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13)
 WRAPPER_FIXED(15, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9) P(10) P(11) P(12) P(13) P(14),
               a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14)
 
@@ -155,12 +157,12 @@ WRAPPER_FIXED(15, P(0) P(1) P(2) P(3) P(4) P(5) P(6) P(7) P(8) P(9) P(10) P(11) 
 
 /* Ruby calls a method's C function through a pointer of its arity's type;
  * the table holds them untyped, as rb_define_method takes them. */
-#define WRAPPER_FN(f) ((VALUE (*)(ANYARGS))(f))
+#define WRAPPER_FN(f) ((VALUE(*)(ANYARGS))(f))
 static VALUE (*const wrapper_fixed[WRAPPER_ARITY_MAX + 1])(ANYARGS) = {
-    WRAPPER_FN(wrapper_call_0), WRAPPER_FN(wrapper_call_1), WRAPPER_FN(wrapper_call_2),
-    WRAPPER_FN(wrapper_call_3), WRAPPER_FN(wrapper_call_4), WRAPPER_FN(wrapper_call_5),
-    WRAPPER_FN(wrapper_call_6), WRAPPER_FN(wrapper_call_7), WRAPPER_FN(wrapper_call_8),
-    WRAPPER_FN(wrapper_call_9), WRAPPER_FN(wrapper_call_10), WRAPPER_FN(wrapper_call_11),
+    WRAPPER_FN(wrapper_call_0),  WRAPPER_FN(wrapper_call_1),  WRAPPER_FN(wrapper_call_2),
+    WRAPPER_FN(wrapper_call_3),  WRAPPER_FN(wrapper_call_4),  WRAPPER_FN(wrapper_call_5),
+    WRAPPER_FN(wrapper_call_6),  WRAPPER_FN(wrapper_call_7),  WRAPPER_FN(wrapper_call_8),
+    WRAPPER_FN(wrapper_call_9),  WRAPPER_FN(wrapper_call_10), WRAPPER_FN(wrapper_call_11),
     WRAPPER_FN(wrapper_call_12), WRAPPER_FN(wrapper_call_13), WRAPPER_FN(wrapper_call_14),
     WRAPPER_FN(wrapper_call_15),
 };
@@ -201,7 +203,8 @@ void rbtrace_wrapper_add(VALUE owner, VALUE name_sym, VALUE mid, VALUE visibilit
     VALUE (*fn)(ANYARGS);
 
     if (arity < -1 || arity > WRAPPER_ARITY_MAX)
-        rb_raise(rb_eArgError, "a wrapper takes -1 to %d arguments, not %d", WRAPPER_ARITY_MAX, arity);
+        rb_raise(rb_eArgError, "a wrapper takes -1 to %d arguments, not %d", WRAPPER_ARITY_MAX,
+                 arity);
     fn = arity < 0 ? WRAPPER_FN(wrapper_call_v) : wrapper_fixed[arity];
 
     if (n_wrappers >= RBTRACE_SELECTORS_MAX) {
@@ -245,7 +248,8 @@ void rbtrace_wrapper_shadow(VALUE klass, ID mid)
     uint32_t i;
 
     for (i = 0; i < n_wrappers; i++)
-        if (rbtrace_selects(klass, mid, wrappers[i].owner, wrappers[i].mid)) wrappers[i].shadowed = 1;
+        if (rbtrace_selects(klass, mid, wrappers[i].owner, wrappers[i].mid))
+            wrappers[i].shadowed = 1;
 }
 
 /* Removes every wrapper method; the modules stay, empty. */

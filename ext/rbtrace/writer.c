@@ -18,7 +18,7 @@
  * nudge it awake through an eventfd, so that they do not wait out the
  * sleep: up to a millisecond each, three times in every `rbtrace -e`.
  */
-#include "state.h"  /* first: ruby.h sets _GNU_SOURCE */
+#include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "clock.h"
 #include "handoff.h"
 #include "ring.h"
@@ -132,8 +132,10 @@ void rbtrace_writer_nudge(void)
     if (write(writer_wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN && errno != EINTR &&
         !reported) {
         reported = 1;
-        fprintf(stderr, "rbtrace: waking the writer thread: %s (events reach the client "
-                "up to 1 ms later)\n", strerror(errno));
+        fprintf(stderr,
+                "rbtrace: waking the writer thread: %s (events reach the client "
+                "up to 1 ms later)\n",
+                strerror(errno));
     }
 }
 
@@ -159,8 +161,9 @@ static void *writer_main(void *unused)
         }
         /* Busy: on at once, but a look at the socket first, so that a
          * firehose does not keep the client's commands (a detach) waiting. */
-        if (writer_sleep(fd, rbtrace_ring_used(&rbtrace.ring) > rbtrace.ring.size / 2
-                                 ? 0 : WRITER_IDLE_MS) != 0)
+        if (writer_sleep(
+                fd,
+                rbtrace_ring_used(&rbtrace.ring) > rbtrace.ring.size / 2 ? 0 : WRITER_IDLE_MS) != 0)
             break;
     }
     writer_peer_gone();
@@ -190,7 +193,7 @@ int rbtrace_writer_start(void)
 
     rbtrace.writer_stop = 0;
     rbtrace.peer_gone = 0;
-    writer_close_wake_fd();   /* none is open: a stop or a fork closed it */
+    writer_close_wake_fd(); /* none is open: a stop or a fork closed it */
     if ((writer_wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) return -1;
     /* The writer must never run a signal handler meant for Ruby threads. */
     sigfillset(&all);

@@ -18,11 +18,11 @@
 struct sim {
     struct rbtrace_clock c;
     uint64_t ns;
-    uint64_t tsc_at_ns0, ns0;  /* the TSC reads tsc_at_ns0 at ns0 */
+    uint64_t tsc_at_ns0, ns0; /* the TSC reads tsc_at_ns0 at ns0 */
     double ghz;
     uint64_t last_stamp;
     int went_back;
-    uint64_t worst_off;        /* the farthest a stamp was from ns */
+    uint64_t worst_off; /* the farthest a stamp was from ns */
 };
 
 static uint64_t sim_tsc(const struct sim *s)
@@ -51,12 +51,10 @@ static uint64_t sim_stamp(struct sim *s)
 {
     uint64_t tsc = sim_tsc(s), stamp, off;
 
-    if (s->c.tsc_usable && rbtrace_clock_fresh(&s->c, tsc))
-        stamp = rbtrace_clock_ns_at(&s->c, tsc);
+    if (s->c.tsc_usable && rbtrace_clock_fresh(&s->c, tsc)) stamp = rbtrace_clock_ns_at(&s->c, tsc);
     else if (!s->c.tsc_usable || rbtrace_clock_calibrating(&s->c, s->ns))
         stamp = rbtrace_clock_fallback(&s->c, s->ns);
-    else
-        stamp = rbtrace_clock_tsc_renew(&s->c, tsc, s->ns);
+    else stamp = rbtrace_clock_tsc_renew(&s->c, tsc, s->ns);
     if (stamp < s->last_stamp) s->went_back++;
     s->last_stamp = stamp;
     off = stamp > s->ns ? stamp - s->ns : s->ns - stamp;
@@ -81,14 +79,14 @@ static void test_steady(void)
 
     sim_start(&s, 2.1);
     sim_run(&s, 5 * MS, 100000);
-    CHECK(s.c.mult == 0);                /* still measuring: clock_gettime's stamps */
+    CHECK(s.c.mult == 0); /* still measuring: clock_gettime's stamps */
     CHECK(!rbtrace_clock_fresh(&s.c, s.c.anchor_tsc));
     CHECK(s.worst_off == 0);
     sim_run(&s, 2 * SEC, 50000);
-    CHECK(s.c.mult != 0);                /* the TSC is in use */
+    CHECK(s.c.mult != 0); /* the TSC is in use */
     CHECK(s.c.jumps == 0);
     CHECK(s.went_back == 0);
-    CHECK(s.worst_off < 1000);           /* within a microsecond */
+    CHECK(s.worst_off < 1000); /* within a microsecond */
 }
 
 /* NTP slews CLOCK_MONOTONIC by up to 500 ppm: not a jump. */
@@ -102,7 +100,7 @@ static void test_slew_is_not_a_jump(void)
     sim_run(&s, 2 * SEC, 100000);
     CHECK(s.c.jumps == 0);
     CHECK(s.went_back == 0);
-    CHECK(s.worst_off < 100 * 1000);     /* one period of 500 ppm: 50 us */
+    CHECK(s.worst_off < 100 * 1000); /* one period of 500 ppm: 50 us */
 }
 
 static void test_jump_forward(void)
@@ -113,16 +111,16 @@ static void test_jump_forward(void)
     sim_start(&s, 2.1);
     sim_run(&s, 1 * SEC, 100000);
     before = s.last_stamp;
-    sim_set_tsc(&s, sim_tsc(&s) + (uint64_t)(3600.0 * SEC * 2.1), 2.1);   /* an hour ahead */
+    sim_set_tsc(&s, sim_tsc(&s) + (uint64_t)(3600.0 * SEC * 2.1), 2.1); /* an hour ahead */
     sim_stamp(&s);
     CHECK(s.c.jumps == 1);
-    CHECK(s.c.mult == 0);                /* measuring afresh */
-    CHECK(!rbtrace_clock_fresh(&s.c, s.c.anchor_tsc));   /* no tick converts meanwhile */
+    CHECK(s.c.mult == 0);                              /* measuring afresh */
+    CHECK(!rbtrace_clock_fresh(&s.c, s.c.anchor_tsc)); /* no tick converts meanwhile */
     CHECK(s.last_stamp >= before);
-    CHECK(s.last_stamp - s.ns <= RBTRACE_CLOCK_PERIOD_NS);   /* never an hour ahead */
+    CHECK(s.last_stamp - s.ns <= RBTRACE_CLOCK_PERIOD_NS); /* never an hour ahead */
     s.worst_off = 0;
     sim_run(&s, 2 * SEC, 100000);
-    CHECK(s.c.mult != 0);                /* the TSC again */
+    CHECK(s.c.mult != 0); /* the TSC again */
     CHECK(s.went_back == 0);
     s.worst_off = 0;
     sim_run(&s, 1 * SEC, 100000);
@@ -135,7 +133,7 @@ static void test_jump_back(void)
 
     sim_start(&s, 2.1);
     sim_run(&s, 1 * SEC, 100000);
-    sim_set_tsc(&s, sim_tsc(&s) / 2, 2.1);   /* the TSC restarts lower */
+    sim_set_tsc(&s, sim_tsc(&s) / 2, 2.1); /* the TSC restarts lower */
     sim_run(&s, 2 * MS, 100000);
     CHECK(s.c.jumps == 1);
     CHECK(s.went_back == 0);
@@ -162,7 +160,7 @@ static void test_rate_change(void)
     s.worst_off = 0;
     sim_run(&s, 1 * SEC, 100000);
     CHECK(s.c.jumps == 1);
-    CHECK(s.worst_off < 1000);           /* the new rate measured */
+    CHECK(s.worst_off < 1000); /* the new rate measured */
 }
 
 static void test_gives_up_after_jumps(void)
@@ -181,7 +179,7 @@ static void test_gives_up_after_jumps(void)
     s.worst_off = 0;
     sim_set_tsc(&s, sim_tsc(&s) + 1000 * SEC, 2.1);
     sim_run(&s, 1 * SEC, 100000);
-    CHECK(s.worst_off <= RBTRACE_CLOCK_PERIOD_NS);   /* clock_gettime's, once caught up */
+    CHECK(s.worst_off <= RBTRACE_CLOCK_PERIOD_NS); /* clock_gettime's, once caught up */
     s.worst_off = 0;
     sim_run(&s, 1 * SEC, 100000);
     CHECK(s.worst_off == 0);
@@ -197,7 +195,7 @@ static void test_idle_then_traced(void)
     sim_start(&s, 2.1);
     sim_run(&s, 1 * SEC, 100000);
     s.ns += 3600 * SEC;
-    sim_set_tsc(&s, sim_tsc(&s), 2.0);   /* changed rate while nobody looked */
+    sim_set_tsc(&s, sim_tsc(&s), 2.0); /* changed rate while nobody looked */
     sim_stamp(&s);
     CHECK(s.c.jumps == 0);
     CHECK(s.c.mult == 0);

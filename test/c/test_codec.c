@@ -150,7 +150,8 @@ static void cmd_compare(const struct rbtrace_command *got, const struct rbtrace_
     switch (want->type) {
     case RBTRACE_CMD_ATTACH:
         CHECK(got->protocol_version == want->protocol_version);
-        CHECK(got->text.len == want->text.len && !memcmp(got->text.ptr, want->text.ptr, want->text.len));
+        CHECK(got->text.len == want->text.len &&
+              !memcmp(got->text.ptr, want->text.ptr, want->text.len));
         break;
     case RBTRACE_CMD_ALLOC:
         CHECK(got->sample == want->sample);
@@ -173,7 +174,8 @@ static void cmd_compare(const struct rbtrace_command *got, const struct rbtrace_
         CHECK(got->eval_id == want->eval_id);
         CHECK(got->timeout_ms == want->timeout_ms);
         CHECK(got->result_format == want->result_format);
-        CHECK(got->text.len == want->text.len && !memcmp(got->text.ptr, want->text.ptr, want->text.len));
+        CHECK(got->text.len == want->text.len &&
+              !memcmp(got->text.ptr, want->text.ptr, want->text.len));
         break;
     default:
         break;
@@ -357,12 +359,24 @@ static void pack_items(msgpack_packer *pk, const char *spec, const uint64_t *val
     msgpack_pack_array(pk, (uint32_t)n);
     for (i = 0; i < n; i++) {
         switch (spec[i]) {
-        case 'u': msgpack_pack_uint64(pk, vals[i]); break;
-        case 'n': msgpack_pack_int64(pk, -(int64_t)vals[i]); break;
-        case 's': msgpack_pack_str_with_body(pk, "sel", 3); break;
-        case 'z': msgpack_pack_nil(pk); break;
-        case 'f': msgpack_pack_double(pk, 1.5); break;
-        case 'm': msgpack_pack_map(pk, 0); break;
+        case 'u':
+            msgpack_pack_uint64(pk, vals[i]);
+            break;
+        case 'n':
+            msgpack_pack_int64(pk, -(int64_t)vals[i]);
+            break;
+        case 's':
+            msgpack_pack_str_with_body(pk, "sel", 3);
+            break;
+        case 'z':
+            msgpack_pack_nil(pk);
+            break;
+        case 'f':
+            msgpack_pack_double(pk, 1.5);
+            break;
+        case 'm':
+            msgpack_pack_map(pk, 0);
+            break;
         case 'a': {
             uint64_t k;
             msgpack_pack_array(pk, (uint32_t)vals[i]);
@@ -398,7 +412,7 @@ static void test_command_malformed(void)
 {
     struct rbtrace_command *cmd = malloc(sizeof(*cmd));
     static const char garbage[] = { (char)0xc1, 0x01 };
-    static const char extra[] = { (char)0x92, 0x02, 0x05, 0x00 };   /* [2, 5] + 1 byte */
+    static const char extra[] = { (char)0x92, 0x02, 0x05, 0x00 }; /* [2, 5] + 1 byte */
     static const char map[] = { (char)0x80 };
     static const char str[] = { (char)0xa1, 'x' };
     static const char empty_array[] = { (char)0x90 };
@@ -418,7 +432,8 @@ static void test_command_malformed(void)
     free(cmd);
 
     /* unknown numbers */
-    v[0] = 0; v[1] = 1;
+    v[0] = 0;
+    v[1] = 1;
     CHECK(!cmd_decodes("uu", v));
     v[0] = 6;
     CHECK(!cmd_decodes("uu", v));
@@ -432,9 +447,10 @@ static void test_command_malformed(void)
     CHECK(cmd_decodes("uu", v));
     CHECK(!cmd_decodes("fu", v));
     CHECK(!cmd_decodes("un", v));
-    v[1] = 1ULL << 32;                 /* client_pid beyond 32 bits */
+    v[1] = 1ULL << 32; /* client_pid beyond 32 bits */
     CHECK(!cmd_decodes("uu", v));
-    v[1] = 5; v[2] = 1ULL << 32;       /* protocol version beyond 32 bits */
+    v[1] = 5;
+    v[2] = 1ULL << 32; /* protocol version beyond 32 bits */
     v[0] = RBTRACE_CMD_ATTACH;
     CHECK(!cmd_decodes("uuus", v));
     v[2] = 1;
@@ -464,7 +480,7 @@ static void test_command_result_format(void)
     if (!cmd) abort();
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    pack_items(&pk, "uuusu", v);        /* an older client's EVAL: five fields */
+    pack_items(&pk, "uuusu", v); /* an older client's EVAL: five fields */
     msgpack_zone_init(&zone, 1024);
     cmd->result_format = 99;
     CHECK(rbtrace_command_decode(sb.data, sb.size, &zone, cmd, err) == RBTRACE_OK);
@@ -476,7 +492,7 @@ static void test_command_result_format(void)
     CHECK(cmd_decodes("uuusuu", v));
     v[5] = RBTRACE_RESULT_INSPECT;
     CHECK(cmd_decodes("uuusuu", v));
-    v[5] = RBTRACE_RESULT_FORMAT_MAX + 1;   /* a format this side does not know */
+    v[5] = RBTRACE_RESULT_FORMAT_MAX + 1; /* a format this side does not know */
     CHECK(!cmd_decodes("uuusuu", v));
     v[5] = 1ULL << 32;
     CHECK(!cmd_decodes("uuusuu", v));
@@ -485,7 +501,7 @@ static void test_command_result_format(void)
     CHECK(!cmd_decodes("uuusus", v));
     CHECK(!cmd_decodes("uuusuz", v));
     CHECK(!cmd_decodes("uuusuf", v));
-    CHECK(cmd_decodes("uuusuuz", v));       /* and a field newer still is ignored */
+    CHECK(cmd_decodes("uuusuuz", v)); /* and a field newer still is ignored */
 
     /* The encoder refuses to send a format that does not exist. */
     msgpack_sbuffer_init(&sb);
@@ -568,7 +584,8 @@ static void ev_check_truncated(const msgpack_sbuffer *sb)
     msgpack_unpacked_init(&result);
     for (len = 0; len < sb->size; len++) {
         msgpack_unpacker unp;
-        if (!msgpack_unpacker_init(&unp, 64) || !msgpack_unpacker_reserve_buffer(&unp, len + 1)) abort();
+        if (!msgpack_unpacker_init(&unp, 64) || !msgpack_unpacker_reserve_buffer(&unp, len + 1))
+            abort();
         memcpy(msgpack_unpacker_buffer(&unp), sb->data, len);
         msgpack_unpacker_buffer_consumed(&unp, len);
         none &= msgpack_unpacker_next(&unp, &result) == MSGPACK_UNPACK_CONTINUE;
@@ -628,7 +645,7 @@ static void test_event_attached(struct ev_fixture *f)
     CHECK(str_eq(f->ev.text, "3.3.0"));
     CHECK(f->ev.clock_origin_ns == 123456789ULL);
     CHECK(f->ev.wall_origin_ns == 1700000000123456789ULL);
-    CHECK(f->ev.features == 0);   /* absent: none */
+    CHECK(f->ev.features == 0); /* absent: none */
     evf_end(f);
 
     /* With features, optional: decoded where present, absent or nil means none;
@@ -639,7 +656,8 @@ static void test_event_attached(struct ev_fixture *f)
         msgpack_object obj, nil = obj_nil(), bad, *store;
         size_t off = 0;
 
-        CHECK(msgpack_unpack(f->sb.data, f->sb.size, &off, &f->zone, &obj) == MSGPACK_UNPACK_SUCCESS);
+        CHECK(msgpack_unpack(f->sb.data, f->sb.size, &off, &f->zone, &obj) ==
+              MSGPACK_UNPACK_SUCCESS);
         CHECK(ev_decode(&obj, &f->ev) == RBTRACE_OK);
         CHECK(f->ev.type == RBTRACE_EV_ATTACHED);
         CHECK(f->ev.pid == 12);
@@ -659,8 +677,9 @@ static void test_event_attached(struct ev_fixture *f)
 /* GVL: packed, and written in place by the target's thread hook, the same bytes. */
 static void test_event_gvl(struct ev_fixture *f)
 {
-    static const uint64_t values[] = { 0, 127, 128, 65535, 65536, UINT32_MAX, (uint64_t)UINT32_MAX + 1,
-                                       UINT64_MAX };
+    static const uint64_t values[] = {
+        0, 127, 128, 65535, 65536, UINT32_MAX, (uint64_t)UINT32_MAX + 1, UINT64_MAX
+    };
     char buf[RBTRACE_GVL_EVENT_MAX];
     size_t i, n;
 
@@ -683,8 +702,9 @@ static void test_event_gvl(struct ev_fixture *f)
  * same bytes; ALLOC_SITE packed and decoded. */
 static void test_event_alloc(struct ev_fixture *f)
 {
-    static const uint64_t values[] = { 0, 127, 128, 65535, 65536, UINT32_MAX, (uint64_t)UINT32_MAX + 1,
-                                       UINT64_MAX };
+    static const uint64_t values[] = {
+        0, 127, 128, 65535, 65536, UINT32_MAX, (uint64_t)UINT32_MAX + 1, UINT64_MAX
+    };
     char buf[RBTRACE_ALLOC_EVENT_MAX];
     size_t i, n;
 
@@ -701,7 +721,8 @@ static void test_event_alloc(struct ev_fixture *f)
         evf_end(f);
     }
     evf_begin(f);
-    rbtrace_event_pack_alloc_site(&f->pk, 3972, "String", 6, "app/report.rb", 13, 8, "Report#render", 13);
+    rbtrace_event_pack_alloc_site(&f->pk, 3972, "String", 6, "app/report.rb", 13, 8,
+                                  "Report#render", 13);
     evf_decode(f);
     CHECK(f->ev.type == RBTRACE_EV_ALLOC_SITE);
     CHECK(f->ev.count == 3972 && f->ev.line == 8);
@@ -1005,10 +1026,18 @@ static void test_event_malformed(void)
 /* ---- the fast path for CALL and RETURN ---- */
 
 /* Values at both ends of every msgpack uint width. */
-static const uint64_t fast_values[] = {
-    0, 1, 127, 128, 255, 256, 65535, 65536, 0xffffffffULL, 0x100000000ULL,
-    0x7f3a12345678ULL, UINT64_MAX
-};
+static const uint64_t fast_values[] = { 0,
+                                        1,
+                                        127,
+                                        128,
+                                        255,
+                                        256,
+                                        65535,
+                                        65536,
+                                        0xffffffffULL,
+                                        0x100000000ULL,
+                                        0x7f3a12345678ULL,
+                                        UINT64_MAX };
 #define FAST_NVALUES (sizeof(fast_values) / sizeof(fast_values[0]))
 
 /* An event with every field set to a mark: the fast path must leave the
@@ -1024,8 +1053,8 @@ static int fast_marks_kept(const struct rbtrace_event *ev)
 
     fast_mark(&mark);
     return ev->number == mark.number && ev->pid == mark.pid &&
-           ev->clock_origin_ns == mark.clock_origin_ns && ev->status == mark.status &&
-           ev->n_exprs == mark.n_exprs && !memcmp(&ev->text, &mark.text, sizeof(ev->text));
+        ev->clock_origin_ns == mark.clock_origin_ns && ev->status == mark.status &&
+        ev->n_exprs == mark.n_exprs && !memcmp(&ev->text, &mark.text, sizeof(ev->text));
 }
 
 /* buf (one CALL or RETURN of len bytes) decodes to want, and every shorter
@@ -1039,8 +1068,8 @@ static int fast_check_one(const char *buf, size_t len, const struct rbtrace_even
     if (!ev) abort();
     fast_mark(ev);
     ok = rbtrace_event_decode_call_bytes(buf, len, ev, &used) == 1 && used == len &&
-         ev->type == want->type && ev->thread_id == want->thread_id &&
-         ev->time_ns == want->time_ns && ev->method_id == want->method_id && fast_marks_kept(ev);
+        ev->type == want->type && ev->thread_id == want->thread_id &&
+        ev->time_ns == want->time_ns && ev->method_id == want->method_id && fast_marks_kept(ev);
     for (cut = 0; cut < len; cut++) {
         used = 12345;
         ok &= rbtrace_event_decode_call_bytes(buf, cut, ev, &used) == -1 && used == 12345;
@@ -1063,26 +1092,31 @@ static void test_fast_call_widths(void)
 
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    for (t = 0; t < 2; t++) for (a = 0; a < FAST_NVALUES; a++)
-    for (b = 0; b < FAST_NVALUES; b++) for (c = 0; c < FAST_NVALUES; c++) {
-        memset(&want, 0, sizeof(want));
-        want.type = types[t];
-        want.thread_id = fast_values[a];
-        want.time_ns = fast_values[b];
-        want.method_id = fast_values[c];
-        msgpack_sbuffer_clear(&sb);
-        rbtrace_event_pack_call(&pk, want.type, want.thread_id, want.time_ns, want.method_id);
-        len = rbtrace_event_encode_call(buf, want.type, want.thread_id, want.time_ns, want.method_id);
-        ok &= len == sb.size && !memcmp(buf, sb.data, len);
-        ok &= fast_check_one(sb.data, sb.size, &want);
-        memcpy(buf + len, "\x92\x08\x01\x00", 4);   /* a LOST after it */
-        ok &= fast_check_one(buf, len, &want);
-        {
-            struct rbtrace_event ev;
-            size_t used = 0;
-            ok &= rbtrace_event_decode_call_bytes(buf, len + 4, &ev, &used) == 1 && used == len;
-        }
-    }
+    for (t = 0; t < 2; t++)
+        for (a = 0; a < FAST_NVALUES; a++)
+            for (b = 0; b < FAST_NVALUES; b++)
+                for (c = 0; c < FAST_NVALUES; c++) {
+                    memset(&want, 0, sizeof(want));
+                    want.type = types[t];
+                    want.thread_id = fast_values[a];
+                    want.time_ns = fast_values[b];
+                    want.method_id = fast_values[c];
+                    msgpack_sbuffer_clear(&sb);
+                    rbtrace_event_pack_call(&pk, want.type, want.thread_id, want.time_ns,
+                                            want.method_id);
+                    len = rbtrace_event_encode_call(buf, want.type, want.thread_id, want.time_ns,
+                                                    want.method_id);
+                    ok &= len == sb.size && !memcmp(buf, sb.data, len);
+                    ok &= fast_check_one(sb.data, sb.size, &want);
+                    memcpy(buf + len, "\x92\x08\x01\x00", 4); /* a LOST after it */
+                    ok &= fast_check_one(buf, len, &want);
+                    {
+                        struct rbtrace_event ev;
+                        size_t used = 0;
+                        ok &= rbtrace_event_decode_call_bytes(buf, len + 4, &ev, &used) == 1 &&
+                            used == len;
+                    }
+                }
     CHECK(ok);
     msgpack_sbuffer_destroy(&sb);
 }
@@ -1091,8 +1125,7 @@ static void test_fast_call_widths(void)
  * encoders write them; the fast path takes them as they are (thread 0). */
 static void test_fast_call_next_widths(void)
 {
-    static const enum rbtrace_event_type types[] = { RBTRACE_EV_CALL_NEXT,
-                                                     RBTRACE_EV_RETURN_NEXT };
+    static const enum rbtrace_event_type types[] = { RBTRACE_EV_CALL_NEXT, RBTRACE_EV_RETURN_NEXT };
     struct rbtrace_event want;
     msgpack_sbuffer sb;
     msgpack_packer pk;
@@ -1102,19 +1135,21 @@ static void test_fast_call_next_widths(void)
 
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    for (t = 0; t < 2; t++) for (b = 0; b < FAST_NVALUES; b++) for (c = 0; c < FAST_NVALUES; c++) {
-        memset(&want, 0, sizeof(want));
-        want.type = types[t];
-        want.time_ns = fast_values[b];
-        want.method_id = fast_values[c];
-        msgpack_sbuffer_clear(&sb);
-        rbtrace_event_pack_call_next(&pk, want.type, want.time_ns, want.method_id);
-        len = rbtrace_event_encode_call_next(buf, want.type, want.time_ns, want.method_id);
-        ok &= len == sb.size && len <= RBTRACE_CALL_EVENT_MAX && !memcmp(buf, sb.data, len);
-        ok &= fast_check_one(sb.data, sb.size, &want);
-        memcpy(buf + len, "\x92\x08\x01\x00", 4);   /* a LOST after it */
-        ok &= fast_check_one(buf, len, &want);
-    }
+    for (t = 0; t < 2; t++)
+        for (b = 0; b < FAST_NVALUES; b++)
+            for (c = 0; c < FAST_NVALUES; c++) {
+                memset(&want, 0, sizeof(want));
+                want.type = types[t];
+                want.time_ns = fast_values[b];
+                want.method_id = fast_values[c];
+                msgpack_sbuffer_clear(&sb);
+                rbtrace_event_pack_call_next(&pk, want.type, want.time_ns, want.method_id);
+                len = rbtrace_event_encode_call_next(buf, want.type, want.time_ns, want.method_id);
+                ok &= len == sb.size && len <= RBTRACE_CALL_EVENT_MAX && !memcmp(buf, sb.data, len);
+                ok &= fast_check_one(sb.data, sb.size, &want);
+                memcpy(buf + len, "\x92\x08\x01\x00", 4); /* a LOST after it */
+                ok &= fast_check_one(buf, len, &want);
+            }
     CHECK(ok);
     msgpack_sbuffer_destroy(&sb);
 }
@@ -1124,13 +1159,16 @@ static void test_fast_call_next_widths(void)
  * after a call event of the same thread, and never for a time before it. */
 static void test_call_chain(void)
 {
-    static const struct { uint64_t thread, time; int next; } steps[] = {
-        { 7, 1000, 0 },               /* first: in full */
-        { 7, 1000, 1 },               /* same thread, same time */
-        { 7, 1127, 1 },               /* delta 127: one byte */
-        { 7, 1000000000000ull, 1 },   /* delta wider than 32 bits */
-        { 8, 1000000000001ull, 0 },   /* another thread: in full */
-        { 8, 999, 0 },                /* back in time (another CPU's stamp): in full */
+    static const struct {
+        uint64_t thread, time;
+        int next;
+    } steps[] = {
+        { 7, 1000, 0 },             /* first: in full */
+        { 7, 1000, 1 },             /* same thread, same time */
+        { 7, 1127, 1 },             /* delta 127: one byte */
+        { 7, 1000000000000ull, 1 }, /* delta wider than 32 bits */
+        { 8, 1000000000001ull, 0 }, /* another thread: in full */
+        { 8, 999, 0 },              /* back in time (another CPU's stamp): in full */
         { 8, 1000, 1 },
         { 7, UINT64_MAX, 0 },
         { 7, UINT64_MAX, 1 },
@@ -1226,13 +1264,34 @@ static int fast_rc_of(void (*pack)(msgpack_packer *))
     return rc;
 }
 
-static void fast_attached(msgpack_packer *pk) { rbtrace_event_pack_attached(pk, 1, "3.3.0", 2, 3); }
-static void fast_refused(msgpack_packer *pk) { rbtrace_event_pack_refused(pk, RBTRACE_REFUSED_BUSY, 4, "busy"); }
-static void fast_detached(msgpack_packer *pk) { rbtrace_event_pack_detached(pk); }
-static void fast_method(msgpack_packer *pk) { rbtrace_event_pack_method(pk, 5, "A#a", 3); }
-static void fast_lost(msgpack_packer *pk) { rbtrace_event_pack_lost(pk, 6); }
-static void fast_error(msgpack_packer *pk) { rbtrace_event_pack_message(pk, RBTRACE_EV_ERROR, "e", 1); }
-static void fast_notice(msgpack_packer *pk) { rbtrace_event_pack_message(pk, RBTRACE_EV_NOTICE, "n", 1); }
+static void fast_attached(msgpack_packer *pk)
+{
+    rbtrace_event_pack_attached(pk, 1, "3.3.0", 2, 3);
+}
+static void fast_refused(msgpack_packer *pk)
+{
+    rbtrace_event_pack_refused(pk, RBTRACE_REFUSED_BUSY, 4, "busy");
+}
+static void fast_detached(msgpack_packer *pk)
+{
+    rbtrace_event_pack_detached(pk);
+}
+static void fast_method(msgpack_packer *pk)
+{
+    rbtrace_event_pack_method(pk, 5, "A#a", 3);
+}
+static void fast_lost(msgpack_packer *pk)
+{
+    rbtrace_event_pack_lost(pk, 6);
+}
+static void fast_error(msgpack_packer *pk)
+{
+    rbtrace_event_pack_message(pk, RBTRACE_EV_ERROR, "e", 1);
+}
+static void fast_notice(msgpack_packer *pk)
+{
+    rbtrace_event_pack_message(pk, RBTRACE_EV_NOTICE, "n", 1);
+}
 
 static void fast_eval_result(msgpack_packer *pk)
 {
@@ -1297,17 +1356,20 @@ static void fast_nil_field(msgpack_packer *pk)
     msgpack_pack_uint32(pk, 3);
 }
 
-static void fast_not_array(msgpack_packer *pk) { msgpack_pack_uint32(pk, RBTRACE_EV_CALL); }
+static void fast_not_array(msgpack_packer *pk)
+{
+    msgpack_pack_uint32(pk, RBTRACE_EV_CALL);
+}
 
 /* Everything that is not a CALL or RETURN in encode_call's form: 0, for
  * rbtrace_event_decode to judge. */
 static void test_fast_call_others(void)
 {
-    static void (*const packs[])(msgpack_packer *) = {
-        fast_attached, fast_refused, fast_detached, fast_method, fast_lost, fast_error,
-        fast_notice, fast_eval_result, fast_call_args, fast_call_extra, fast_type_wide,
-        fast_type_other, fast_neg_field, fast_str_field, fast_nil_field, fast_not_array
-    };
+    static void (*const packs[])(
+        msgpack_packer *) = { fast_attached,  fast_refused,    fast_detached,  fast_method,
+                              fast_lost,      fast_error,      fast_notice,    fast_eval_result,
+                              fast_call_args, fast_call_extra, fast_type_wide, fast_type_other,
+                              fast_neg_field, fast_str_field,  fast_nil_field, fast_not_array };
     char lost[RBTRACE_LOST_EVENT_MAX];
     struct rbtrace_event ev;
     size_t i, used = 0, len;
@@ -1343,9 +1405,9 @@ static int fast_agrees(const char *buf, size_t len, struct rbtrace_event *ev)
         ok = unpacked == MSGPACK_UNPACK_CONTINUE;
     } else {
         ok = unpacked >= MSGPACK_UNPACK_EXTRA_BYTES && off == used &&
-             rbtrace_event_decode(&obj, ev, err) == RBTRACE_OK && ev->type == fast.type &&
-             ev->thread_id == fast.thread_id && ev->time_ns == fast.time_ns &&
-             ev->method_id == fast.method_id;
+            rbtrace_event_decode(&obj, ev, err) == RBTRACE_OK && ev->type == fast.type &&
+            ev->thread_id == fast.thread_id && ev->time_ns == fast.time_ns &&
+            ev->method_id == fast.method_id;
     }
     msgpack_zone_destroy(&zone);
     return ok;
@@ -1398,7 +1460,9 @@ static void test_huge_array(void)
 {
     static const char huge[] = { (char)0xdd, (char)0x80, 0, 0, 0, 0x01 };
     static const char map16[] = { (char)0x93, 0x03, 0x01, (char)0xde, (char)0xff, (char)0xff };
-    static const char nested[] = { (char)0x93, 0x03, 0x01, (char)0x91, (char)0xdc, 0x00, 0x10, 0x01 };
+    static const char nested[] = {
+        (char)0x93, 0x03, 0x01, (char)0x91, (char)0xdc, 0x00, 0x10, 0x01
+    };
     const char *bufs[] = { huge, map16, nested };
     size_t lens[] = { sizeof(huge), sizeof(map16), sizeof(nested) };
     struct rbtrace_command *cmd = malloc(sizeof(*cmd));
@@ -1473,7 +1537,9 @@ static void test_fuzz(void)
         size_t len = rng() % sizeof(buf), k;
         for (k = 0; k < len; k++) {
             uint32_t r = rng();
-            buf[k] = fuzz_tame((char)(r % 4 == 0 ? 0x90 + (r >> 8) % 8 : r % 4 == 1 ? (r >> 8) % 16 : (r >> 8)));
+            buf[k] = fuzz_tame((char)(r % 4 == 0       ? 0x90 + (r >> 8) % 8
+                                          : r % 4 == 1 ? (r >> 8) % 16
+                                                       : (r >> 8)));
         }
         fuzz_one(buf, len, cmd, ev);
     }

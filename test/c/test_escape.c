@@ -67,7 +67,10 @@ static void test_terminal_sequences(void)
     CHECK_STR(ESC("\x1b[31mred\x1b[0m", ESCAPE_KEEP_LINES), "\\x1b[31mred\\x1b[0m");
     /* a carriage return could overwrite the line: escaped even in bodies */
     CHECK_STR(ESC("ok\rEVIL", ESCAPE_KEEP_LINES), "ok\\rEVIL");
-    CHECK_STR(ESC("a\x7f" "b\b", 0), "a\\x7fb\\x08");
+    CHECK_STR(ESC("a\x7f"
+                  "b\b",
+                  0),
+              "a\\x7fb\\x08");
 }
 
 static void test_every_control_byte(void)
@@ -118,11 +121,17 @@ static void test_utf8(void)
               "h\xc3\xa9llo \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80");
     CHECK(!escape_needed("\xc2\xa0\xdf\xbf\xef\xbf\xbf\xf4\x8f\xbf\xbf", 11, 0));
     /* C1 controls (U+009B is a CSI for some terminals): each byte */
-    CHECK_STR(ESC("\xc2\x9b" "2J", 0), "\\xc2\\x9b2J");
+    CHECK_STR(ESC("\xc2\x9b"
+                  "2J",
+                  0),
+              "\\xc2\\x9b2J");
     CHECK_STR(ESC("\xc2\x80", 0), "\\xc2\\x80");
     /* invalid: a lone continuation, overlong, surrogate, past U+10FFFF,
      * F5..FF, a cut sequence; what follows shows as it is */
-    CHECK_STR(ESC("\x80" "a", 0), "\\x80a");
+    CHECK_STR(ESC("\x80"
+                  "a",
+                  0),
+              "\\x80a");
     CHECK_STR(ESC("\xc0\xaf", 0), "\\xc0\\xaf");
     CHECK_STR(ESC("\xe0\x80\xaf", 0), "\\xe0\\x80\\xaf");
     CHECK_STR(ESC("\xed\xa0\x80", 0), "\\xed\\xa0\\x80");
@@ -130,8 +139,14 @@ static void test_utf8(void)
     CHECK_STR(ESC("\xf0\x8f\xbf\xbf", 0), "\\xf0\\x8f\\xbf\\xbf");
     CHECK_STR(ESC("\xff\xfe", 0), "\\xff\\xfe");
     CHECK_STR(ESC("\xe6\x97", 0), "\\xe6\\x97");
-    CHECK_STR(ESC("\xe6\x97" "\xc3\xa9", 0), "\\xe6\\x97\xc3\xa9");
-    CHECK_STR(ESC("\xe6" "a\xbf", 0), "\\xe6a\\xbf");
+    CHECK_STR(ESC("\xe6\x97"
+                  "\xc3\xa9",
+                  0),
+              "\\xe6\\x97\xc3\xa9");
+    CHECK_STR(ESC("\xe6"
+                  "a\xbf",
+                  0),
+              "\\xe6a\\xbf");
 }
 
 static void test_buffer_and_stream_agree(void)
@@ -150,8 +165,7 @@ static void test_bodies(void)
     CHECK_STR(BODY("\"a\\nb\"\nline\ttab \xc3\xa9\n"), "\"a\\nb\"\nline\ttab \xc3\xa9\n");
     /* anything else: escaped, newlines and tabs kept, backslashes doubled */
     CHECK(escape_body_needed("\x1b", 1));
-    CHECK_STR(BODY("\"a\\nb\"\n\x1b]0;PWNED\a\tend\n"),
-              "\"a\\\\nb\"\n\\x1b]0;PWNED\\x07\tend\n");
+    CHECK_STR(BODY("\"a\\nb\"\n\x1b]0;PWNED\a\tend\n"), "\"a\\\\nb\"\n\\x1b]0;PWNED\\x07\tend\n");
     CHECK_STR(BODY(""), "");
 }
 

@@ -38,10 +38,10 @@ static void test_json_escape(void)
     CHECK_STR(JESC("\n\t\r\b\x01\x1f\x7f"), "\\n\\t\\r\\u0008\\u0001\\u001f\\u007f");
     CHECK_STR(JESC("x\x1b]0;T\x07"), "x\\u001b]0;T\\u0007");
     CHECK_STR(JESC("h\xc3\xa9llo \xe6\x97\xa5"), "h\xc3\xa9llo \xe6\x97\xa5");
-    CHECK_STR(JESC("c1 \xc2\x9b!"), "c1 \\u009b!");            /* CSI as C1 */
+    CHECK_STR(JESC("c1 \xc2\x9b!"), "c1 \\u009b!"); /* CSI as C1 */
     CHECK_STR(JESC("bad \xff\xc3 \xc0\xaf"), "bad \\ufffd\\ufffd \\ufffd\\ufffd");
-    CHECK_STR(JESC("\xed\xa0\x80"), "\\ufffd\\ufffd\\ufffd");  /* a surrogate */
-    CHECK_STR(JESC("\xf4\x90\x80\x80"), "\\ufffd\\ufffd\\ufffd\\ufffd");  /* past U+10FFFF */
+    CHECK_STR(JESC("\xed\xa0\x80"), "\\ufffd\\ufffd\\ufffd");            /* a surrogate */
+    CHECK_STR(JESC("\xf4\x90\x80\x80"), "\\ufffd\\ufffd\\ufffd\\ufffd"); /* past U+10FFFF */
     CHECK_STR(JESC("cut \xe6\x97"), "cut \\ufffd\\ufffd");
     CHECK(json_escape(num, "", 0) == 0);
     CHECK(jesc("a\0b", 3)[1] == '\\' && !strcmp(jesc("a\0b", 3), "a\\u0000b"));
@@ -77,7 +77,7 @@ static void test_split(void)
 
 /* ---- a trace through stream.c into a format ---- */
 
-#define T0 1000000000ULL   /* 1 s after the attach */
+#define T0 1000000000ULL /* 1 s after the attach */
 #define THREAD_A 0x7f0000001000ULL
 #define THREAD_B 0x7f0000002000ULL
 
@@ -99,8 +99,8 @@ static void pack_names(msgpack_packer *pk)
 static void pack_gc_raise(msgpack_packer *pk)
 {
     rbtrace_event_pack_gc(pk, THREAD_A, T0 + 5000, 2000, 1500, 500, "", "newobj");
-    rbtrace_event_pack_raise(pk, THREAD_B, T0 + 6000, "ArgumentError", 13, "bad\n", 4, "a.rb:3",
-                             6, 0);
+    rbtrace_event_pack_raise(pk, THREAD_B, T0 + 6000, "ArgumentError", 13, "bad\n", 4, "a.rb:3", 6,
+                             0);
 }
 
 static void pack_lost(msgpack_packer *pk)
@@ -120,13 +120,13 @@ static char *trace_bytes(size_t *len)
     msgpack_sbuffer sb;
     char ev[RBTRACE_CALL_EVENT_MAX];
     size_t n;
-    static const struct { enum rbtrace_event_type type; uint64_t thread, t, m; } calls[] = {
-        { RBTRACE_EV_CALL, THREAD_A, T0, 1 },
-        { RBTRACE_EV_CALL, THREAD_A, T0 + 1000, 2 },
-        { RBTRACE_EV_RETURN, THREAD_A, T0 + 3000, 2 },
-        { RBTRACE_EV_CALL, THREAD_A, T0 + 3500, 2 },
-        { RBTRACE_EV_RETURN, THREAD_A, T0 + 4000, 2 },
-        { RBTRACE_EV_CALL, THREAD_B, T0 + 4500, 3 },
+    static const struct {
+        enum rbtrace_event_type type;
+        uint64_t thread, t, m;
+    } calls[] = {
+        { RBTRACE_EV_CALL, THREAD_A, T0, 1 },          { RBTRACE_EV_CALL, THREAD_A, T0 + 1000, 2 },
+        { RBTRACE_EV_RETURN, THREAD_A, T0 + 3000, 2 }, { RBTRACE_EV_CALL, THREAD_A, T0 + 3500, 2 },
+        { RBTRACE_EV_RETURN, THREAD_A, T0 + 4000, 2 }, { RBTRACE_EV_CALL, THREAD_B, T0 + 4500, 3 },
     };
     size_t i;
 
@@ -142,7 +142,7 @@ static char *trace_bytes(size_t *len)
     pack_to(&sb, pack_gc_raise);
     pack_to(&sb, pack_lost);
     *len = sb.size;
-    return sb.data;   /* the caller frees it */
+    return sb.data; /* the caller frees it */
 }
 
 /* The trace decoded (fed a byte at a time) and written in kind's format. */
@@ -186,12 +186,15 @@ static void test_json(void)
 {
     char *out = render_trace(OPTIONS_FORMAT_JSON);
 
-    CHECK_STR(out,
+    CHECK_STR(
+        out,
         "{\"kind\":\"attach\",\"pid\":4242,\"wall_time\":1700000000000000000}\n"
         "{\"kind\":\"thread\",\"thread\":1,\"thread_id\":139637976731648}\n"
-        "{\"kind\":\"call\",\"thread\":1,\"name\":\"Foo#step\",\"class\":\"Foo\",\"method\":\"step\","
+        "{\"kind\":\"call\",\"thread\":1,\"name\":\"Foo#step\",\"class\":\"Foo\",\"method\":"
+        "\"step\","
         "\"start\":1000001000,\"end\":1000003000,\"duration\":2000,\"self\":2000,\"depth\":1}\n"
-        "{\"kind\":\"call\",\"thread\":1,\"name\":\"Foo#step\",\"class\":\"Foo\",\"method\":\"step\","
+        "{\"kind\":\"call\",\"thread\":1,\"name\":\"Foo#step\",\"class\":\"Foo\",\"method\":"
+        "\"step\","
         "\"start\":1000003500,\"end\":1000004000,\"duration\":500,\"self\":500,\"depth\":1}\n"
         "{\"kind\":\"thread\",\"thread\":2,\"thread_id\":139637976735744}\n"
         "{\"kind\":\"gc\",\"thread\":1,\"start\":1000005000,\"end\":1000007000,\"duration\":2000,"
@@ -206,23 +209,36 @@ static void test_chrome(void)
 {
     char *out = render_trace(OPTIONS_FORMAT_CHROME);
 
-    CHECK_STR(out,
+    CHECK_STR(
+        out,
         "{\"traceEvents\":[\n"
-        "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":4242,\"tid\":0,\"args\":{\"name\":\"ruby 4242\"}},\n"
-        "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":4242,\"tid\":1,\"args\":{\"name\":\"thread 1\"}},\n"
-        "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":4242,\"tid\":1,\"args\":{\"sort_index\":1}},\n"
-        "{\"ph\":\"X\",\"cat\":\"call\",\"name\":\"Foo#step\",\"pid\":4242,\"tid\":1,\"ts\":1000001.000,\"dur\":2.000},\n"
-        "{\"ph\":\"X\",\"cat\":\"call\",\"name\":\"Foo#step\",\"pid\":4242,\"tid\":1,\"ts\":1000003.500,\"dur\":0.500},\n"
-        "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":4242,\"tid\":2,\"args\":{\"name\":\"thread 2\"}},\n"
-        "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":4242,\"tid\":2,\"args\":{\"sort_index\":2}},\n"
-        "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":4242,\"tid\":0,\"args\":{\"name\":\"GC\"}},\n"
-        "{\"ph\":\"X\",\"cat\":\"gc\",\"name\":\"GC minor\",\"pid\":4242,\"tid\":0,\"ts\":1000005.000,\"dur\":2.000,"
+        "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":4242,\"tid\":0,\"args\":{\"name\":\"ruby "
+        "4242\"}},\n"
+        "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":4242,\"tid\":1,\"args\":{\"name\":\"thread "
+        "1\"}},\n"
+        "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":4242,\"tid\":1,\"args\":{\"sort_"
+        "index\":1}},\n"
+        "{\"ph\":\"X\",\"cat\":\"call\",\"name\":\"Foo#step\",\"pid\":4242,\"tid\":1,\"ts\":"
+        "1000001.000,\"dur\":2.000},\n"
+        "{\"ph\":\"X\",\"cat\":\"call\",\"name\":\"Foo#step\",\"pid\":4242,\"tid\":1,\"ts\":"
+        "1000003.500,\"dur\":0.500},\n"
+        "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":4242,\"tid\":2,\"args\":{\"name\":\"thread "
+        "2\"}},\n"
+        "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":4242,\"tid\":2,\"args\":{\"sort_"
+        "index\":2}},\n"
+        "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":4242,\"tid\":0,\"args\":{\"name\":\"GC\"}},"
+        "\n"
+        "{\"ph\":\"X\",\"cat\":\"gc\",\"name\":\"GC "
+        "minor\",\"pid\":4242,\"tid\":0,\"ts\":1000005.000,\"dur\":2.000,"
         "\"args\":{\"major_by\":null,\"gc_by\":\"newobj\",\"mark_us\":1.500,\"sweep_us\":0.500}},\n"
-        "{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"raise\",\"name\":\"raise ArgumentError\",\"pid\":4242,\"tid\":2,"
+        "{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"raise\",\"name\":\"raise "
+        "ArgumentError\",\"pid\":4242,\"tid\":2,"
         "\"ts\":1000006.000,\"args\":{\"message\":\"bad\\n\",\"at\":\"a.rb:3\",\"reraise\":0}},\n"
-        "{\"ph\":\"i\",\"s\":\"p\",\"cat\":\"lost\",\"name\":\"7 events lost\",\"pid\":4242,\"tid\":0,"
+        "{\"ph\":\"i\",\"s\":\"p\",\"cat\":\"lost\",\"name\":\"7 events "
+        "lost\",\"pid\":4242,\"tid\":0,"
         "\"ts\":1000007.000,\"args\":{\"count\":7}}\n"
-        "],\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"rbtrace " RBTRACE_VERSION "\"}}\n");
+        "],\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"rbtrace " RBTRACE_VERSION
+        "\"}}\n");
     free(out);
 }
 
@@ -242,11 +258,11 @@ static void test_summary(void)
     /* Foo#step: 2 calls, 2000 and 500 ns; the raise came on thread 2
      * inside Odd#q", whose call never returned (no row) */
     CHECK_STR(out,
-        "*** 2 threads, 0.000007 s traced, 7 events lost\n"
-        "method                                        calls      total       self       mean"
-        "        p50        p99        max  raises\n"
-        "Foo#step                                          2   0.000003   0.000003   0.000001"
-        "   0.000001   0.000002   0.000002       0\n");
+              "*** 2 threads, 0.000007 s traced, 7 events lost\n"
+              "method                                        calls      total       self       mean"
+              "        p50        p99        max  raises\n"
+              "Foo#step                                          2   0.000003   0.000003   0.000001"
+              "   0.000001   0.000002   0.000002       0\n");
     free(out);
 }
 
@@ -255,13 +271,13 @@ static void test_text(void)
     char *out = render_trace(OPTIONS_FORMAT_TEXT);
 
     CHECK_STR(out,
-        "Foo#run\n"
-        "  Foo#step <0.000002>\n"
-        "  Foo#step <0.000000>\n"   /* 500 ns: printf's %.6f rounds it down */
-        "[t2] Odd#q\"\\xff\n"
-        "[t1]   GC minor by newobj <0.000002> (mark 0.000002, sweep 0.000000)\n"
-        "[t2]   raise ArgumentError: bad\\n at a.rb:3\n"
-        "*** 7 events lost\n");
+              "Foo#run\n"
+              "  Foo#step <0.000002>\n"
+              "  Foo#step <0.000000>\n" /* 500 ns: printf's %.6f rounds it down */
+              "[t2] Odd#q\"\\xff\n"
+              "[t1]   GC minor by newobj <0.000002> (mark 0.000002, sweep 0.000000)\n"
+              "[t2]   raise ArgumentError: bad\\n at a.rb:3\n"
+              "*** 7 events lost\n");
     free(out);
 }
 
@@ -322,24 +338,28 @@ static void test_json_gvl(void)
     if (!mem || format_open(OPTIONS_FORMAT_JSON, mem, &opts, &f) != CLI_OK) exit(2);
     feed(f, RBTRACE_EV_METHOD, 0, 0, 1, "Foo#run");
     feed(f, RBTRACE_EV_METHOD, 0, 0, 2, "Foo#step");
-    feed(f, RBTRACE_EV_GVL, 9, 10, 0, NULL);               /* the target's answer */
+    feed(f, RBTRACE_EV_GVL, 9, 10, 0, NULL); /* the target's answer */
     feed(f, RBTRACE_EV_CALL, 7, 100, 1, NULL);
     feed(f, RBTRACE_EV_CALL, 7, 200, 2, NULL);
-    feed(f, RBTRACE_EV_GVL, 7, 300, 2000000, NULL);        /* long: a line */
+    feed(f, RBTRACE_EV_GVL, 7, 300, 2000000, NULL); /* long: a line */
     feed(f, RBTRACE_EV_RETURN, 7, 2400000, 2, NULL);
     feed(f, RBTRACE_EV_CALL, 7, 2500000, 2, NULL);
-    feed(f, RBTRACE_EV_GVL, 7, 2600000, 500, NULL);         /* short, in a call that loses its return */
+    feed(f, RBTRACE_EV_GVL, 7, 2600000, 500, NULL); /* short, in a call that loses its return */
     feed(f, RBTRACE_EV_RETURN, 7, 3000000, 1, NULL);
     CHECK(format_finish(f) == CLI_OK);
     format_close(f);
     fclose(mem);
-    CHECK_STR(out,
+    CHECK_STR(
+        out,
         "{\"kind\":\"thread\",\"thread\":1,\"thread_id\":7}\n"
         "{\"kind\":\"gvl\",\"thread\":1,\"start\":300,\"end\":2000300,\"duration\":2000000}\n"
-        "{\"kind\":\"call\",\"thread\":1,\"name\":\"Foo#step\",\"class\":\"Foo\",\"method\":\"step\","
-        "\"start\":200,\"end\":2400000,\"duration\":2399800,\"self\":2399800,\"depth\":1,\"gvl\":2000000}\n"
+        "{\"kind\":\"call\",\"thread\":1,\"name\":\"Foo#step\",\"class\":\"Foo\",\"method\":"
+        "\"step\","
+        "\"start\":200,\"end\":2400000,\"duration\":2399800,\"self\":2399800,\"depth\":1,\"gvl\":"
+        "2000000}\n"
         "{\"kind\":\"call\",\"thread\":1,\"name\":\"Foo#run\",\"class\":\"Foo\",\"method\":\"run\","
-        "\"start\":100,\"end\":3000000,\"duration\":2999900,\"self\":600100,\"depth\":0,\"gvl\":2000500}\n");
+        "\"start\":100,\"end\":3000000,\"duration\":2999900,\"self\":600100,\"depth\":0,\"gvl\":"
+        "2000500}\n");
     free(out);
 }
 
@@ -365,7 +385,7 @@ static void feed_alloc(struct format *f)
     site.type = RBTRACE_EV_ALLOC_SITE;
     site.count = 12;
     site.line = 4;
-    site.text2.ptr = "a\x1b.rb";   /* the app's bytes: escaped */
+    site.text2.ptr = "a\x1b.rb"; /* the app's bytes: escaped */
     site.text2.len = 5;
     site.text3.ptr = "Foo#step";
     site.text3.len = 8;
@@ -392,16 +412,16 @@ static void test_alloc_formats(void)
     format_close(f);
     fclose(mem);
     CHECK_STR(out,
-        "Foo#run\n"
-        "  Foo#step alloc 7\n"
-        "Foo#run alloc 15\n"
-        "\n"
-        "*** allocations (--alloc-sample 1: every object counted)\n"
-        "*** traced methods that allocated most (inside their calls, callees included):\n"
-        "            15  Foo#run  (1 call)\n"
-        "             7  Foo#step  (1 call)\n"
-        "*** sites that allocated most:\n"
-        "            12  (hidden)  a\\x1b.rb:4  in Foo#step\n");
+              "Foo#run\n"
+              "  Foo#step alloc 7\n"
+              "Foo#run alloc 15\n"
+              "\n"
+              "*** allocations (--alloc-sample 1: every object counted)\n"
+              "*** traced methods that allocated most (inside their calls, callees included):\n"
+              "            15  Foo#run  (1 call)\n"
+              "             7  Foo#step  (1 call)\n"
+              "*** sites that allocated most:\n"
+              "            12  (hidden)  a\\x1b.rb:4  in Foo#step\n");
     free(out);
 
     out = NULL;
@@ -412,11 +432,15 @@ static void test_alloc_formats(void)
     CHECK(format_finish(f) == CLI_OK);
     format_close(f);
     fclose(mem);
-    CHECK(strstr(out, "\"name\":\"Foo#step\",\"class\":\"Foo\",\"method\":\"step\",\"start\":200,\"end\":300,"
-                      "\"duration\":100,\"self\":100,\"depth\":1,\"alloc\":7}") != NULL);
+    CHECK(
+        strstr(
+            out,
+            "\"name\":\"Foo#step\",\"class\":\"Foo\",\"method\":\"step\",\"start\":200,\"end\":300,"
+            "\"duration\":100,\"self\":100,\"depth\":1,\"alloc\":7}") != NULL);
     CHECK(strstr(out, "\"depth\":0,\"alloc\":15}") != NULL);
-    CHECK(strstr(out, "{\"kind\":\"alloc_site\",\"count\":12,\"class\":null,\"path\":\"a\\u001b.rb\","
-                      "\"line\":4,\"label\":\"Foo#step\"}\n") != NULL);
+    CHECK(strstr(out,
+                 "{\"kind\":\"alloc_site\",\"count\":12,\"class\":null,\"path\":\"a\\u001b.rb\","
+                 "\"line\":4,\"label\":\"Foo#step\"}\n") != NULL);
     free(out);
 
     out = NULL;
@@ -429,7 +453,9 @@ static void test_alloc_formats(void)
     CHECK(strstr(out, "raises      alloc\n") != NULL);
     CHECK(strstr(out, "       0         15\n") != NULL);
     CHECK(strstr(out, "       0          7\n") != NULL);
-    CHECK(strstr(out, "*** sites that allocated most:\n            12  (hidden)  a\\x1b.rb:4  in Foo#step\n") != NULL);
+    CHECK(strstr(out,
+                 "*** sites that allocated most:\n            12  (hidden)  a\\x1b.rb:4  in "
+                 "Foo#step\n") != NULL);
     free(out);
 }
 
@@ -445,13 +471,13 @@ static char *summary_dump_of(uint64_t wall_origin, int second)
     memset(&opts, 0, sizeof(opts));
     if (!mem || format_open(OPTIONS_FORMAT_SUMMARY, mem, &opts, &f) != CLI_OK) exit(2);
     format_set_wall_origin(f, wall_origin);
-    if (!second) {          /* Foo#a: 1 and 3 ms, on one thread */
+    if (!second) { /* Foo#a: 1 and 3 ms, on one thread */
         feed(f, RBTRACE_EV_METHOD, 0, 0, 1, "Foo#a");
         feed(f, RBTRACE_EV_CALL, 7, 1000000, 1, NULL);
         feed(f, RBTRACE_EV_RETURN, 7, 2000000, 1, NULL);
         feed(f, RBTRACE_EV_CALL, 7, 3000000, 1, NULL);
         feed(f, RBTRACE_EV_RETURN, 7, 6000000, 1, NULL);
-    } else {                /* other ids: Foo#a 2 ms; Odd\xff 7 ms on a second thread */
+    } else { /* other ids: Foo#a 2 ms; Odd\xff 7 ms on a second thread */
         feed(f, RBTRACE_EV_METHOD, 0, 0, 5, "Foo#a");
         feed(f, RBTRACE_EV_METHOD, 0, 0, 6, "Odd\xff");
         feed(f, RBTRACE_EV_CALL, 7, 0, 5, NULL);
@@ -495,7 +521,8 @@ static void test_summary_merge(void)
     CHECK(format_finish(all) == CLI_OK);
     format_close(all);
     fclose(mem);
-    CHECK_STR(out,
+    CHECK_STR(
+        out,
         "*** 2 processes, 3 threads, 0.018000 s traced, 0 events lost\n"
         "method                                        calls      total       self       mean"
         "        p50        p99        max  raises\n"

@@ -48,8 +48,8 @@ static void test_defaults(void)
 
 static void test_methods(void)
 {
-    char *argv[] = { "rbtrace", "-m", "A#a", "B.b", "-p", "1", "--methods", "C#c(self, @x)",
-                     "-t", "--methods=D#d", "E#e" };
+    char *argv[] = { "rbtrace",       "-m", "A#a",           "B.b", "-p", "1", "--methods",
+                     "C#c(self, @x)", "-t", "--methods=D#d", "E#e" };
     struct options o;
 
     CHECK(parse(&o, ARGC(argv), argv, NULL) == CLI_OK);
@@ -68,10 +68,12 @@ static void test_methods(void)
 
 static void test_spellings(void)
 {
-    char *argv[] = { "rbtrace", "-p123", "-tn", "-r4", "--timeout=2.5", "--output", "out.txt",
-                     "-a", "-e", "-1" };
-    char *argv2[] = { "rbtrace", "--pid=9", "--start-time", "--no-duration", "--prefix", "0",
-                      "--timeout", "0.25", "-o", "x", "--append", "--stats", "--eval=p 1" };
+    char *argv[] = { "rbtrace",  "-p123",   "-tn", "-r4", "--timeout=2.5",
+                     "--output", "out.txt", "-a",  "-e",  "-1" };
+    char *argv2[] = { "rbtrace",   "--pid=9", "--start-time", "--no-duration",
+                      "--prefix",  "0",       "--timeout",    "0.25",
+                      "-o",        "x",       "--append",     "--stats",
+                      "--eval=p 1" };
     struct options o;
 
     CHECK(parse(&o, ARGC(argv), argv, NULL) == CLI_OK);
@@ -201,12 +203,13 @@ static void test_gvl(void)
     CHECK(parse(&o, ARGC(then_option), then_option, NULL) == CLI_OK);
     CHECK(o.gvl_ms == 1.0 && o.mode == OPTIONS_MODE_FIREHOSE);
     options_free(&o);
-    CHECK(parse(&o, ARGC(alone) - 1, alone, NULL) == CLI_ERR);   /* without it: nothing to do */
+    CHECK(parse(&o, ARGC(alone) - 1, alone, NULL) == CLI_ERR); /* without it: nothing to do */
     CHECK(o.gvl_ms < 0);
     options_free(&o);
     refused(ARGC(word), word, "invalid value 'often' for --gvl");
     refused(ARGC(negative), negative, "'-1' for --gvl");
-    refused(ARGC(with_eval), with_eval, "-e cannot be combined with --slow, --slowcpu, --gc, --raise, --gvl or --alloc");
+    refused(ARGC(with_eval), with_eval,
+            "-e cannot be combined with --slow, --slowcpu, --gc, --raise, --gvl or --alloc");
 }
 
 /* --alloc, --alloc-sample N (which implies --alloc): a watch, with -m or alone. */
@@ -226,7 +229,8 @@ static void test_alloc(void)
     CHECK(parse(&o, ARGC(sample), sample, NULL) == CLI_OK);
     CHECK(o.alloc && o.alloc_sample == 100 && o.mode == OPTIONS_MODE_METHODS);
     options_free(&o);
-    refused(ARGC(zero), zero, "invalid value '0' for --alloc-sample: expected a whole number of objects");
+    refused(ARGC(zero), zero,
+            "invalid value '0' for --alloc-sample: expected a whole number of objects");
     refused(ARGC(word), word, "invalid value 'many' for --alloc-sample");
     refused(ARGC(negative), negative, "'-4' for --alloc-sample");
     refused(ARGC(with_eval), with_eval, "-e cannot be combined with");
@@ -250,7 +254,8 @@ static void test_thread_names(void)
     CHECK(parse(&o, ARGC(with_m) - 1, with_m, NULL) == CLI_OK);
     CHECK(!o.thread_names);
     options_free(&o);
-    refused(ARGC(with_eval), with_eval, "--thread-names names the threads of a trace: use it with -m");
+    refused(ARGC(with_eval), with_eval,
+            "--thread-names names the threads of a trace: use it with -m");
     refused(ARGC(with_value), with_value, "option --thread-names takes no value");
 }
 

@@ -48,7 +48,7 @@ static void test_euid_and_rbtrace(void)
     CHECK(procfs_euid(getpid(), &uid) == 0);
     CHECK(uid == geteuid());
     CHECK(procfs_euid(procfs_test_dead_pid(), &uid) == -1);
-    CHECK(procfs_rbtrace_library(getpid(), NULL, 0) == PROCFS_LIB_NONE);   /* no rbtrace.so here */
+    CHECK(procfs_rbtrace_library(getpid(), NULL, 0) == PROCFS_LIB_NONE); /* no rbtrace.so here */
     CHECK(procfs_rbtrace_library(procfs_test_dead_pid(), NULL, 0) == -1);
 }
 
@@ -67,7 +67,7 @@ static void test_started(void)
     child = fork();
     if (child == 0) {
         close(fds[1]);
-        (void)!read(fds[0], &c, 1);   /* until the parent is done */
+        (void)!read(fds[0], &c, 1); /* until the parent is done */
         _exit(0);
     }
     close(fds[0]);
@@ -86,12 +86,13 @@ static void test_gem_version(void)
     procfs_gem_version("/usr/lib/gems/gems/rbtrace-0.5.3/lib/rbtrace.so", v, sizeof(v));
     CHECK(!strcmp(v, "0.5.3"));
     procfs_gem_version("/srv/rbtrace-app/vendor/bundle/ruby/3.1.0/extensions/x86_64-linux/3.1.0/"
-                       "rbtrace-0.5.5/rbtrace.so", v, sizeof(v));
+                       "rbtrace-0.5.5/rbtrace.so",
+                       v, sizeof(v));
     CHECK(!strcmp(v, "0.5.5"));
     procfs_gem_version("/opt/app/lib/rbtrace.so", v, sizeof(v));
     CHECK(!strcmp(v, ""));
     procfs_gem_version("/g/rbtrace-0.5.3.123456789012345678901/lib/rbtrace.so", v, sizeof(v));
-    CHECK(strlen(v) == sizeof(v) - 1);   /* cut to fit */
+    CHECK(strlen(v) == sizeof(v) - 1); /* cut to fit */
 }
 
 /* This process's one thread: running (it reads its own stat), named as

@@ -13,21 +13,23 @@
 #include "cli.h"
 #include "render.h"
 
-#define US 1000ULL             /* ns per microsecond */
-#define MS 1000000ULL          /* ns per millisecond */
+#define US 1000ULL    /* ns per microsecond */
+#define MS 1000000ULL /* ns per millisecond */
 
 struct fixture {
     char *buf;
     size_t len;
     FILE *f;
     struct render r;
-    int failures;              /* render_event calls that did not return CLI_OK */
+    int failures; /* render_event calls that did not return CLI_OK */
 };
 
 static void fx_open_raise(struct fixture *fx, int start_time, int no_duration, unsigned prefix,
                           int raise_all)
 {
-    struct render_opts o = { .start_time = start_time, .no_duration = no_duration, .prefix = prefix,
+    struct render_opts o = { .start_time = start_time,
+                             .no_duration = no_duration,
+                             .prefix = prefix,
                              .raise_all = raise_all };
 
     memset(fx, 0, sizeof(*fx));
@@ -357,15 +359,15 @@ static void test_unmatched_return(void)
     fx_method(&fx, 1, "A#a");
     fx_method(&fx, 2, "B#b");
     fx_method(&fx, 3, "C#c");
-    fx_return(&fx, 1, 0, 1);            /* nothing open: ignored */
+    fx_return(&fx, 1, 0, 1); /* nothing open: ignored */
     fx_call(&fx, 1, 1 * US, 1);
-    fx_return(&fx, 1, 2 * US, 2);       /* not open: ignored */
+    fx_return(&fx, 1, 2 * US, 2); /* not open: ignored */
     fx_return(&fx, 1, 3 * US, 1);
     fx_call(&fx, 1, 4 * US, 1);
     fx_call(&fx, 1, 5 * US, 2);
     fx_call(&fx, 1, 6 * US, 3);
-    fx_return(&fx, 1, 8 * US, 1);       /* B and C lost their returns */
-    fx_return(&fx, 1, 9 * US, 2);       /* already popped: ignored */
+    fx_return(&fx, 1, 8 * US, 1); /* B and C lost their returns */
+    fx_return(&fx, 1, 9 * US, 2); /* already popped: ignored */
     FX_CHECK(&fx,
              "A#a <0.000002>\n"
              "A#a\n"
@@ -397,7 +399,7 @@ static void test_lost(void)
     fx_lost(&fx, 12);
     fx_call(&fx, 1, 0, 1);
     fx_lost(&fx, 3);
-    fx_return(&fx, 1, 5 * US, 1);      /* opened before the loss: nothing */
+    fx_return(&fx, 1, 5 * US, 1); /* opened before the loss: nothing */
     fx_call(&fx, 1, 6 * US, 2);
     fx_return(&fx, 1, 7 * US, 2);
     FX_CHECK(&fx,
@@ -428,8 +430,8 @@ static void test_forget(void)
     fx_send(&fx, &ev);
     CHECK(fx.r.names_count == 0);
     fx_method(&fx, 101, "M1#m");
-    fx_return(&fx, 1, 5 * US, 101);     /* opened before: nothing */
-    fx_call(&fx, 1, 6 * US, 2);         /* forgotten */
+    fx_return(&fx, 1, 5 * US, 101); /* opened before: nothing */
+    fx_call(&fx, 1, 6 * US, 2);     /* forgotten */
     fx_return(&fx, 1, 7 * US, 2);
     fx_call(&fx, 1, 8 * US, 101);
     fx_return(&fx, 1, 10 * US, 101);
@@ -487,8 +489,10 @@ static void test_deep(void)
     for (i = 0; i < 100; i++) fx_call(&fx, 1, (uint64_t)i, 1);
     for (i = 0; i < 100; i++) fx_return(&fx, 1, 200, 1);
     fflush(fx.f);
-    CHECK(strstr(fx.buf, "\n" "                                                                      "
-                         "                             R#r\n") != NULL);
+    CHECK(strstr(fx.buf,
+                 "\n"
+                 "                                                                      "
+                 "                             R#r\n") != NULL);
     CHECK(fx.len > 2 && !strcmp(fx.buf + fx.len - 6, "\nR#r\n\n"));
     CHECK(render_end_line(&fx.r) == CLI_OK);
     fclose(fx.f);
@@ -551,20 +555,39 @@ static void test_format_seconds(void)
 {
     /* ties in decimal that the double rounds either way, or hits exactly
      * (7812500 ns = 2^-7 s: printf rounds the tie to even) */
-    static const uint64_t named[] = {
-        0, 1, 499, 500, 501, 999, 1000, 1499, 1500, 2500, 3500, 7812500, 23437500,
-        999999499, 999999500, 999999501, 1000000000, 59999999500ULL, 86400000000500ULL,
-        (1ULL << 53) - 1, 1ULL << 53, (1ULL << 53) + 1, 1ULL << 63, UINT64_MAX - 500,
-        UINT64_MAX
-    };
+    static const uint64_t named[] = { 0,
+                                      1,
+                                      499,
+                                      500,
+                                      501,
+                                      999,
+                                      1000,
+                                      1499,
+                                      1500,
+                                      2500,
+                                      3500,
+                                      7812500,
+                                      23437500,
+                                      999999499,
+                                      999999500,
+                                      999999501,
+                                      1000000000,
+                                      59999999500ULL,
+                                      86400000000500ULL,
+                                      (1ULL << 53) - 1,
+                                      1ULL << 53,
+                                      (1ULL << 53) + 1,
+                                      1ULL << 63,
+                                      UINT64_MAX - 500,
+                                      UINT64_MAX };
     uint64_t ns, k;
     int bit;
 
     for (k = 0; k < sizeof(named) / sizeof(named[0]); k++) seconds_check(named[k]);
     for (ns = 0; ns <= 200000; ns++) seconds_check(ns);
-    for (k = 0; k <= 200000; k++) seconds_check(k * 1000 + 500);       /* every tie */
-    for (k = 1; k <= 2000; k++) seconds_check(k * 7812500);            /* exact ties */
-    for (ns = 999990000; ns <= 1000010000; ns++) seconds_check(ns);   /* a second's edge */
+    for (k = 0; k <= 200000; k++) seconds_check(k * 1000 + 500);    /* every tie */
+    for (k = 1; k <= 2000; k++) seconds_check(k * 7812500);         /* exact ties */
+    for (ns = 999990000; ns <= 1000010000; ns++) seconds_check(ns); /* a second's edge */
     for (bit = 10; bit < 64; bit++)
         for (k = 0; k < 2000; k++) seconds_check((1ULL << bit) - 1000 + k);
     for (k = 0; k < 200000; k++) {
@@ -585,7 +608,7 @@ static void test_long_duration(void)
     fx_call(&fx, 1, 5, 1);
     fx_return(&fx, 1, 5 + 86400 * 1000 * MS + 999999600, 1);
     fx_call(&fx, 1, 10, 1);
-    fx_return(&fx, 1, 9, 1);                 /* the clock went back: 0 */
+    fx_return(&fx, 1, 9, 1); /* the clock went back: 0 */
     FX_CHECK(&fx, "A#a <86401.000000>\nA#a <0.000000>\n");
 }
 
@@ -703,9 +726,10 @@ static void test_slow_depth_bounded(void)
     fx_method(&fx, 1, "Kernel#sleep");
     fx_slow(&fx, 7, 10 * MS, 1, 300 * MS, UINT64_MAX);
     CHECK(2 * RENDER_SLOW_INDENT_MAX == 80);
-    FX_CHECK(&fx, "                                        "
-                  "                                        "
-                  "[d18446744073709551615] Kernel#sleep <0.300000>\n");
+    FX_CHECK(&fx,
+             "                                        "
+             "                                        "
+             "[d18446744073709551615] Kernel#sleep <0.300000>\n");
 }
 
 /* A Rails request's slow calls nest ~100 deep: up to RENDER_SLOW_INDENT_MAX
@@ -722,9 +746,11 @@ static void test_slow_deep(void)
     fx_slow(&fx, 7, 10 * MS, 1, 300 * MS, RENDER_SLOW_INDENT_MAX);
     fx_slow(&fx, 7, 10 * MS, 1, 300 * MS, RENDER_SLOW_INDENT_MAX + 1);
     fx_slow(&fx, 7, 10 * MS, 1, 300 * MS, 97);
-    n = snprintf(want, sizeof(want), "%*sA#a <0.300000>\n%*s[d41] A#a <0.300000>\n"
-                 "%*s[d97] A#a <0.300000>\n", RENDER_SLOW_INDENT_MAX, "",
-                 RENDER_SLOW_INDENT_MAX, "", RENDER_SLOW_INDENT_MAX, "");
+    n = snprintf(want, sizeof(want),
+                 "%*sA#a <0.300000>\n%*s[d41] A#a <0.300000>\n"
+                 "%*s[d97] A#a <0.300000>\n",
+                 RENDER_SLOW_INDENT_MAX, "", RENDER_SLOW_INDENT_MAX, "", RENDER_SLOW_INDENT_MAX,
+                 "");
     CHECK(n > 0 && (size_t)n < sizeof(want));
     FX_CHECK(&fx, want);
 }
@@ -751,8 +777,9 @@ static void test_gc(void)
     fx_open(&fx, 0, 0, 2);
     fx_gc(&fx, 7, 600 * US, 212 * US, "", "newobj");
     fx_gc(&fx, 7, 10 * MS, 2 * MS, "oldgen", "malloc");
-    FX_CHECK(&fx, "GC minor by newobj <0.000812> (mark 0.000600, sweep 0.000212)\n"
-                  "GC major (oldgen) by malloc <0.012000> (mark 0.010000, sweep 0.002000)\n");
+    FX_CHECK(&fx,
+             "GC minor by newobj <0.000812> (mark 0.000600, sweep 0.000212)\n"
+             "GC major (oldgen) by malloc <0.012000> (mark 0.010000, sweep 0.002000)\n");
 
     /* Inline: at the depth of the open calls of its thread. */
     fx_open(&fx, 0, 1, 2);
@@ -809,20 +836,21 @@ static void test_thread_names(void)
     fx_thread_name(&fx, 7, "", 0);
     fx_call(&fx, 7, 6 * MS, 1);
     fx_return(&fx, 7, 7 * MS, 1);
-    FX_CHECK(&fx, "[t1 puma srv tp 001] Worker#step <0.001000>\n"
-                  "[t2] Worker#step <0.001000>\n"
-                  "[t1 renamed] Worker#step <0.001000>\n"
-                  "[t1] Worker#step <0.001000>\n");
+    FX_CHECK(&fx,
+             "[t1 puma srv tp 001] Worker#step <0.001000>\n"
+             "[t2] Worker#step <0.001000>\n"
+             "[t1 renamed] Worker#step <0.001000>\n"
+             "[t1] Worker#step <0.001000>\n");
 
     /* A hostile name: escaped, its ']' as \x5d, cut to 48 bytes at a
      * character's end (the 2-byte "é" that would cross it is left out). */
     {
         char name[10240];
-        const char *head = "a]b\n\x1b[31m";   /* 9 bytes, then 38 x */
+        const char *head = "a]b\n\x1b[31m"; /* 9 bytes, then 38 x */
 
         memset(name, 'x', sizeof(name));
         memcpy(name, head, strlen(head));
-        name[47] = (char)0xc3;                  /* "é" at bytes 47-48 */
+        name[47] = (char)0xc3; /* "é" at bytes 47-48 */
         name[48] = (char)0xa9;
         fx_open(&fx, 0, 0, 2);
         fx.r.opts = o;
@@ -830,8 +858,9 @@ static void test_thread_names(void)
         fx_thread_name(&fx, 7, name, sizeof(name));
         fx_call(&fx, 7, 0, 1);
         fx_return(&fx, 7, 1 * MS, 1);
-        FX_CHECK(&fx, "[t1 a\\x5db\\n\\x1b[31mxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...] "
-                      "Worker#step <0.001000>\n");
+        FX_CHECK(&fx,
+                 "[t1 a\\x5db\\n\\x1b[31mxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...] "
+                 "Worker#step <0.001000>\n");
     }
 
     /* Without --thread-names: nothing shows. */
@@ -854,20 +883,21 @@ static void test_gvl(void)
     fx.r.opts = o;
     fx_method(&fx, 1, "Worker#run");
     fx_method(&fx, 2, "Worker#step");
-    fx_gvl(&fx, 7, 0, 2 * MS);                /* before any call: a line, no call */
+    fx_gvl(&fx, 7, 0, 2 * MS); /* before any call: a line, no call */
     fx_call(&fx, 7, 10 * MS, 1);
-    fx_gvl(&fx, 7, 11 * MS, 500 * US);        /* short: counted, no line */
+    fx_gvl(&fx, 7, 11 * MS, 500 * US); /* short: counted, no line */
     fx_call(&fx, 7, 12 * MS, 2);
     fx_gvl(&fx, 7, 13 * MS, 3 * MS);
     fx_return(&fx, 7, 20 * MS, 2);
-    fx_gvl(&fx, 9, 21 * MS, 400 * US);        /* another thread, short: nothing at all */
+    fx_gvl(&fx, 9, 21 * MS, 400 * US); /* another thread, short: nothing at all */
     fx_return(&fx, 7, 30 * MS, 1);
-    FX_CHECK(&fx, "GVL wait <0.002000>\n"
-                  "Worker#run\n"
-                  "  Worker#step\n"
-                  "    GVL wait <0.003000>\n"
-                  "  Worker#step <0.008000> gvl <0.003000>\n"
-                  "Worker#run <0.020000> gvl <0.003500>\n\n");
+    FX_CHECK(&fx,
+             "GVL wait <0.002000>\n"
+             "Worker#run\n"
+             "  Worker#step\n"
+             "    GVL wait <0.003000>\n"
+             "  Worker#step <0.008000> gvl <0.003000>\n"
+             "Worker#run <0.020000> gvl <0.003500>\n\n");
 
     /* A second thread's long wait: [tN] from then on. A call whose inner
      * call lost its return still has that call's waits. */
@@ -880,10 +910,11 @@ static void test_gvl(void)
     fx_gvl(&fx, 9, 2 * MS, 5 * MS);
     fx_gvl(&fx, 7, 3 * MS, 700 * US);
     fx_return(&fx, 7, 10 * MS, 1);
-    FX_CHECK(&fx, "Worker#run\n"
-                  "  Worker#step\n"
-                  "[t2] GVL wait <0.005000>\n"
-                  "[t1] Worker#run <0.010000> gvl <0.000700>\n\n");
+    FX_CHECK(&fx,
+             "Worker#run\n"
+             "  Worker#step\n"
+             "[t2] GVL wait <0.005000>\n"
+             "[t1] Worker#run <0.010000> gvl <0.000700>\n\n");
 
     /* --gvl, but the target never said it measures (no GVL event: Ruby 3.1):
      * no " gvl <0.000000>" that would mean no wait. */
@@ -911,8 +942,9 @@ static void test_raise(void)
     fx_call(&fx, 7, 0, 1);
     fx_raise(&fx, 7, "ArgumentError", "bad\nvalue\x01", "app.rb:12");
     fx_return(&fx, 7, 5 * MS, 1);
-    FX_CHECK(&fx, "Worker#run\n  raise ArgumentError: bad\\nvalue\\x01 at app.rb:12\n"
-                  "Worker#run <0.005000>\n");
+    FX_CHECK(&fx,
+             "Worker#run\n  raise ArgumentError: bad\\nvalue\\x01 at app.rb:12\n"
+             "Worker#run <0.005000>\n");
 }
 
 /* The re-raises of one exception (Rails' middlewares: rescue => e; raise)
@@ -931,9 +963,10 @@ static void test_reraise_folded(void)
     fx_reraise(&fx, 7, "Bar", "", "mw1.rb:5", 1);
     fx_raise(&fx, 7, "Baz", "", "app.rb:5");
     CHECK(render_raise_open(&fx.r));
-    FX_CHECK(&fx, "raise Foo: boom at app.rb:3 (re-raised 3 times, last at mw\\x1b.rb:9)\n"
-                  "raise Bar at app.rb:4 (re-raised at mw1.rb:5)\n"
-                  "raise Baz at app.rb:5\n");
+    FX_CHECK(&fx,
+             "raise Foo: boom at app.rb:3 (re-raised 3 times, last at mw\\x1b.rb:9)\n"
+             "raise Bar at app.rb:4 (re-raised at mw1.rb:5)\n"
+             "raise Baz at app.rb:5\n");
 
     /* inside a traced call: the call's return ends the line */
     fx_open(&fx, 0, 0, 2);
@@ -942,8 +975,9 @@ static void test_reraise_folded(void)
     fx_raise(&fx, 7, "Foo", "boom", "app.rb:3");
     fx_reraise(&fx, 7, "Foo", "boom", "mw1.rb:5", 1);
     fx_return(&fx, 7, 5 * MS, 1);
-    FX_CHECK(&fx, "Worker#run\n  raise Foo: boom at app.rb:3 (re-raised at mw1.rb:5)\n"
-                  "Worker#run <0.005000>\n");
+    FX_CHECK(&fx,
+             "Worker#run\n  raise Foo: boom at app.rb:3 (re-raised at mw1.rb:5)\n"
+             "Worker#run <0.005000>\n");
 }
 
 /* A re-raise whose first line was printed (its thread's other output came
@@ -961,9 +995,10 @@ static void test_reraise_unfolded(void)
     fx_reraise(&fx, 7, "Foo", "boom", "mw1.rb:5", 1);
     fx_reraise(&fx, 7, "Foo", "boom", "mw2.rb:7", 2);
     fx_reraise(&fx, 8, "Bar", "x", "mw2.rb:7", 1);
-    FX_CHECK(&fx, "raise Foo: boom at app.rb:3\nA#a <0.300000>\n"
-                  "[t1] re-raise Foo: boom at mw1.rb:5 (re-raised at mw2.rb:7)\n"
-                  "[t2] re-raise Bar: x at mw2.rb:7\n");
+    FX_CHECK(&fx,
+             "raise Foo: boom at app.rb:3\nA#a <0.300000>\n"
+             "[t1] re-raise Foo: boom at mw1.rb:5 (re-raised at mw2.rb:7)\n"
+             "[t2] re-raise Bar: x at mw2.rb:7\n");
 }
 
 /* Other threads' output does not end a held raise line (a Puma worker's
@@ -988,11 +1023,12 @@ static void test_reraise_interleaved(void)
     CHECK(render_raise_open(&fx.r));
     fx_call(&fx, 9, 8 * MS + RENDER_HOLD_NS, 1);
     CHECK(!render_raise_open(&fx.r));
-    FX_CHECK(&fx, "[t3] A#a <0.003000>\n"
-                  "[t1] raise Foo: boom at app.rb:3 (re-raised 2 times, last at mw2.rb:7)\n"
-                  "[t1] A#a <0.001000>\n"
-                  "[t2] raise EOFError at socket.rb:452\n"
-                  "[t3] A#a\n");
+    FX_CHECK(&fx,
+             "[t3] A#a <0.003000>\n"
+             "[t1] raise Foo: boom at app.rb:3 (re-raised 2 times, last at mw2.rb:7)\n"
+             "[t1] A#a <0.001000>\n"
+             "[t2] raise EOFError at socket.rb:452\n"
+             "[t3] A#a\n");
 }
 
 /* --raise-all: every raise and re-raise on a line of its own, at once. */
@@ -1005,8 +1041,9 @@ static void test_reraise_all(void)
     CHECK(!render_raise_open(&fx.r));
     fx_reraise(&fx, 7, "Foo", "boom", "mw1.rb:5", 1);
     fx_reraise(&fx, 7, "Foo", "boom", "mw2.rb:7", 2);
-    FX_CHECK(&fx, "raise Foo: boom at app.rb:3\nre-raise Foo: boom at mw1.rb:5\n"
-                  "re-raise Foo: boom at mw2.rb:7\n");
+    FX_CHECK(&fx,
+             "raise Foo: boom at app.rb:3\nre-raise Foo: boom at mw1.rb:5\n"
+             "re-raise Foo: boom at mw2.rb:7\n");
 }
 
 /* The app's bytes in names, expressions and values are escaped
@@ -1023,10 +1060,11 @@ static void test_escaped(void)
     fx_call(&fx, 1, 1 * MS, 2);
     fx_return(&fx, 1, 2 * MS, 2);
     fx_return(&fx, 1, 3 * MS, 1);
-    FX_CHECK(&fx, "Probe#x\\x1b]0;PWNED\\x07\\x1b[2J(n\\x1b=\"\\x1b[2J\\\\\\\\\", "
-                  "s=\"h\xc3\xa9llo\")\n"
-                  "  Probe#\xe6\x97\xa5\\n <0.001000>\n"
-                  "Probe#x\\x1b]0;PWNED\\x07\\x1b[2J <0.003000>\n\n");
+    FX_CHECK(&fx,
+             "Probe#x\\x1b]0;PWNED\\x07\\x1b[2J(n\\x1b=\"\\x1b[2J\\\\\\\\\", "
+             "s=\"h\xc3\xa9llo\")\n"
+             "  Probe#\xe6\x97\xa5\\n <0.001000>\n"
+             "Probe#x\\x1b]0;PWNED\\x07\\x1b[2J <0.003000>\n\n");
 }
 
 /* No message (none the target could read without the app's code): the

@@ -14,13 +14,13 @@ static void test_init(void)
 {
     struct rbtrace_ring r;
 
-    CHECK(rbtrace_ring_init(&r, 1000) == -1);     /* not a power of two */
+    CHECK(rbtrace_ring_init(&r, 1000) == -1); /* not a power of two */
     CHECK(rbtrace_ring_init(&r, 0) == -1);
     CHECK(rbtrace_ring_init(&r, 64) == 0);
     CHECK(rbtrace_ring_space(&r, 64) == 64);
     rbtrace_ring_free(&r);
     CHECK(r.buf == NULL);
-    CHECK(rbtrace_ring_push(&r, "x", 1) == -1);   /* freed: nothing fits */
+    CHECK(rbtrace_ring_push(&r, "x", 1) == -1); /* freed: nothing fits */
 }
 
 static void test_all_or_nothing_and_wrap(void)
@@ -32,12 +32,12 @@ static void test_all_or_nothing_and_wrap(void)
 
     CHECK(rbtrace_ring_init(&r, 16) == 0);
     CHECK(rbtrace_ring_push(&r, "0123456789", 10) == 0);
-    CHECK(rbtrace_ring_push(&r, "abcdefg", 7) == -1);   /* 6 free: refused whole */
+    CHECK(rbtrace_ring_push(&r, "abcdefg", 7) == -1); /* 6 free: refused whole */
     CHECK(rbtrace_ring_used(&r) == 10);
     n = rbtrace_ring_peek(&r, &data);
     CHECK(n == 10 && memcmp(data, "0123456789", 10) == 0);
     rbtrace_ring_consume(&r, 8);
-    CHECK(rbtrace_ring_push(&r, "abcdefghijkl", 12) == 0);  /* wraps around */
+    CHECK(rbtrace_ring_push(&r, "abcdefghijkl", 12) == 0); /* wraps around */
     while ((n = rbtrace_ring_peek(&r, &data)) > 0) {
         memcpy(out + got, data, n);
         got += n;
@@ -61,28 +61,28 @@ static void test_reserve(void)
     at = rbtrace_ring_reserve(&r, 4);
     CHECK(at == r.buf);
     memcpy(at, "wxyz", 4);
-    CHECK(rbtrace_ring_used(&r) == 0);   /* not published before the commit */
+    CHECK(rbtrace_ring_used(&r) == 0); /* not published before the commit */
     rbtrace_ring_commit(&r, 3);
     CHECK(rbtrace_ring_used(&r) == 3);
-    CHECK(rbtrace_ring_push(&r, "0123456789", 10) == 0);   /* head at 13 */
+    CHECK(rbtrace_ring_push(&r, "0123456789", 10) == 0); /* head at 13 */
     CHECK(rbtrace_ring_reserve(&r, 3) == r.buf + 13);
-    CHECK(rbtrace_ring_reserve(&r, 4) == NULL);            /* would wrap */
+    CHECK(rbtrace_ring_reserve(&r, 4) == NULL); /* would wrap */
     CHECK(rbtrace_ring_peek(&r, &data) == 13 && memcmp(data, "wxy0123456789", 13) == 0);
-    CHECK(rbtrace_ring_push(&r, "abc", 3) == 0);           /* full: head 16, tail 0 */
+    CHECK(rbtrace_ring_push(&r, "abc", 3) == 0); /* full: head 16, tail 0 */
     CHECK(rbtrace_ring_reserve(&r, 1) == NULL);
-    rbtrace_ring_consume(&r, 5);                           /* tail 5 */
-    CHECK(rbtrace_ring_reserve(&r, 5) == r.buf);           /* the next lap */
-    CHECK(rbtrace_ring_reserve(&r, 6) == NULL);            /* past the tail */
+    rbtrace_ring_consume(&r, 5);                 /* tail 5 */
+    CHECK(rbtrace_ring_reserve(&r, 5) == r.buf); /* the next lap */
+    CHECK(rbtrace_ring_reserve(&r, 6) == NULL);  /* past the tail */
     memcpy(rbtrace_ring_reserve(&r, 2), "AB", 2);
-    rbtrace_ring_commit(&r, 2);                            /* head 18 */
+    rbtrace_ring_commit(&r, 2); /* head 18 */
     CHECK(rbtrace_ring_reserve(&r, 3) == r.buf + 2);
     CHECK(rbtrace_ring_reserve(&r, 4) == NULL);
-    rbtrace_ring_consume(&r, 11);                          /* everything up to the lap */
+    rbtrace_ring_consume(&r, 11); /* everything up to the lap */
     CHECK(rbtrace_ring_peek(&r, &data) == 2 && memcmp(data, "AB", 2) == 0);
-    CHECK(rbtrace_ring_reserve(&r, 14) == r.buf + 2);      /* to the ring's end */
+    CHECK(rbtrace_ring_reserve(&r, 14) == r.buf + 2); /* to the ring's end */
     CHECK(rbtrace_ring_reserve(&r, 15) == NULL);
     rbtrace_ring_free(&r);
-    CHECK(rbtrace_ring_space(&r, 1) == 0);   /* freed: no room to ask for */
+    CHECK(rbtrace_ring_space(&r, 1) == 0); /* freed: no room to ask for */
     CHECK(rbtrace_ring_reserve(&r, 1) == NULL);
 }
 

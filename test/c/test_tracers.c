@@ -45,7 +45,8 @@ static void read_fails(const char *arg, ...)
     CHECK(tracer_file_read(&tf, arg, err, sizeof(err)) == CLI_ERR);
     va_start(ap, arg);
     while ((want = va_arg(ap, const char *)) != NULL) {
-        if (!strstr(err, want)) fprintf(stderr, "message \"%s\" does not mention \"%s\"\n", err, want);
+        if (!strstr(err, want))
+            fprintf(stderr, "message \"%s\" does not mention \"%s\"\n", err, want);
         CHECK(strstr(err, want) != NULL);
     }
     va_end(ap);
@@ -57,28 +58,29 @@ static void test_parse(void)
     struct tracer_file tf;
     char err[CLI_ERRLEN] = "";
     static const char *want[] = {
-        "String#gsub", "Process.pid", "Kernel#", "Dir.", "sleep",
-        "Foo::Bar#baz(self, \"a #b\", x.y(1) # not a comment)", "Integer", "A#b (arg)", "A#c",
-        "Hash#key?", "String#=~", "Foo.bar=",
+        "String#gsub", "Process.pid", "Kernel#",
+        "Dir.",        "sleep",       "Foo::Bar#baz(self, \"a #b\", x.y(1) # not a comment)",
+        "Integer",     "A#b (arg)",   "A#c",
+        "Hash#key?",   "String#=~",   "Foo.bar=",
     };
     size_t i;
 
     write_file("parse.tracer",
-        "# a header\n"
-        "\n"
-        "String#gsub\n"
-        "   Process.pid   # trailing comment\n"
-        "\t# indented comment\n"
-        "Kernel#\n"
-        "Dir.\n"
-        "sleep\r\n"
-        "Foo::Bar#baz(self, \"a #b\", x.y(1) # not a comment)\n"
-        "Integer\n"
-        "A#b (arg)\n"
-        "A#c\n"
-        "Hash#key? # a comment\n"
-        "String#=~\n"
-        "Foo.bar=");
+               "# a header\n"
+               "\n"
+               "String#gsub\n"
+               "   Process.pid   # trailing comment\n"
+               "\t# indented comment\n"
+               "Kernel#\n"
+               "Dir.\n"
+               "sleep\r\n"
+               "Foo::Bar#baz(self, \"a #b\", x.y(1) # not a comment)\n"
+               "Integer\n"
+               "A#b (arg)\n"
+               "A#c\n"
+               "Hash#key? # a comment\n"
+               "String#=~\n"
+               "Foo.bar=");
     {
         char path[512];
         snprintf(path, sizeof(path), "%s/parse.tracer", test_dir);
@@ -123,7 +125,8 @@ static void test_errors(void)
     snprintf(path, sizeof(path), "%s/", test_dir);
     read_fails(path, "is a directory", NULL);
     read_fails(write_file("empty.tracer", ""), "empty.tracer has no selectors", NULL);
-    read_fails(write_file("comments.tracer", "# only\n\n   # comments\n"), "has no selectors", NULL);
+    read_fails(write_file("comments.tracer", "# only\n\n   # comments\n"), "has no selectors",
+               NULL);
     read_fails(write_file("bad.tracer", "A#a\n\nnot a selector\n"), "bad.tracer:3: not a selector",
                "'not a selector'", NULL);
     memset(long_line, 'a', sizeof(long_line) - 1);
@@ -160,12 +163,15 @@ static void test_shipped(void)
     CHECK(tracer_file_read(&tf, "alpha", err, sizeof(err)) == CLI_OK);
     CHECK(tf.n_selectors == 2 && !strcmp(tf.selectors[1], "A.b"));
     tracer_file_free(&tf);
-    write_file("shipped/bom.tracer", "\xEF\xBB\xBF" "B#b\n");
+    write_file("shipped/bom.tracer",
+               "\xEF\xBB\xBF"
+               "B#b\n");
     CHECK(tracer_file_read(&tf, "bom", err, sizeof(err)) == CLI_OK);
     CHECK(tf.n_selectors == 1 && !strcmp(tf.selectors[0], "B#b"));
     tracer_file_free(&tf);
     /* The shipped names, sorted, and how to give a file of one's own. */
-    read_fails("nope", "unknown tracer 'nope'", "the shipped tracers are alpha, bom, zeta;", "./nope", NULL);
+    read_fails("nope", "unknown tracer 'nope'", "the shipped tracers are alpha, bom, zeta;",
+               "./nope", NULL);
     read_fails("notes", "unknown tracer 'notes'", NULL);
     read_fails("a b", "unknown tracer 'a b'", NULL);
     read_fails("notes.txt", "unknown tracer 'notes.txt'", "./notes.txt", NULL);
@@ -184,8 +190,8 @@ static void test_options(void)
 {
     char one[512], two[512];
     struct options o;
-    char *argv[] = { "rbtrace", "-p", "1", "-m", "X#x", "-c", one, two, "-t", "--config", one,
-                     "-m", "Y.y" };
+    char *argv[] = { "rbtrace", "-p", "1",        "-m", "X#x", "-c", one,
+                     two,       "-t", "--config", one,  "-m",  "Y.y" };
     char *argv_bad[] = { "rbtrace", "-p", "1", "-c", one, "./missing.tracer" };
     char *argv_firehose[] = { "rbtrace", "-p", "1", "-f", "-c", one };
     char *argv_empty[] = { "rbtrace", "-p", "1", "-c", "-t" };
@@ -222,10 +228,10 @@ static void test_limit(void)
     char path[512], *text;
     size_t i, n = 250;
     struct options o;
-    char *argv[] = { "rbtrace", "-p", "1", "-m", "A#a", "B#b", "C#c", "D#d", "E#e", "F#f",
-                     "G#g", "-c", path };
-    char *argv_fits[] = { "rbtrace", "-p", "1", "-m", "A#a", "B#b", "C#c", "D#d", "E#e", "F#f",
-                          "-c", path };
+    char *argv[] = { "rbtrace", "-p",  "1",   "-m",  "A#a", "B#b", "C#c",
+                     "D#d",     "E#e", "F#f", "G#g", "-c",  path };
+    char *argv_fits[] = { "rbtrace", "-p",  "1",   "-m",  "A#a", "B#b",
+                          "C#c",     "D#d", "E#e", "F#f", "-c",  path };
 
     text = malloc(n * 4 + 1);
     if (!text) abort();

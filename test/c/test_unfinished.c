@@ -44,10 +44,12 @@ static void test_prism_unterminated(void)
                      "    | ^~~ unterminated list; expected a closing delimiter for the `%w`\n"));
     CHECK(unfinished("(rbtrace eval):1: syntax error found\n"
                      "> 1 | :\"ab\n"
-                     "    |     ^ unterminated symbol; expected a closing delimiter for the interpolated symbol\n"));
+                     "    |     ^ unterminated symbol; expected a closing delimiter for the "
+                     "interpolated symbol\n"));
     CHECK(unfinished("(rbtrace eval):1: syntax error found\n"
                      "> 1 | %s(x\n"
-                     "    | ^~~ unterminated quoted string; expected a closing delimiter for the dynamic symbol\n"));
+                     "    | ^~~ unterminated quoted string; expected a closing delimiter for the "
+                     "dynamic symbol\n"));
     CHECK(unfinished("(rbtrace eval):1: syntax error found\n"
                      "> 1 | `ls\n"
                      "    | ^ expected a closing delimiter for the `%x` or backtick string\n"));
@@ -58,7 +60,8 @@ static void test_prism_unterminated(void)
     /* in the quoted source only */
     CHECK(!unfinished("(rbtrace eval):1: syntax errors found\n"
                       "> 1 | puts \"backtick string\" +* 2\n"
-                      "    |                           ^ unexpected integer; expected an expression after the operator\n"));
+                      "    |                           ^ unexpected integer; expected an "
+                      "expression after the operator\n"));
 }
 
 /* prism's unclosed hash: unfinished only where the input ended. */

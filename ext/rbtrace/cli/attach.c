@@ -11,7 +11,7 @@
  * the same way, through its namespaces: its queue in its IPC namespace,
  * keyed by its own pid, our socket in its $TMPDIR.
  */
-#define _GNU_SOURCE   /* accept4, pipe2, struct ucred */
+#define _GNU_SOURCE /* accept4, pipe2, struct ucred */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -55,8 +55,8 @@ static int attach_fail_errno(struct attach *a, const char *what)
     return attach_fail(a, "%s: %s", what, strerror(errno));
 }
 
-void attach_init(struct attach *a, pid_t pid, int timeout_ms,
-                 volatile sig_atomic_t *stop, int wake_fd)
+void attach_init(struct attach *a, pid_t pid, int timeout_ms, volatile sig_atomic_t *stop,
+                 int wake_fd)
 {
     memset(a, 0, sizeof(*a));
     a->pid = pid;
@@ -134,7 +134,8 @@ static int attach_old_gem(struct attach *a, const char *path)
 
     procfs_gem_version(path, version, sizeof(version));
     shown[escape_text(shown, path, len, 0)] = '\0';
-    return attach_fail(a, "process %d runs the original rbtrace gem (%s%s, %s), not this "
+    return attach_fail(a,
+                       "process %d runs the original rbtrace gem (%s%s, %s), not this "
                        "rbtrace: this client cannot trace it. Use that gem's own client (in the "
                        "app's directory: bundle exec rbtrace -p %d), or have the app load this "
                        "rbtrace (gem 'rbtrace', '>= 0.6') and restart it",
@@ -147,7 +148,7 @@ int attach_check_target(struct attach *a)
     int pid = (int)a->pid;
     char old[4096];
 
-    attach_sweep_stale_queues();   /* in our IPC namespace: before joining another */
+    attach_sweep_stale_queues(); /* in our IPC namespace: before joining another */
     container_probe(a->pid, &a->ct);
     if (a->ct.other && !container_privileged()) {
         container_refusal(a->pid, &a->ct, a->errstr, sizeof(a->errstr));
@@ -157,17 +158,21 @@ int attach_check_target(struct attach *a)
         if (errno == ESRCH)
             return attach_fail(a, "no process with pid %d (check the pid with ps)", pid);
         if (errno == EPERM)
-            return attach_fail(a, "not permitted to trace process %d: it runs as another user "
-                               "(run rbtrace as that user, or as root)", pid);
+            return attach_fail(a,
+                               "not permitted to trace process %d: it runs as another user "
+                               "(run rbtrace as that user, or as root)",
+                               pid);
         return attach_fail_errno(a, "could not signal the process");
     }
     switch (procfs_rbtrace_library(a->pid, old, sizeof(old))) {
     case PROCFS_LIB_NONE:
-        return attach_fail(a, "process %d has not loaded rbtrace: add require 'rbtrace' to the "
-                           "app, or start it with RUBYOPT=-rrbtrace", pid);
+        return attach_fail(a,
+                           "process %d has not loaded rbtrace: add require 'rbtrace' to the "
+                           "app, or start it with RUBYOPT=-rrbtrace",
+                           pid);
     case PROCFS_LIB_OLD_GEM:
         return attach_old_gem(a, old);
-    default:   /* ours, or the maps unreadable: the attach will tell */
+    default: /* ours, or the maps unreadable: the attach will tell */
         return CLI_OK;
     }
 }
@@ -216,7 +221,7 @@ static int attach_make_container_dir(struct attach *a)
     if (container_make_dir(a->pid, d, a->errstr, sizeof(a->errstr)) != 0) return CLI_ERR;
     snprintf(a->dir, sizeof(a->dir), "%s", d->host_path);
     a->dir_fd = d->dir_fd;
-    d->dir_fd = -1;   /* a->dir_fd's now */
+    d->dir_fd = -1; /* a->dir_fd's now */
     snprintf(a->bind_path, sizeof(a->bind_path), "/proc/self/fd/%d/" ATTACH_SOCK_NAME, a->dir_fd);
     if (strlen(d->app_path) + sizeof("/" ATTACH_SOCK_NAME) > sizeof(sun.sun_path) ||
         (size_t)snprintf(a->sock_path, sizeof(a->sock_path), "%s/" ATTACH_SOCK_NAME, d->app_path) >=
@@ -248,7 +253,7 @@ static int attach_make_dir(struct attach *a)
     a->dir_fd = open(a->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (a->dir_fd < 0) return attach_fail_errno(a, "could not open the socket directory");
     n = snprintf(a->sock_path, sizeof(a->sock_path), "%s/" ATTACH_SOCK_NAME, a->dir);
-    if (n < 0 || (size_t)n >= sizeof(a->sock_path)) {   /* checked above; for the compiler */
+    if (n < 0 || (size_t)n >= sizeof(a->sock_path)) { /* checked above; for the compiler */
         a->sock_path[0] = '\0';
         return attach_fail(a, "the socket path is too long");
     }
@@ -270,7 +275,7 @@ static int attach_bind_listen(struct attach *a)
     memcpy(sun.sun_path, path, strlen(path) + 1);
     if (bind(a->listen_fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
         int e = errno;
-        a->sock_path[0] = '\0';   /* nothing to unlink */
+        a->sock_path[0] = '\0'; /* nothing to unlink */
         errno = e;
         return attach_fail_errno(a, "could not bind the socket");
     }
@@ -317,9 +322,9 @@ static int attach_task_idle(const struct procfs_task *t)
     if (t->syscall < 0) return 1;
     return t->syscall == SYS_futex || t->syscall == SYS_ppoll || t->syscall == SYS_pselect6 ||
 #ifdef SYS_poll
-           t->syscall == SYS_poll || t->syscall == SYS_select || t->syscall == SYS_epoll_wait ||
+        t->syscall == SYS_poll || t->syscall == SYS_select || t->syscall == SYS_epoll_wait ||
 #endif
-           t->syscall == SYS_epoll_pwait;
+        t->syscall == SYS_epoll_pwait;
 }
 
 /* rbtrace's own threads (lib/rbtrace.rb names them). */
@@ -369,9 +374,9 @@ static int attach_explain_silence(struct attach *a)
         if (attach_task_ours(t) || attach_task_idle(t)) continue;
         name[escape_text(name, t->comm, strlen(t->comm), 0)] = '\0';
         attach_task_doing(t, doing, sizeof(doing));
-        len += (size_t)snprintf(a->errstr + len, len < sizeof(a->errstr) ? sizeof(a->errstr) - len : 0,
-                                "%sthread %d (%s) %s", shown ? "; " : ". Likely cause: ",
-                                (int)t->tid, name, doing);
+        len += (size_t)snprintf(
+            a->errstr + len, len < sizeof(a->errstr) ? sizeof(a->errstr) - len : 0,
+            "%sthread %d (%s) %s", shown ? "; " : ". Likely cause: ", (int)t->tid, name, doing);
         shown++;
     }
     if (busy > shown && len < sizeof(a->errstr))
@@ -382,7 +387,8 @@ static int attach_explain_silence(struct attach *a)
                  ", while rbtrace's thread waits for Ruby's lock (the GVL): a C extension may "
                  "hold it through a long call (a database lock wait, a blocking read), and no "
                  "Ruby code can run until it returns. Try again once it has; to see where it "
-                 "is: gdb -p %d -batch -ex 'thread apply all bt'", (int)a->pid);
+                 "is: gdb -p %d -batch -ex 'thread apply all bt'",
+                 (int)a->pid);
     free(tasks);
     return 1;
 }
@@ -395,7 +401,7 @@ static int attach_explain_silence(struct attach *a)
 static int attach_queue_trusted(const struct attach *a, const struct msqid_ds *ds)
 {
     return ds->msg_perm.uid == a->target_uid && ds->msg_perm.cuid == a->target_uid &&
-           (ds->msg_perm.mode & 077) == 0;
+        (ds->msg_perm.mode & 077) == 0;
 }
 
 /*
@@ -449,7 +455,7 @@ static int attach_keyed_queue(struct attach *a, int *qid, struct msqid_ds *ds, i
     if (msgctl(*qid, IPC_STAT, ds) < 0) {
         int err = errno;
         *qid = -1;
-        if (err == EIDRM || err == EINVAL) return CLI_OK;   /* just removed */
+        if (err == EIDRM || err == EINVAL) return CLI_OK; /* just removed */
         if (err != EACCES)
             return attach_fail_errno(a, "could not inspect the message queue of the process");
         *foreign = 1;
@@ -471,7 +477,7 @@ int attach_find_queue(struct attach *a)
 
     if (procfs_euid(a->pid, &a->target_uid) != 0)
         return attach_fail_errno(a, "could not read the owner of the process");
-    if (procfs_started(a->pid, &a->target_started) != 0) a->target_started = 0;   /* unknown */
+    if (procfs_started(a->pid, &a->target_started) != 0) a->target_started = 0; /* unknown */
     /* The queue is in the target's IPC namespace, keyed by its own pid.
      * IPC_STAT still shows uids and pids as we see them (our user and PID
      * namespaces): the checks below compare them unchanged. */
@@ -488,13 +494,15 @@ int attach_find_queue(struct attach *a)
         if (a->qid >= 0) return CLI_OK;
         if (foreign && (a->qid = attach_find_private_queue(a)) >= 0) return CLI_OK;
         if (now >= deadline && foreign) {
-            char in_ns[48] = "";   /* in a container: removed in its IPC namespace */
+            char in_ns[48] = ""; /* in a container: removed in its IPC namespace */
 
             if (a->ct.ipc_ns) snprintf(in_ns, sizeof(in_ns), "nsenter -t %d -i ", (int)a->pid);
-            return attach_fail(a, "the message queue under the key of process %d (0x%x) is not "
+            return attach_fail(a,
+                               "the message queue under the key of process %d (0x%x) is not "
                                "its own (owner uid %u, mode %03o), and the process made no other: "
                                "refusing to send commands into it; remove it (%sipcrm -Q 0x%x) and "
-                               "try again", (int)a->pid, (unsigned)RBTRACE_QUEUE_KEY(a->ct.ns_pid),
+                               "try again",
+                               (int)a->pid, (unsigned)RBTRACE_QUEUE_KEY(a->ct.ns_pid),
                                (unsigned)ds.msg_perm.uid, ds.msg_perm.mode & 0777, in_ns,
                                (unsigned)RBTRACE_QUEUE_KEY(a->ct.ns_pid));
         }
@@ -502,9 +510,11 @@ int attach_find_queue(struct attach *a)
             attach_fail(a, "process %d did not answer within %g s", (int)a->pid,
                         attach_timeout_s(a));
             if (!attach_explain_silence(a))
-                attach_fail(a, "process %d did not answer within %g s: it may not have rbtrace "
+                attach_fail(a,
+                            "process %d did not answer within %g s: it may not have rbtrace "
                             "loaded, be stopped, or have replaced rbtrace's SIGURG handler "
-                            "with its own trap", (int)a->pid, attach_timeout_s(a));
+                            "with its own trap",
+                            (int)a->pid, attach_timeout_s(a));
             return CLI_ERR;
         }
         cli_sleep_ms(1);
@@ -520,21 +530,23 @@ static int attach_send_message(struct attach *a, const struct rbtrace_msg *msg, 
         if (msgsnd(a->qid, msg, size, IPC_NOWAIT) == 0) return CLI_OK;
         if (errno == EINTR) continue;
         if (errno == EIDRM || errno == EINVAL)
-            return attach_fail(a, "the message queue of process %d (id %d) was removed (%s) while "
+            return attach_fail(a,
+                               "the message queue of process %d (id %d) was removed (%s) while "
                                "in use: something else removed it (ipcrm?); run rbtrace again",
                                (int)a->pid, a->qid, errno == EIDRM ? "EIDRM" : "EINVAL");
         if (errno != EAGAIN) return attach_fail_errno(a, "could not send a command");
         if (cli_now_ms() >= deadline)
-            return attach_fail(a, "process %d does not read its commands (its queue stayed full "
-                               "for %g s)", (int)a->pid, attach_timeout_s(a));
+            return attach_fail(a,
+                               "process %d does not read its commands (its queue stayed full "
+                               "for %g s)",
+                               (int)a->pid, attach_timeout_s(a));
         if (attach_signal(a) != CLI_OK) return CLI_ERR;
         cli_sleep_ms(1);
     }
 }
 
 /* cmd as msgpack into sbuf (initialised here; the caller destroys it). */
-static int attach_encode(struct attach *a, const struct rbtrace_command *cmd,
-                         msgpack_sbuffer *sbuf)
+static int attach_encode(struct attach *a, const struct rbtrace_command *cmd, msgpack_sbuffer *sbuf)
 {
     msgpack_packer pk;
 
@@ -556,7 +568,7 @@ int attach_send_attach(struct attach *a, const struct rbtrace_command *cmd)
     int rc = CLI_ERR;
 
     if (attach_encode(a, cmd, &sb) != CLI_OK) goto free_buf;
-    if (sb.size > sizeof(msg.mtext) - 1) {   /* a socket path is short: cannot happen */
+    if (sb.size > sizeof(msg.mtext) - 1) { /* a socket path is short: cannot happen */
         attach_fail(a, "the attach command is too long (%zu bytes)", sb.size);
         goto free_buf;
     }
@@ -634,10 +646,9 @@ static int attach_peer_is_target(struct attach *a, int fd)
     struct ucred cred = { 0, 0, 0 };
     socklen_t len = sizeof(cred);
 
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid == a->pid)
-        return 1;
-    fprintf(stderr, "*** ignored a connection from process %d: not process %d\n",
-            (int)cred.pid, (int)a->pid);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid == a->pid) return 1;
+    fprintf(stderr, "*** ignored a connection from process %d: not process %d\n", (int)cred.pid,
+            (int)a->pid);
     close(fd);
     return 0;
 }
@@ -672,7 +683,8 @@ int attach_accept(struct attach *a)
             (void)attach_explain_silence(a);
             return CLI_ERR;
         }
-        if (poll(fds, a->wake_fd >= 0 ? 2 : 1, left < ATTACH_TICK_MS ? (int)left : ATTACH_TICK_MS) < 0) {
+        if (poll(fds, a->wake_fd >= 0 ? 2 : 1, left < ATTACH_TICK_MS ? (int)left : ATTACH_TICK_MS) <
+            0) {
             if (errno == EINTR) continue;
             return attach_fail_errno(a, "poll");
         }
@@ -696,15 +708,16 @@ static void attach_remove_dead_queue(struct attach *a)
     struct msqid_ds ds;
 
     if (a->qid < 0 || attach_target_alive(a)) return;
-    if (msgctl(a->qid, IPC_STAT, &ds) < 0) return;   /* removed already */
+    if (msgctl(a->qid, IPC_STAT, &ds) < 0) return; /* removed already */
     if (!attach_queue_trusted(a, &ds)) return;
     if (ds.msg_perm.__key != RBTRACE_QUEUE_KEY(a->ct.ns_pid) &&
         !(ds.msg_perm.__key == IPC_PRIVATE && ds.msg_lrpid == a->pid))
         return;
     if (msgctl(a->qid, IPC_RMID, NULL) < 0 && errno != EIDRM && errno != EINVAL)
-        fprintf(stderr, "rbtrace: could not remove the message queue of process %d (0x%x): %s "
-                "(remove it with ipcrm -q %d)\n", (int)a->pid, (unsigned)ds.msg_perm.__key,
-                strerror(errno), a->qid);
+        fprintf(stderr,
+                "rbtrace: could not remove the message queue of process %d (0x%x): %s "
+                "(remove it with ipcrm -q %d)\n",
+                (int)a->pid, (unsigned)ds.msg_perm.__key, strerror(errno), a->qid);
     a->qid = -1;
 }
 
@@ -712,8 +725,8 @@ static void attach_remove_dead_queue(struct attach *a)
 /* Cleanup cannot fail the run, but a leftover should not go unnoticed. */
 static void attach_warn(const char *what, const char *path)
 {
-    if (errno != ENOENT) fprintf(stderr, "rbtrace: could not remove %s %s: %s\n", what, path,
-                                 strerror(errno));
+    if (errno != ENOENT)
+        fprintf(stderr, "rbtrace: could not remove %s %s: %s\n", what, path, strerror(errno));
 }
 
 void attach_remove_socket(struct attach *a)

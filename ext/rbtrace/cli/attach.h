@@ -26,27 +26,27 @@
 #include "container.h"
 
 struct attach {
-    pid_t pid;                      /* the target */
-    int timeout_ms;                 /* how long each step may wait */
-    volatile sig_atomic_t *stop;    /* set by the session's signal handlers */
-    int wake_fd;                    /* readable once *stop is set, or -1 */
-    struct container ct;            /* the target's namespaces, if not ours */
-    char dir[PATH_MAX];             /* our private directory; "" when none */
-    int dir_fd;                     /* that directory, opened; or -1 */
-    struct container_dir cdir;      /* in a container: its parent, opened, and name */
-    char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];  /* as the target sees it;
+    pid_t pid;                   /* the target */
+    int timeout_ms;              /* how long each step may wait */
+    volatile sig_atomic_t *stop; /* set by the session's signal handlers */
+    int wake_fd;                 /* readable once *stop is set, or -1 */
+    struct container ct;         /* the target's namespaces, if not ours */
+    char dir[PATH_MAX];          /* our private directory; "" when none */
+    int dir_fd;                  /* that directory, opened; or -1 */
+    struct container_dir cdir;   /* in a container: its parent, opened, and name */
+    char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* as the target sees it;
                                                                      "" when none */
-    char bind_path[64];             /* in a container: where we bind it; else "" */
-    int listen_fd;                  /* listening socket, or -1 */
-    int conn_fd;                    /* the target's connection, or -1 */
-    int qid;                        /* the target's message queue, or -1 */
-    uid_t target_uid;               /* the target's euid: its queue's owner */
-    time_t target_started;          /* when it began (wall clock, s); 0 if unknown */
-    char errstr[CLI_ERRLEN];        /* why the last call failed */
+    char bind_path[64];      /* in a container: where we bind it; else "" */
+    int listen_fd;           /* listening socket, or -1 */
+    int conn_fd;             /* the target's connection, or -1 */
+    int qid;                 /* the target's message queue, or -1 */
+    uid_t target_uid;        /* the target's euid: its queue's owner */
+    time_t target_started;   /* when it began (wall clock, s); 0 if unknown */
+    char errstr[CLI_ERRLEN]; /* why the last call failed */
 };
 
-void attach_init(struct attach *a, pid_t pid, int timeout_ms,
-                 volatile sig_atomic_t *stop, int wake_fd);
+void attach_init(struct attach *a, pid_t pid, int timeout_ms, volatile sig_atomic_t *stop,
+                 int wake_fd);
 
 int attach_check_target(struct attach *a);
 int attach_listen(struct attach *a);

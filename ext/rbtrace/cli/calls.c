@@ -81,7 +81,7 @@ int calls_set_name(struct calls *c, uint64_t id, const char *text, size_t len)
     memcpy(copy, text, len);
     copy[len] = '\0';
     slot = &c->names[calls_slot(c->names, c->names_cap, id)];
-    if (slot->text) free(slot->text);   /* renamed: keep the latest */
+    if (slot->text) free(slot->text); /* renamed: keep the latest */
     else c->names_count++;
     slot->id = id;
     slot->text = copy;
@@ -179,7 +179,8 @@ struct calls_frame *calls_match(struct calls *c, size_t ti, uint64_t method_id)
             size_t lost;
 
             /* The calls above it lost their returns: their GVL waits were in it. */
-            for (lost = d; lost < t->depth; lost++) t->frames[d - 1].gvl_ns += t->frames[lost].gvl_ns;
+            for (lost = d; lost < t->depth; lost++)
+                t->frames[d - 1].gvl_ns += t->frames[lost].gvl_ns;
             for (lost = d; lost < t->depth; lost++) t->frames[d - 1].alloc += t->frames[lost].alloc;
             calls_free_frames(t, d);
             return &t->frames[d - 1];

@@ -24,17 +24,17 @@
 struct calls_frame {
     uint64_t method_id;
     uint64_t start_ns;
-    uint64_t child_ns;         /* time spent in the calls it made (for self time) */
-    uint64_t gvl_ns;           /* --gvl: its thread's GVL waits inside it, its callees' too */
-    uint64_t alloc;            /* --alloc: objects its thread allocated inside it, callees' too */
-    uint32_t node;             /* the format's */
-    char *extra;               /* the format's, freed with the frame; or NULL */
+    uint64_t child_ns; /* time spent in the calls it made (for self time) */
+    uint64_t gvl_ns;   /* --gvl: its thread's GVL waits inside it, its callees' too */
+    uint64_t alloc;    /* --alloc: objects its thread allocated inside it, callees' too */
+    uint32_t node;     /* the format's */
+    char *extra;       /* the format's, freed with the frame; or NULL */
     size_t extra_len;
 };
 
 struct calls_thread {
-    uint64_t id;               /* the target's thread id */
-    unsigned ordinal;          /* 1-based, in order of first appearance */
+    uint64_t id;      /* the target's thread id */
+    unsigned ordinal; /* 1-based, in order of first appearance */
     struct calls_frame *frames;
     size_t depth, cap;
 };
@@ -48,12 +48,12 @@ struct calls_name {
 
 struct calls {
     struct calls_name *names;
-    size_t names_cap;          /* a power of two, or 0 */
+    size_t names_cap; /* a power of two, or 0 */
     size_t names_count;
     struct calls_thread *threads;
     size_t n_threads, threads_cap;
-    size_t last_thread;        /* the thread of the last event (a cache) */
-    uint64_t last_time_ns;     /* the latest time any event carried */
+    size_t last_thread;    /* the thread of the last event (a cache) */
+    uint64_t last_time_ns; /* the latest time any event carried */
 };
 
 void calls_init(struct calls *c);

@@ -30,17 +30,17 @@
 /* Return codes of the client's functions (hiredis style). */
 #define CLI_OK 0
 #define CLI_ERR (-1)
-#define CLI_INTERRUPTED (-2)   /* the user asked us to stop (SIGINT, ...) */
+#define CLI_INTERRUPTED (-2) /* the user asked us to stop (SIGINT, ...) */
 
 /* Room for an error message in a context struct. */
 #define CLI_ERRLEN 512
 
 /* The client's exit codes. */
 enum cli_exit {
-    CLI_EXIT_OK = 0,           /* traced and detached, or eval returned */
-    CLI_EXIT_FAIL = 1,         /* could not attach, eval failed, I/O error */
-    CLI_EXIT_USAGE = 2,        /* bad command line */
-    CLI_EXIT_TARGET_GONE = 3   /* the target exited while we traced it */
+    CLI_EXIT_OK = 0,         /* traced and detached, or eval returned */
+    CLI_EXIT_FAIL = 1,       /* could not attach, eval failed, I/O error */
+    CLI_EXIT_USAGE = 2,      /* bad command line */
+    CLI_EXIT_TARGET_GONE = 3 /* the target exited while we traced it */
 };
 
 /* Milliseconds of CLOCK_MONOTONIC. */

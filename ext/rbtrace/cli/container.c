@@ -9,7 +9,7 @@
  * into the host's (an absolute link under /proc/PID/root resolves against
  * our root, not the container's).
  */
-#define _GNU_SOURCE   /* setns, CLONE_NEWIPC */
+#define _GNU_SOURCE /* setns, CLONE_NEWIPC */
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -117,8 +117,7 @@ int container_privileged(void)
     FILE *f = fopen("/proc/self/status", "re");
 
     if (!f) return geteuid() == 0;
-    while (!found && fgets(line, sizeof(line), f))
-        found = sscanf(line, "CapEff: %llx", &caps) == 1;
+    while (!found && fgets(line, sizeof(line), f)) found = sscanf(line, "CapEff: %llx", &caps) == 1;
     fclose(f);
     if (!found) return geteuid() == 0;
     return (caps >> CONTAINER_CAP_SYS_ADMIN & 1) && (caps >> CONTAINER_CAP_SYS_PTRACE & 1);
@@ -136,7 +135,10 @@ static void container_ns_names(const struct container *c, char *out, size_t size
     if (c->user_ns && !c->unsure) names[n++] = "user";
     out[0] = '\0';
     for (i = 0; i < n && len < size; i++)
-        len += (size_t)snprintf(out + len, size - len, "%s%s", i == 0 ? "" : i + 1 == n ? " and " : ", ",
+        len += (size_t)snprintf(out + len, size - len, "%s%s",
+                                i == 0           ? ""
+                                    : i + 1 == n ? " and "
+                                                 : ", ",
                                 names[i]);
 }
 
@@ -145,7 +147,8 @@ void container_refusal(pid_t pid, const struct container *c, char *errstr, size_
     char names[64];
 
     container_ns_names(c, names, sizeof(names));
-    snprintf(errstr, size, "process %d runs in a container (its own %s namespace%s; pid %d inside "
+    snprintf(errstr, size,
+             "process %d runs in a container (its own %s namespace%s; pid %d inside "
              "it): tracing it from outside needs root, or the capabilities CAP_SYS_ADMIN and "
              "CAP_SYS_PTRACE. Run rbtrace as root (sudo rbtrace -p %d), or inside the container "
              "(docker exec -it CONTAINER rbtrace -p %d, kubectl exec -it POD -- rbtrace -p %d)",
@@ -168,8 +171,9 @@ int container_join_ipc(pid_t pid, const struct container *c, char *errstr, size_
     err = errno;
     if (fd >= 0) close(fd);
     if (err == EPERM || err == EACCES) container_refusal(pid, c, errstr, size);
-    else snprintf(errstr, size, "could not join the IPC namespace of process %d (%s): %s",
-                  (int)pid, path, strerror(err));
+    else
+        snprintf(errstr, size, "could not join the IPC namespace of process %d (%s): %s", (int)pid,
+                 path, strerror(err));
     return -1;
 }
 
@@ -191,7 +195,8 @@ static void container_tmpdir(pid_t pid, char *out, size_t size)
 
         if (len + 1 >= cap) {
             char *grown;
-            if (cap >= CONTAINER_ENVIRON_MAX || !(grown = realloc(env, cap ? cap * 2 : 16384))) break;
+            if (cap >= CONTAINER_ENVIRON_MAX || !(grown = realloc(env, cap ? cap * 2 : 16384)))
+                break;
             env = grown;
             cap = cap ? cap * 2 : 16384;
         }
@@ -237,21 +242,27 @@ static int container_walk(int root_fd, pid_t pid, const char *tmp, char *errstr,
         int next;
 
         if (!strcmp(part, ".")) continue;
-        next = strcmp(part, "..") ? openat(fd, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        next = strcmp(part, "..")
+            ? openat(fd, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            : -1;
         if (next < 0) {
             int err = strcmp(part, "..") ? errno : ELOOP;
 
             close(fd);
             container_show(tmp, shown, sizeof(shown));
             if (err == ELOOP || err == ENOTDIR)
-                snprintf(errstr, size, "the temporary directory of process %d (%s, in its container) "
-                         "is reached through a symbolic link or \"..\", which rbtrace does not follow "
-                         "inside a container: give the app a TMPDIR that is a real directory, or run "
-                         "rbtrace inside the container", (int)pid, shown);
+                snprintf(
+                    errstr, size,
+                    "the temporary directory of process %d (%s, in its container) "
+                    "is reached through a symbolic link or \"..\", which rbtrace does not follow "
+                    "inside a container: give the app a TMPDIR that is a real directory, or run "
+                    "rbtrace inside the container",
+                    (int)pid, shown);
             else
-                snprintf(errstr, size, "could not open the temporary directory of process %d (%s, "
-                         "in its container, from the host /proc/%d/root%s): %s", (int)pid, shown,
-                         (int)pid, shown, strerror(err));
+                snprintf(errstr, size,
+                         "could not open the temporary directory of process %d (%s, "
+                         "in its container, from the host /proc/%d/root%s): %s",
+                         (int)pid, shown, (int)pid, shown, strerror(err));
             return -1;
         }
         close(fd);
@@ -290,10 +301,11 @@ int container_make_dir(pid_t pid, struct container_dir *d, char *errstr, size_t 
     if (!mkdtemp(templ)) {
         err = errno;
         container_show(tmp, shown, sizeof(shown));
-        snprintf(errstr, size, "could not create a directory in the temporary directory of process "
+        snprintf(errstr, size,
+                 "could not create a directory in the temporary directory of process "
                  "%d (%s, in its container; from the host /proc/%d/root%s): %s (give the app a "
-                 "writable TMPDIR, or run rbtrace inside the container)", (int)pid, shown, (int)pid,
-                 shown, strerror(err));
+                 "writable TMPDIR, or run rbtrace inside the container)",
+                 (int)pid, shown, (int)pid, shown, strerror(err));
         return -1;
     }
     snprintf(d->name, sizeof(d->name), "%s", strrchr(templ, '/') + 1);
@@ -306,8 +318,8 @@ int container_make_dir(pid_t pid, struct container_dir *d, char *errstr, size_t 
                  (int)pid, strerror(err));
         return -1;
     }
-    snprintf(d->app_path, sizeof(d->app_path), "%s%s%s", tmp, tmp[strlen(tmp) - 1] == '/' ? "" : "/",
-             d->name);
+    snprintf(d->app_path, sizeof(d->app_path), "%s%s%s", tmp,
+             tmp[strlen(tmp) - 1] == '/' ? "" : "/", d->name);
     snprintf(d->host_path, sizeof(d->host_path), "/proc/%d/root%s", (int)pid, d->app_path);
     return 0;
 }
@@ -346,7 +358,8 @@ int container_become(pid_t pid, char *errstr, size_t size)
     gid_t gid;
 
     if (container_ids(pid, &uid, &gid) != 0) {
-        snprintf(errstr, size, "could not read the user of process %d: %s", (int)pid, strerror(errno));
+        snprintf(errstr, size, "could not read the user of process %d: %s", (int)pid,
+                 strerror(errno));
         return -1;
     }
     container_saved_egid = getegid();

@@ -24,13 +24,13 @@
 #define CONTAINER_TMPDIR_MAX 80
 
 struct container {
-    int other;        /* in a namespace of its own: any of the four below */
-    int pid_ns;       /* another PID namespace */
-    int ipc_ns;       /* another IPC namespace */
-    int mnt_ns;       /* another mount namespace, or another root */
-    int user_ns;      /* another user namespace */
-    pid_t ns_pid;     /* its pid as it sees it; the host pid when pid_ns is 0 */
-    int unsure;       /* ipc_ns, mnt_ns, user_ns only assumed (not ours to look at) */
+    int other;    /* in a namespace of its own: any of the four below */
+    int pid_ns;   /* another PID namespace */
+    int ipc_ns;   /* another IPC namespace */
+    int mnt_ns;   /* another mount namespace, or another root */
+    int user_ns;  /* another user namespace */
+    pid_t ns_pid; /* its pid as it sees it; the host pid when pid_ns is 0 */
+    int unsure;   /* ipc_ns, mnt_ns, user_ns only assumed (not ours to look at) */
 };
 
 /*
@@ -68,10 +68,10 @@ void container_unbecome(void);
 
 /* The directory made inside a container for our socket. */
 struct container_dir {
-    char tmp[CONTAINER_TMPDIR_MAX + 1];  /* the app's $TMPDIR, as it sees it */
-    int parent_fd;            /* that directory, opened: rmdir goes through it */
-    int dir_fd;               /* the new directory */
-    char name[32];            /* its name in parent_fd ("rbtrace-XXXXXX") */
+    char tmp[CONTAINER_TMPDIR_MAX + 1];        /* the app's $TMPDIR, as it sees it */
+    int parent_fd;                             /* that directory, opened: rmdir goes through it */
+    int dir_fd;                                /* the new directory */
+    char name[32];                             /* its name in parent_fd ("rbtrace-XXXXXX") */
     char app_path[CONTAINER_TMPDIR_MAX + 48];  /* its path as the app sees it */
     char host_path[CONTAINER_TMPDIR_MAX + 80]; /* "/proc/PID/root" + app_path */
 };

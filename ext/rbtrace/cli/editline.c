@@ -44,7 +44,7 @@ static int editline_symbol(void *lib, const char *name, void *slot, char *err, s
         snprintf(err, err_len, "%s", why ? why : name);
         return -1;
     }
-    memcpy(slot, &sym, sizeof(sym));   /* object pointer to function pointer: POSIX's way */
+    memcpy(slot, &sym, sizeof(sym)); /* object pointer to function pointer: POSIX's way */
     return 0;
 }
 

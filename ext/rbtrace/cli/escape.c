@@ -7,7 +7,7 @@
  * escaped byte the scan goes on at the next byte, so a broken sequence
  * shows each of its bytes as \xNN and whatever valid text follows as is.
  */
-#define _GNU_SOURCE   /* fwrite_unlocked, ferror_unlocked */
+#define _GNU_SOURCE /* fwrite_unlocked, ferror_unlocked */
 #include <string.h>
 #include "escape.h"
 #include "utf8.h"
@@ -43,10 +43,18 @@ size_t escape_byte(char out[ESCAPE_MAX_PER_BYTE], unsigned char c)
 {
     out[0] = '\\';
     switch (c) {
-    case '\\': out[1] = '\\'; return 2;
-    case '\n': out[1] = 'n'; return 2;
-    case '\t': out[1] = 't'; return 2;
-    case '\r': out[1] = 'r'; return 2;
+    case '\\':
+        out[1] = '\\';
+        return 2;
+    case '\n':
+        out[1] = 'n';
+        return 2;
+    case '\t':
+        out[1] = 't';
+        return 2;
+    case '\r':
+        out[1] = 'r';
+        return 2;
     default:
         out[1] = 'x';
         out[2] = escape_hex[c >> 4];

@@ -43,7 +43,8 @@
 #define ESCAPE_MAX_PER_BYTE 4
 
 /* What a caller of escape_fwrite_body says first when escape_body_needed. */
-#define ESCAPE_BODY_NOTE "*** the text below has control characters or invalid UTF-8: shown " \
+#define ESCAPE_BODY_NOTE \
+    "*** the text below has control characters or invalid UTF-8: shown " \
     "escaped, as \\xNN (\\r for a carriage return), with each backslash doubled"
 
 /* The length of the longest prefix of s[0, len) printed as it is. */

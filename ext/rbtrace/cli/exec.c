@@ -38,15 +38,18 @@ static int exec_lib_dir(char *out, size_t cap)
     struct stat st;
 
     if (n < 0) {
-        fprintf(stderr, "rbtrace: --exec: cannot find the client's own path: %s\n", strerror(errno));
+        fprintf(stderr, "rbtrace: --exec: cannot find the client's own path: %s\n",
+                strerror(errno));
         return CLI_ERR;
     }
     exe[n] = '\0';
     snprintf(out, cap, "%s", dirname(dirname(exe)));
     snprintf(probe, sizeof(probe), "%s/rbtrace.rb", out);
     if (stat(probe, &st) != 0) {
-        fprintf(stderr, "rbtrace: --exec: %s not found next to the client: reinstall rbtrace, "
-                "or start the program with RUBYOPT=-rrbtrace and use -p\n", probe);
+        fprintf(stderr,
+                "rbtrace: --exec: %s not found next to the client: reinstall rbtrace, "
+                "or start the program with RUBYOPT=-rrbtrace and use -p\n",
+                probe);
         return CLI_ERR;
     }
     return CLI_OK;
@@ -65,9 +68,11 @@ static int exec_environment(const char *lib, int ready_fd)
     const char *rubylib = getenv("RUBYLIB"), *rubyopt = getenv("RUBYOPT");
     char buf[PATH_MAX * 2 + 64];
 
-    snprintf(buf, sizeof(buf), "%s%s%s", lib, rubylib && *rubylib ? ":" : "", rubylib ? rubylib : "");
+    snprintf(buf, sizeof(buf), "%s%s%s", lib, rubylib && *rubylib ? ":" : "",
+             rubylib ? rubylib : "");
     if (exec_setenv("RUBYLIB", buf) != CLI_OK) return CLI_ERR;
-    snprintf(buf, sizeof(buf), "-rrbtrace%s%s", rubyopt && *rubyopt ? " " : "", rubyopt ? rubyopt : "");
+    snprintf(buf, sizeof(buf), "-rrbtrace%s%s", rubyopt && *rubyopt ? " " : "",
+             rubyopt ? rubyopt : "");
     if (exec_setenv("RUBYOPT", buf) != CLI_OK) return CLI_ERR;
     snprintf(buf, sizeof(buf), "%d", ready_fd);
     if (exec_setenv("RBTRACE_EXEC_FD", buf) != CLI_OK) return CLI_ERR;
@@ -89,8 +94,10 @@ static int exec_wait_ready(const struct options *o, pid_t child, int fd)
         ssize_t n;
 
         if (left <= 0) {
-            fprintf(stderr, "rbtrace: --exec: %s did not load rbtrace within %d s (is it a Ruby "
-                    "program?); stopping it\n", o->exec_argv[0], EXEC_READY_MS / 1000);
+            fprintf(stderr,
+                    "rbtrace: --exec: %s did not load rbtrace within %d s (is it a Ruby "
+                    "program?); stopping it\n",
+                    o->exec_argv[0], EXEC_READY_MS / 1000);
             kill(child, SIGTERM);
             return CLI_ERR;
         }
@@ -110,10 +117,13 @@ static int exec_wait_ready(const struct options *o, pid_t child, int fd)
         }
         if (waitpid(child, &status, WNOHANG) == child) {
             if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
-                fprintf(stderr, "rbtrace: --exec: could not start %s (see above)\n", o->exec_argv[0]);
+                fprintf(stderr, "rbtrace: --exec: could not start %s (see above)\n",
+                        o->exec_argv[0]);
             else
-                fprintf(stderr, "rbtrace: --exec: %s exited before rbtrace was ready in it "
-                        "(status %d)\n", o->exec_argv[0],
+                fprintf(stderr,
+                        "rbtrace: --exec: %s exited before rbtrace was ready in it "
+                        "(status %d)\n",
+                        o->exec_argv[0],
                         WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
             return CLI_ERR;
         }

@@ -2,7 +2,7 @@
  * format.c - the formats' common part (format.h): which one to make,
  * the counts --stats prints, the optional operations.
  */
-#define _GNU_SOURCE   /* ferror_unlocked */
+#define _GNU_SOURCE /* ferror_unlocked */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,11 +15,21 @@ int format_open(enum options_format kind, FILE *out, const struct format_opts *o
     struct format *f = NULL;
 
     switch (kind) {
-    case OPTIONS_FORMAT_TEXT: f = format_text_new(out, opts); break;
-    case OPTIONS_FORMAT_JSON: f = format_json_new(out, opts); break;
-    case OPTIONS_FORMAT_CHROME: f = format_chrome_new(out, opts); break;
-    case OPTIONS_FORMAT_FOLDED: f = format_folded_new(out, opts); break;
-    case OPTIONS_FORMAT_SUMMARY: f = format_summary_new(out, opts); break;
+    case OPTIONS_FORMAT_TEXT:
+        f = format_text_new(out, opts);
+        break;
+    case OPTIONS_FORMAT_JSON:
+        f = format_json_new(out, opts);
+        break;
+    case OPTIONS_FORMAT_CHROME:
+        f = format_chrome_new(out, opts);
+        break;
+    case OPTIONS_FORMAT_FOLDED:
+        f = format_folded_new(out, opts);
+        break;
+    case OPTIONS_FORMAT_SUMMARY:
+        f = format_summary_new(out, opts);
+        break;
     }
     *fp = f;
     return f ? CLI_OK : CLI_ERR;

@@ -27,9 +27,9 @@
 #include "render.h"
 
 struct format_opts {
-    struct render_opts text;   /* -t, -n, -r, --raise-all: text's */
-    int pid;                   /* the target's (chrome's process) */
-    enum options_sort sort;    /* --sort: summary's */
+    struct render_opts text; /* -t, -n, -r, --raise-all: text's */
+    int pid;                 /* the target's (chrome's process) */
+    enum options_sort sort;  /* --sort: summary's */
 };
 
 struct format;
@@ -54,10 +54,10 @@ struct format {
     const struct format_ops *ops;
     FILE *out;
     struct format_opts opts;
-    uint64_t received;         /* events of the trace received (--stats) ... */
-    uint64_t lost;             /* ... and the target's count of those it dropped */
-    int finished;              /* finish was called */
-    char errstr[128];          /* why a call failed */
+    uint64_t received; /* events of the trace received (--stats) ... */
+    uint64_t lost;     /* ... and the target's count of those it dropped */
+    int finished;      /* finish was called */
+    char errstr[128];  /* why a call failed */
 };
 
 /* Makes the format named by kind, writing to out. CLI_OK with *f set, or

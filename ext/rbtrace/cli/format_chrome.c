@@ -17,7 +17,7 @@
  * calls still open, ended at the latest time seen, and the closing.
  * Only a client killed with SIGKILL leaves it open.
  */
-#define _GNU_SOURCE   /* fwrite_unlocked */
+#define _GNU_SOURCE /* fwrite_unlocked */
 #include <stdlib.h>
 #include <string.h>
 #include "calls.h"
@@ -32,10 +32,10 @@
 struct format_chrome {
     struct format base;
     struct calls calls;
-    struct json_buf buf;       /* scratch: names, args, escaped text */
-    struct json_buf line;      /* scratch: a call's event */
-    int gc_named;              /* the GC track's name was written */
-    char pid[24];              /* ,"pid":P */
+    struct json_buf buf;  /* scratch: names, args, escaped text */
+    struct json_buf line; /* scratch: a call's event */
+    int gc_named;         /* the GC track's name was written */
+    char pid[24];         /* ,"pid":P */
     size_t pid_len;
 };
 
@@ -215,9 +215,10 @@ oom:
  * ("alloc", callees included). At most frame->extra_len + 40 bytes. */
 static char *chrome_put_args(struct format_chrome *f, char *p, const struct calls_frame *frame)
 {
-    if (!f->base.opts.text.alloc) return frame->extra ? json_put(p, frame->extra, frame->extra_len) : p;
+    if (!f->base.opts.text.alloc)
+        return frame->extra ? json_put(p, frame->extra, frame->extra_len) : p;
     if (frame->extra) {
-        p = json_put(p, frame->extra, frame->extra_len - 1);   /* without its '}' */
+        p = json_put(p, frame->extra, frame->extra_len - 1); /* without its '}' */
         p = JSON_PUT_LITERAL(p, ",\"alloc\":");
     } else {
         p = JSON_PUT_LITERAL(p, ",\"args\":{\"alloc\":");
@@ -235,8 +236,9 @@ static int chrome_call_event(struct format *base, const struct calls_thread *t,
     const struct calls_name *name = calls_name(&f->calls, frame->method_id);
     char *p;
 
-    if (json_buf_reserve(&f->line, (name ? name->len : 9) + frame->extra_len + f->pid_len +
-                                       CHROME_CALL_FIXED) != CLI_OK)
+    if (json_buf_reserve(
+            &f->line, (name ? name->len : 9) + frame->extra_len + f->pid_len + CHROME_CALL_FIXED) !=
+        CLI_OK)
         return format_fail(&f->base, "out of memory");
     p = JSON_PUT_LITERAL(f->line.p, ",\n{\"ph\":\"X\",\"cat\":\"call\",\"name\":\"");
     p = name ? json_put(p, name->text, name->len) : JSON_PUT_LITERAL(p, "(unknown)");
@@ -403,8 +405,10 @@ static int chrome_finish(struct format *base)
         }
     }
     calls_drop_all(&f->calls);
-    PUT_LITERAL(f, "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"rbtrace "
-                   RBTRACE_VERSION "\"}}\n");
+    PUT_LITERAL(
+        f,
+        "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"rbtrace " RBTRACE_VERSION
+        "\"}}\n");
     return format_check_io(base);
 }
 

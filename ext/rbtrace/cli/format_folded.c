@@ -17,7 +17,7 @@
  * until their caller (one level shallower) comes, and join the tree when
  * the trace ends. GC and raises have no place in a stack: not written.
  */
-#define _GNU_SOURCE   /* fwrite_unlocked */
+#define _GNU_SOURCE /* fwrite_unlocked */
 #include <stdlib.h>
 #include <string.h>
 #include "calls.h"
@@ -28,7 +28,7 @@
 #define FOLDED_NODES_MIN 256
 
 struct folded_node {
-    uint32_t parent;           /* 0: a root frame (node 0 is the root itself) */
+    uint32_t parent; /* 0: a root frame (node 0 is the root itself) */
     uint64_t method_id;
     uint64_t self_ns;
 };
@@ -38,13 +38,13 @@ struct folded_slow {
     uint64_t method_id;
     uint64_t self_ns;
     uint64_t depth;
-    uint32_t first_child, next_sibling;   /* indexes + 1; 0: none */
+    uint32_t first_child, next_sibling; /* indexes + 1; 0: none */
 };
 
 /* Per thread (by calls.h's index): the slow subtrees waiting, roots only. */
 struct folded_waiting {
-    uint32_t *roots;           /* indexes into slow, innermost last */
-    uint64_t *durations;       /* each root's duration */
+    uint32_t *roots;     /* indexes into slow, innermost last */
+    uint64_t *durations; /* each root's duration */
     size_t n, cap;
 };
 
@@ -53,13 +53,13 @@ struct format_folded {
     struct calls calls;
     struct folded_node *nodes;
     size_t n_nodes, nodes_cap;
-    uint32_t *index;           /* hash of (parent, method) -> node; 0: free */
-    size_t index_cap;          /* a power of two */
+    uint32_t *index;  /* hash of (parent, method) -> node; 0: free */
+    size_t index_cap; /* a power of two */
     struct folded_slow *slow;
     size_t n_slow, slow_cap;
     struct folded_waiting *waiting;
     size_t n_waiting;
-    uint32_t *path;            /* scratch: a stack's nodes, innermost first */
+    uint32_t *path; /* scratch: a stack's nodes, innermost first */
     size_t path_cap;
 };
 
@@ -101,7 +101,7 @@ static int folded_grow(struct format_folded *f)
     if (cap > UINT32_MAX / 2 || !(index = calloc(cap * 2, sizeof(*index)))) return CLI_ERR;
     free(f->index);
     f->index = index;
-    f->index_cap = cap * 2;   /* at most half full */
+    f->index_cap = cap * 2; /* at most half full */
     for (i = 1; i < f->n_nodes; i++)
         f->index[folded_slot(f, f->nodes[i].parent, f->nodes[i].method_id)] = (uint32_t)i;
     return CLI_OK;
@@ -270,7 +270,8 @@ static int folded_event(struct format *base, const struct rbtrace_event *ev)
 
             if (!esc) return folded_oom(f);
             n = escape_text(esc, ev->text.ptr, ev->text.len, 0);
-            for (p = esc, q = esc + n; p < q && (p = memchr(p, ';', (size_t)(q - p))); p++) *p = ',';
+            for (p = esc, q = esc + n; p < q && (p = memchr(p, ';', (size_t)(q - p))); p++)
+                *p = ',';
             rc = calls_set_name(&f->calls, ev->method_id, esc, n);
             free(esc);
             return rc == CLI_OK ? CLI_OK : folded_oom(f);
@@ -343,7 +344,8 @@ static int folded_finish(struct format *base)
         if (folded_write_stack(f, (uint32_t)i) != CLI_OK) return CLI_ERR;
         num[n++] = ' ';
         j = 0;
-        do digits[j++] = (char)('0' + us % 10); while (us /= 10);
+        do digits[j++] = (char)('0' + us % 10);
+        while (us /= 10);
         while (j) num[n++] = digits[--j];
         num[n++] = '\n';
         fwrite_unlocked(num, 1, n, base->out);
@@ -382,6 +384,6 @@ struct format *format_folded_new(FILE *out, const struct format_opts *opts)
     if (!f) return NULL;
     format_base_init(&f->base, &format_folded_ops, out, opts);
     calls_init(&f->calls);
-    f->n_nodes = 1;   /* node 0: the root, above every first frame */
+    f->n_nodes = 1; /* node 0: the root, above every first frame */
     return &f->base;
 }

@@ -10,7 +10,7 @@
  * Per method the name is kept as its lines show it, escaped once:
  * "name":"Foo#bar","class":"Foo","method":"bar".
  */
-#define _GNU_SOURCE   /* fwrite_unlocked */
+#define _GNU_SOURCE /* fwrite_unlocked */
 #include <stdlib.h>
 #include <string.h>
 #include "calls.h"
@@ -22,10 +22,10 @@
 struct format_json {
     struct format base;
     struct calls calls;
-    struct json_buf esc;       /* scratch for escaped text */
-    struct json_buf name;      /* scratch for a name's fields */
-    struct json_buf line;      /* scratch for a call's line */
-    int gvl_live;              /* --gvl: the target measures GVL waits (its first GVL event came) */
+    struct json_buf esc;  /* scratch for escaped text */
+    struct json_buf name; /* scratch for a name's fields */
+    struct json_buf line; /* scratch for a call's line */
+    int gvl_live;         /* --gvl: the target measures GVL waits (its first GVL event came) */
 };
 
 #define JSON_UNKNOWN "\"name\":\"(unknown)\",\"class\":null,\"method\":\"(unknown)\""
@@ -76,14 +76,16 @@ static int json_method(struct format *base, const struct rbtrace_event *ev)
 
     calls_split_name(name, ev->text.len, &class_len, &method_off);
     ok = json_buf_add(&f->name, &n, "\"name\":\"") == CLI_OK &&
-         json_buf_add_escaped(&f->name, &n, name, ev->text.len) == CLI_OK &&
-         json_buf_add(&f->name, &n, class_len ? "\",\"class\":\"" : "\",\"class\":null") == CLI_OK &&
-         (!class_len || (json_buf_add_escaped(&f->name, &n, name, class_len) == CLI_OK &&
-                         json_buf_add(&f->name, &n, "\"") == CLI_OK)) &&
-         json_buf_add(&f->name, &n, ",\"method\":\"") == CLI_OK &&
-         json_buf_add_escaped(&f->name, &n, name + method_off, ev->text.len - method_off) == CLI_OK &&
-         json_buf_add(&f->name, &n, "\"") == CLI_OK &&
-         calls_set_name(&f->calls, ev->method_id, f->name.p, n) == CLI_OK;
+        json_buf_add_escaped(&f->name, &n, name, ev->text.len) == CLI_OK &&
+        json_buf_add(&f->name, &n, class_len ? "\",\"class\":\"" : "\",\"class\":null") == CLI_OK &&
+        (!class_len ||
+         (json_buf_add_escaped(&f->name, &n, name, class_len) == CLI_OK &&
+          json_buf_add(&f->name, &n, "\"") == CLI_OK)) &&
+        json_buf_add(&f->name, &n, ",\"method\":\"") == CLI_OK &&
+        json_buf_add_escaped(&f->name, &n, name + method_off, ev->text.len - method_off) ==
+            CLI_OK &&
+        json_buf_add(&f->name, &n, "\"") == CLI_OK &&
+        calls_set_name(&f->calls, ev->method_id, f->name.p, n) == CLI_OK;
     return ok ? CLI_OK : format_fail(&f->base, "out of memory");
 }
 
@@ -198,8 +200,9 @@ static int json_call_line(struct format *base, const struct calls_thread *t,
     const struct calls_name *name = calls_name(&f->calls, frame->method_id);
     char *p;
 
-    if (json_buf_reserve(&f->line, (name ? name->len : sizeof(JSON_UNKNOWN)) + frame->extra_len +
-                                       JSON_CALL_FIXED) != CLI_OK)
+    if (json_buf_reserve(&f->line,
+                         (name ? name->len : sizeof(JSON_UNKNOWN)) + frame->extra_len +
+                             JSON_CALL_FIXED) != CLI_OK)
         return format_fail(&f->base, "out of memory");
     p = JSON_PUT_LITERAL(f->line.p, "{\"kind\":\"call\",\"thread\":");
     p = json_put_u64(p, t->ordinal);
@@ -383,7 +386,8 @@ static void json_set_wall_origin(struct format *base, uint64_t wall_origin_ns)
 {
     struct format_json *f = (struct format_json *)base;
 
-    PUT_NUM(f, "{\"kind\":\"attach\",\"pid\":", (uint64_t)(base->opts.pid > 0 ? base->opts.pid : 0));
+    PUT_NUM(f,
+            "{\"kind\":\"attach\",\"pid\":", (uint64_t)(base->opts.pid > 0 ? base->opts.pid : 0));
     PUT_NUM(f, ",\"wall_time\":", wall_origin_ns);
     PUT_LITERAL(f, "}\n");
 }

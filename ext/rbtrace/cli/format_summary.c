@@ -29,7 +29,7 @@
  *   process THREADS LOST WALL_ORIGIN FIRST LAST   (ns; FIRST = LAST = 0: no event)
  *   row CALLS TOTAL SELF MAX RAISES NAME_HEX BUCKET:COUNT...
  */
-#define _GNU_SOURCE   /* fwrite_unlocked */
+#define _GNU_SOURCE /* fwrite_unlocked */
 #include <stdlib.h>
 #include <string.h>
 #include "alloc_report.h"
@@ -45,23 +45,23 @@
 struct summary_row {
     uint64_t method_id;
     uint64_t calls, total_ns, self_ns, max_ns, raises;
-    uint64_t alloc;            /* --alloc: objects allocated inside its calls */
-    uint32_t *histogram;       /* SUMMARY_BUCKETS counts, made at the first call */
+    uint64_t alloc;      /* --alloc: objects allocated inside its calls */
+    uint32_t *histogram; /* SUMMARY_BUCKETS counts, made at the first call */
 };
 
 struct format_summary {
     struct format base;
     struct calls calls;
-    struct summary_row *rows;  /* by method, open addressing on method_id */
-    size_t rows_cap, n_rows;   /* rows_cap: a power of two */
-    uint64_t first_ns;         /* the earliest time seen, or UINT64_MAX */
-    uint64_t wall_origin_ns;   /* the ATTACHED event's: times are since then */
+    struct summary_row *rows; /* by method, open addressing on method_id */
+    size_t rows_cap, n_rows;  /* rows_cap: a power of two */
+    uint64_t first_ns;        /* the earliest time seen, or UINT64_MAX */
+    uint64_t wall_origin_ns;  /* the ATTACHED event's: times are since then */
     /* A combined summary (format_summary_merge): */
-    size_t processes, threads; /* merged so far, and their threads */
+    size_t processes, threads;      /* merged so far, and their threads */
     uint64_t wall_first, wall_last; /* the span of all, on the wall clock */
-    uint64_t longest_ns;       /* the longest span of one, when a wall origin is missing */
-    int no_wall;               /* a dump had no wall origin */
-    struct alloc_report alloc; /* --alloc: the sites, for after the table */
+    uint64_t longest_ns;            /* the longest span of one, when a wall origin is missing */
+    int no_wall;                    /* a dump had no wall origin */
+    struct alloc_report alloc;      /* --alloc: the sites, for after the table */
 };
 
 static size_t summary_bucket(uint64_t ns)
@@ -69,7 +69,7 @@ static size_t summary_bucket(uint64_t ns)
     int e;
 
     if (ns < 16) return (size_t)ns;
-    e = 63 - __builtin_clzll(ns);   /* >= 4 */
+    e = 63 - __builtin_clzll(ns); /* >= 4 */
     return 16 + (size_t)(e - 4) * 8 + (size_t)((ns >> (e - 3)) & 7);
 }
 
@@ -151,19 +151,21 @@ static int summary_event(struct format *base, const struct rbtrace_event *ev)
     switch (ev->type) {
     case RBTRACE_EV_METHOD:
         return calls_set_name(&f->calls, ev->method_id, ev->text.ptr, ev->text.len) == CLI_OK
-                   ? CLI_OK : format_fail(base, "out of memory");
-    case RBTRACE_EV_GC:       /* no row, but part of the span */
+            ? CLI_OK
+            : format_fail(base, "out of memory");
+    case RBTRACE_EV_GC: /* no row, but part of the span */
         summary_note(f, ev->time_ns);
         calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
         return CLI_OK;
-    case RBTRACE_EV_ALLOC:    /* to the calls open on its thread */
+    case RBTRACE_EV_ALLOC: /* to the calls open on its thread */
         if ((ti = calls_thread_known(&f->calls, ev->thread_id)) >= 0)
             calls_add_alloc(&f->calls, (size_t)ti, ev->count);
         return CLI_OK;
     case RBTRACE_EV_ALLOC_SITE:
-        return alloc_report_site(&f->alloc, ev) == CLI_OK ? CLI_OK : format_fail(base, "out of memory");
+        return alloc_report_site(&f->alloc, ev) == CLI_OK ? CLI_OK
+                                                          : format_fail(base, "out of memory");
     case RBTRACE_EV_LOST:
-    case RBTRACE_EV_FORGET:   /* names kept: the table names every method at the end */
+    case RBTRACE_EV_FORGET: /* names kept: the table names every method at the end */
         calls_drop_all(&f->calls);
         return CLI_OK;
     case RBTRACE_EV_CALL:
@@ -182,10 +184,10 @@ static int summary_event(struct format *base, const struct rbtrace_event *ev)
     case RBTRACE_EV_RETURN:
         if (!(frame = calls_match(&f->calls, (size_t)ti, ev->method_id))) return CLI_OK;
         dur = ev->time_ns > frame->start_ns ? ev->time_ns - frame->start_ns : 0;
-        if (summary_add(f, ev->method_id, dur, dur > frame->child_ns ? dur - frame->child_ns : 0)
-            != CLI_OK)
+        if (summary_add(f, ev->method_id, dur, dur > frame->child_ns ? dur - frame->child_ns : 0) !=
+            CLI_OK)
             return CLI_ERR;
-        if (frame->alloc) {   /* --alloc: the row summary_add made */
+        if (frame->alloc) { /* --alloc: the row summary_add made */
             struct summary_row *r = summary_row(f, ev->method_id);
 
             if (!r) return format_fail(base, "out of memory");
@@ -206,9 +208,10 @@ static int summary_event(struct format *base, const struct rbtrace_event *ev)
     case RBTRACE_EV_SLOW:
         calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
         return summary_add(f, ev->method_id, ev->duration_ns, ev->duration_ns);
-    default:   /* CALL, CALL_ARGS */
+    default: /* CALL, CALL_ARGS */
         return calls_push(&f->calls, (size_t)ti, ev->method_id, ev->time_ns)
-                   ? CLI_OK : format_fail(base, "out of memory");
+            ? CLI_OK
+            : format_fail(base, "out of memory");
     }
 }
 
@@ -234,10 +237,14 @@ static enum options_sort summary_sort_key;
 static uint64_t summary_key(const struct summary_row *r)
 {
     switch (summary_sort_key) {
-    case OPTIONS_SORT_CALLS: return r->calls;
-    case OPTIONS_SORT_SELF: return r->self_ns;
-    case OPTIONS_SORT_MAX: return r->max_ns;
-    default: return r->total_ns;
+    case OPTIONS_SORT_CALLS:
+        return r->calls;
+    case OPTIONS_SORT_SELF:
+        return r->self_ns;
+    case OPTIONS_SORT_MAX:
+        return r->max_ns;
+    default:
+        return r->total_ns;
     }
 }
 
@@ -286,12 +293,11 @@ static int summary_finish(struct format *base)
     num[render_format_seconds(num, span)] = '\0';
     if (f->processes)
         fprintf(base->out, "*** %zu process%s, ", f->processes, f->processes == 1 ? "" : "es");
-    else
-        fputs("*** ", base->out);
+    else fputs("*** ", base->out);
     fprintf(base->out, "%zu thread%s, %s s traced, %llu events lost\n", threads,
             threads == 1 ? "" : "s", num, (unsigned long long)base->lost);
-    fprintf(base->out, "%-40s %10s %10s %10s %10s %10s %10s %10s %7s", "method", "calls",
-            "total", "self", "mean", "p50", "p99", "max", "raises");
+    fprintf(base->out, "%-40s %10s %10s %10s %10s %10s %10s %10s %7s", "method", "calls", "total",
+            "self", "mean", "p50", "p99", "max", "raises");
     fputs(base->opts.text.alloc ? "      alloc\n" : "\n", base->out);
     for (i = 0; i < n; i++) {
         const struct summary_row *r = sorted[i];
@@ -377,8 +383,7 @@ int format_summary_dump(const struct format *base, FILE *out)
                 (unsigned long long)r->max_ns, (unsigned long long)r->raises);
         if ((name = calls_name(&f->calls, r->method_id)) && name->len)
             for (j = 0; j < name->len; j++) fprintf(out, "%02x", (unsigned char)name->text[j]);
-        else
-            fputs("-", out);   /* never named: "(unknown)" */
+        else fputs("-", out); /* never named: "(unknown)" */
         for (b = 0; b < SUMMARY_BUCKETS; b++)
             if (r->histogram[b]) fprintf(out, " %zu:%lu", b, (unsigned long)r->histogram[b]);
         fputc('\n', out);
@@ -389,15 +394,14 @@ int format_summary_dump(const struct format *base, FILE *out)
 
 /* The id of name in the combined summary: its hash, or the next free one
  * if another name has it; made if new. */
-static int summary_merged_id(struct format_summary *f, const char *name, size_t len,
-                             uint64_t *id)
+static int summary_merged_id(struct format_summary *f, const char *name, size_t len, uint64_t *id)
 {
     uint64_t h = 0xcbf29ce484222325ULL;
     const struct calls_name *known;
     size_t i;
 
     for (i = 0; i < len; i++) h = (h ^ (unsigned char)name[i]) * 0x100000001b3ULL;
-    for (;; h++) {   /* 0 is the unnamed methods' row */
+    for (;; h++) { /* 0 is the unnamed methods' row */
         if (!h) continue;
         known = calls_name(&f->calls, h);
         if (!known || (known->len == len && memcmp(known->text, name, len) == 0)) break;
@@ -421,23 +425,25 @@ static int summary_merge_row(struct format_summary *f, char *line)
     struct summary_row *r;
     int n = 0;
 
-    if (sscanf(line, "%llu %llu %llu %llu %llu %n", &calls, &total, &self, &max, &raises, &n) != 5
-        || !n)
+    if (sscanf(line, "%llu %llu %llu %llu %llu %n", &calls, &total, &self, &max, &raises, &n) !=
+            5 ||
+        !n)
         return format_fail(&f->base, "a process's summary has a bad row");
     hex = line + n;
     end = hex + strcspn(hex, " \n");
     if (end - hex == 1 && *hex == '-') {
-        len = 0;   /* unnamed: an id of its own, named by nothing */
+        len = 0; /* unnamed: an id of its own, named by nothing */
     } else {
         if ((end - hex) % 2) return format_fail(&f->base, "a process's summary has a bad name");
         for (i = 0; hex + 2 * i < end; i++) {
             int hi = summary_hex(hex[2 * i]), lo = summary_hex(hex[2 * i + 1]);
-            if (hi < 0 || lo < 0) return format_fail(&f->base, "a process's summary has a bad name");
-            hex[i] = (char)(hi * 16 + lo);   /* decoded in place: shorter */
+            if (hi < 0 || lo < 0)
+                return format_fail(&f->base, "a process's summary has a bad name");
+            hex[i] = (char)(hi * 16 + lo); /* decoded in place: shorter */
         }
         len = i;
     }
-    if (!len) id = 0;   /* every unnamed method in one "(unknown)" row */
+    if (!len) id = 0; /* every unnamed method in one "(unknown)" row */
     else if (summary_merged_id(f, hex, len, &id) != CLI_OK)
         return format_fail(&f->base, "out of memory");
     if (!(r = summary_row(f, id))) return format_fail(&f->base, "out of memory");
@@ -468,7 +474,7 @@ static int summary_merge_process(struct format_summary *f, const char *line)
     f->threads += threads;
     f->base.lost += lost;
     if (last > first && last - first > f->longest_ns) f->longest_ns = last - first;
-    if (!first && !last) return CLI_OK;   /* no event: no span */
+    if (!first && !last) return CLI_OK; /* no event: no span */
     if (!origin) f->no_wall = 1;
     if (!f->wall_first || origin + first < f->wall_first) f->wall_first = origin + first;
     if (origin + last > f->wall_last) f->wall_last = origin + last;
@@ -486,13 +492,11 @@ int format_summary_merge(struct format *base, FILE *in)
     while (rc == CLI_OK && (n = getline(&line, &cap, in)) > 0) {
         if (lines++ == 0)
             rc = strcmp(line, "rbtrace-summary 1\n") == 0
-                     ? CLI_OK : format_fail(base, "a process's summary is not one");
-        else if (strncmp(line, "process ", 8) == 0)
-            rc = summary_merge_process(f, line + 8);
-        else if (strncmp(line, "row ", 4) == 0)
-            rc = summary_merge_row(f, line + 4);
-        else
-            rc = format_fail(base, "a process's summary has a line it does not know");
+                ? CLI_OK
+                : format_fail(base, "a process's summary is not one");
+        else if (strncmp(line, "process ", 8) == 0) rc = summary_merge_process(f, line + 8);
+        else if (strncmp(line, "row ", 4) == 0) rc = summary_merge_row(f, line + 4);
+        else rc = format_fail(base, "a process's summary has a line it does not know");
     }
     free(line);
     if (rc == CLI_OK && ferror(in)) rc = format_fail(base, "could not read a process's summary");

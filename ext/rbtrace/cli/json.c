@@ -23,12 +23,23 @@ static size_t json_ascii(char *out, unsigned char c)
 {
     out[0] = '\\';
     switch (c) {
-    case '"': out[1] = '"'; return 2;
-    case '\\': out[1] = '\\'; return 2;
-    case '\n': out[1] = 'n'; return 2;
-    case '\t': out[1] = 't'; return 2;
-    case '\r': out[1] = 'r'; return 2;
-    default: return json_u00(out, c);
+    case '"':
+        out[1] = '"';
+        return 2;
+    case '\\':
+        out[1] = '\\';
+        return 2;
+    case '\n':
+        out[1] = 'n';
+        return 2;
+    case '\t':
+        out[1] = 't';
+        return 2;
+    case '\r':
+        out[1] = 'r';
+        return 2;
+    default:
+        return json_u00(out, c);
     }
 }
 
@@ -51,7 +62,7 @@ size_t json_escape(char *out, const char *s, size_t len)
             o += 6;
             i++;
         } else if (utf8_is_c1(p + i, n)) {
-            o += json_u00(out + o, p[i + 1]);   /* a C1 control, which terminals obey */
+            o += json_u00(out + o, p[i + 1]); /* a C1 control, which terminals obey */
             i += 2;
         } else {
             memcpy(out + o, p + i, n);
@@ -145,7 +156,7 @@ int json_buf_reserve(struct json_buf *b, size_t need)
 {
     char *p;
 
-    need++;   /* never empty: b->p is then never NULL */
+    need++; /* never empty: b->p is then never NULL */
     if (need <= b->cap) return CLI_OK;
     if (need < 2 * b->cap) need = 2 * b->cap;
     if (!(p = realloc(b->p, need))) return CLI_ERR;

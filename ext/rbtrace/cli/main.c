@@ -18,7 +18,8 @@
 
 /* The gem's version (lib/rbtrace/version.rb), from extconf.rb. */
 #ifndef RBTRACE_VERSION
-#error "RBTRACE_VERSION is not defined: build with extconf.rb (rake compile), which passes lib/rbtrace/version.rb's"
+#error \
+    "RBTRACE_VERSION is not defined: build with extconf.rb (rake compile), which passes lib/rbtrace/version.rb's"
 #endif
 
 static void usage(FILE *f)
@@ -111,7 +112,8 @@ static void usage(FILE *f)
           "      --timeout SECS     to attach, detach and eval (default 5; the dumps\n"
           "                         wait 300 s unless it is given)\n"
           "  -h, --help             show this help (a heap dump is --heapdump)\n"
-          "      --version          show the version\n", f);
+          "      --version          show the version\n",
+          f);
     fprintf(f, "\n-i: %s.\n", repl_line_editing());
 }
 
@@ -171,9 +173,10 @@ static int main_convert_lines(FILE *in, const char *name, struct convert *c, str
 
         if (len && line[len - 1] == '\n') len--;
         if (len > CONVERT_LINE_MAX) {
-            fprintf(stderr, "rbtrace: %s: line %llu: expected a line of a trace, not %zu bytes "
-                    "long (is it a text trace of rbtrace's?)\n", name,
-                    (unsigned long long)c->line_no + 1, len);
+            fprintf(stderr,
+                    "rbtrace: %s: line %llu: expected a line of a trace, not %zu bytes "
+                    "long (is it a text trace of rbtrace's?)\n",
+                    name, (unsigned long long)c->line_no + 1, len);
             rc = CLI_ERR;
             break;
         }
@@ -220,7 +223,7 @@ static enum cli_exit main_convert(const struct options *opts)
         fprintf(stderr, "rbtrace: out of memory\n");
         convert_free(&c);
     } else {
-        c.unit = opts->prefix;   /* -r: the indentation the trace was written with */
+        c.unit = opts->prefix; /* -r: the indentation the trace was written with */
         rc = main_convert_lines(in, name, &c, f);
         convert_free(&c);
         if (format_finish(f) != CLI_OK) {

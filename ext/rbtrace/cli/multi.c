@@ -16,7 +16,7 @@
  * (format_summary_merge) and print the table of all processes after
  * theirs, its lines prefixed "[all] " (or, with -o FILE, to FILE itself).
  */
-#define _GNU_SOURCE   /* pipe2 */
+#define _GNU_SOURCE /* pipe2 */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -33,13 +33,13 @@
 #define MULTI_READ 65536
 
 struct multi_child {
-    pid_t child;           /* our child running the session; 0 once reaped */
+    pid_t child; /* our child running the session; 0 once reaped */
     pid_t target;
-    int fd;                /* its stdout, or -1 (none, or at its end) */
-    char *line;            /* the part of a line read so far */
+    int fd;     /* its stdout, or -1 (none, or at its end) */
+    char *line; /* the part of a line read so far */
     size_t len, cap;
-    int rc;                /* its exit status */
-    FILE *summary;         /* --summary: where its session dumps its table, or NULL */
+    int rc;        /* its exit status */
+    FILE *summary; /* --summary: where its session dumps its table, or NULL */
 };
 
 static int multi_wake[2] = { -1, -1 };
@@ -51,7 +51,8 @@ static void multi_on_signal(int sig)
     char c = (char)sig;
 
     multi_pending[sig] = 1;
-    if (write(multi_wake[1], &c, 1) < 0) { /* full: a wake-up is pending anyway */ }
+    if (write(multi_wake[1], &c, 1) < 0) { /* full: a wake-up is pending anyway */
+    }
     errno = saved;
 }
 
@@ -100,8 +101,8 @@ static void multi_child_main(const struct options *o, pid_t target, int out_fd,
                 (int)target, strerror(errno));
     if (out_fd >= 0) {
         if (dup2(out_fd, STDOUT_FILENO) < 0) {
-            fprintf(stderr, "rbtrace: process %d: cannot redirect the output: %s\n",
-                    (int)target, strerror(errno));
+            fprintf(stderr, "rbtrace: process %d: cannot redirect the output: %s\n", (int)target,
+                    strerror(errno));
             _exit(CLI_EXIT_FAIL);
         }
         close(out_fd);
@@ -111,7 +112,8 @@ static void multi_child_main(const struct options *o, pid_t target, int out_fd,
     one.n_pids = one.pids_cap = 1;
     one.summary_dump = kids[n_started].summary;
     if (o->output_path) {
-        if ((size_t)snprintf(path, sizeof(path), "%s.%d", o->output_path, (int)target) >= sizeof(path)) {
+        if ((size_t)snprintf(path, sizeof(path), "%s.%d", o->output_path, (int)target) >=
+            sizeof(path)) {
             fprintf(stderr, "rbtrace: output file name too long: %s.%d\n", o->output_path,
                     (int)target);
             _exit(CLI_EXIT_FAIL);
@@ -161,8 +163,9 @@ static int multi_read(struct multi_child *k)
     n = read(k->fd, k->line + k->len, MULTI_READ);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) return CLI_OK;
     if (n <= 0) {
-        if (n < 0) fprintf(stderr, "rbtrace: reading the output for process %d: %s\n",
-                           (int)k->target, strerror(errno));
+        if (n < 0)
+            fprintf(stderr, "rbtrace: reading the output for process %d: %s\n", (int)k->target,
+                    strerror(errno));
         multi_emit_lines(k, 1);
         close(k->fd);
         k->fd = -1;
@@ -186,8 +189,9 @@ static size_t multi_reap(struct multi_child *kids, size_t n)
             running++;
             continue;
         }
-        kids[i].rc = r < 0 ? CLI_EXIT_FAIL
-                   : WIFEXITED(status) ? WEXITSTATUS(status) : CLI_EXIT_FAIL;
+        kids[i].rc = r < 0      ? CLI_EXIT_FAIL
+            : WIFEXITED(status) ? WEXITSTATUS(status)
+                                : CLI_EXIT_FAIL;
         kids[i].child = 0;
     }
     return running;
@@ -200,14 +204,17 @@ static void multi_forward(struct multi_child *kids, size_t n)
     char drain[64];
     size_t i, s;
 
-    while (read(multi_wake[0], drain, sizeof(drain)) > 0) { }
+    while (read(multi_wake[0], drain, sizeof(drain)) > 0) {
+    }
     for (s = 0; s < sizeof(sigs) / sizeof(sigs[0]); s++) {
         if (!multi_pending[sigs[s]]) continue;
         multi_pending[sigs[s]] = 0;
         for (i = 0; i < n; i++)
             if (kids[i].child && kill(kids[i].child, sigs[s]) != 0 && errno != ESRCH)
-                fprintf(stderr, "rbtrace: cannot pass the signal on to the session of process "
-                        "%d: %s\n", (int)kids[i].target, strerror(errno));
+                fprintf(stderr,
+                        "rbtrace: cannot pass the signal on to the session of process "
+                        "%d: %s\n",
+                        (int)kids[i].target, strerror(errno));
     }
 }
 
@@ -264,8 +271,8 @@ static int multi_write_combined(const struct options *o, const char *text, size_
     const char *line = text, *nl;
 
     if (o->output_path && !(out = fopen(o->output_path, o->append ? "ae" : "we"))) {
-        fprintf(stderr, "rbtrace: could not open %s for the combined summary: %s\n",
-                o->output_path, strerror(errno));
+        fprintf(stderr, "rbtrace: could not open %s for the combined summary: %s\n", o->output_path,
+                strerror(errno));
         return CLI_ERR;
     }
     for (; line < text + len; line = nl + 1) {
@@ -298,16 +305,18 @@ static int multi_summary(const struct options *o, struct multi_child *kids, size
     }
     for (i = 0; i < n; i++) {
         rewind(kids[i].summary);
-        if (fgetc(kids[i].summary) == EOF) continue;   /* no dump */
+        if (fgetc(kids[i].summary) == EOF) continue; /* no dump */
         rewind(kids[i].summary);
         if (format_summary_merge(all, kids[i].summary) != CLI_OK) {
-            fprintf(stderr, "rbtrace: the summary of process %d: %s; the combined table "
-                    "leaves it out\n", (int)kids[i].target, all->errstr);
+            fprintf(stderr,
+                    "rbtrace: the summary of process %d: %s; the combined table "
+                    "leaves it out\n",
+                    (int)kids[i].target, all->errstr);
             goto done;
         }
         merged++;
     }
-    if (!merged) {   /* none was traced: the processes' own errors say why */
+    if (!merged) { /* none was traced: the processes' own errors say why */
         rc = CLI_OK;
         goto done;
     }
@@ -350,8 +359,10 @@ enum cli_exit multi_run(const struct options *o)
         k->target = o->pids[i];
         k->fd = -1;
         if (o->format == OPTIONS_FORMAT_SUMMARY && !(k->summary = tmpfile())) {
-            fprintf(stderr, "rbtrace: cannot make a temporary file for the summary of process "
-                    "%d: %s (is TMPDIR writable?)\n", (int)k->target, strerror(errno));
+            fprintf(stderr,
+                    "rbtrace: cannot make a temporary file for the summary of process "
+                    "%d: %s (is TMPDIR writable?)\n",
+                    (int)k->target, strerror(errno));
             rc = CLI_EXIT_FAIL;
             break;
         }

@@ -36,19 +36,19 @@
 #define OPTIONS_HEAPDUMP_HINT "-h is --help; for a heap dump use --heapdump [FILE]"
 
 enum options_kind {
-    OPTIONS_FLAG,              /* no value */
-    OPTIONS_VALUE,             /* one value */
-    OPTIONS_OPTIONAL,          /* a value if the next argument is not an option */
-    OPTIONS_LIST,              /* one or more values (-m) */
-    OPTIONS_REST               /* every argument after it (--exec CMD ARG...) */
+    OPTIONS_FLAG,     /* no value */
+    OPTIONS_VALUE,    /* one value */
+    OPTIONS_OPTIONAL, /* a value if the next argument is not an option */
+    OPTIONS_LIST,     /* one or more values (-m) */
+    OPTIONS_REST      /* every argument after it (--exec CMD ARG...) */
 };
 
 struct options_spec {
-    char letter;               /* short name, 0 if none */
-    const char *name;          /* long name */
+    char letter;      /* short name, 0 if none */
+    const char *name; /* long name */
     enum options_kind kind;
     int (*set)(struct options *o, const struct options_spec *spec, const char *value);
-    size_t flag;               /* options_set_flag: offset of its int field */
+    size_t flag; /* options_set_flag: offset of its int field */
 };
 
 #define OPTIONS_FLAG_FIELD(field) options_set_flag, offsetof(struct options, field)
@@ -74,8 +74,8 @@ static const char *options_spelling(const struct options_spec *spec, char *buf, 
     return buf;
 }
 
-static int options_bad_value(struct options *o, const struct options_spec *spec,
-                             const char *value, const char *want)
+static int options_bad_value(struct options *o, const struct options_spec *spec, const char *value,
+                             const char *want)
 {
     char name[40];
 
@@ -169,7 +169,8 @@ static int options_set_wait(struct options *o, const struct options_spec *spec, 
     return CLI_OK;
 }
 
-static int options_add_selector(struct options *o, const struct options_spec *spec, const char *value)
+static int options_add_selector(struct options *o, const struct options_spec *spec,
+                                const char *value)
 {
     (void)spec;
     if (options_set_mode(o, OPTIONS_MODE_METHODS) != CLI_OK) return CLI_ERR;
@@ -207,9 +208,11 @@ static int options_add_tracer(struct options *o, const struct options_spec *spec
     return CLI_OK;
 }
 
-static int options_set_firehose(struct options *o, const struct options_spec *spec, const char *value)
+static int options_set_firehose(struct options *o, const struct options_spec *spec,
+                                const char *value)
 {
-    (void)spec; (void)value;
+    (void)spec;
+    (void)value;
     return options_set_mode(o, OPTIONS_MODE_FIREHOSE);
 }
 
@@ -225,7 +228,8 @@ static int options_set_eval(struct options *o, const struct options_spec *spec, 
 static int options_set_interactive(struct options *o, const struct options_spec *spec,
                                    const char *value)
 {
-    (void)spec; (void)value;
+    (void)spec;
+    (void)value;
     return options_set_mode(o, OPTIONS_MODE_INTERACTIVE);
 }
 
@@ -237,7 +241,8 @@ static int options_set_slow(struct options *o, const struct options_spec *spec, 
     double ms;
 
     if (o->slow_ms >= 0 && o->slow_cpu != cpu)
-        return options_fail(o, "--slow and --slowcpu cannot be combined: choose wall time "
+        return options_fail(o,
+                            "--slow and --slowcpu cannot be combined: choose wall time "
                             "(--slow) or CPU time (--slowcpu)");
     errno = 0;
     ms = strtod(value, &end);
@@ -300,10 +305,8 @@ static int options_set_output(struct options *o, const struct options_spec *spec
 }
 
 const char *const options_format_names[] = {
-    [OPTIONS_FORMAT_TEXT] = "text",
-    [OPTIONS_FORMAT_JSON] = "json",
-    [OPTIONS_FORMAT_CHROME] = "chrome",
-    [OPTIONS_FORMAT_FOLDED] = "folded",
+    [OPTIONS_FORMAT_TEXT] = "text",         [OPTIONS_FORMAT_JSON] = "json",
+    [OPTIONS_FORMAT_CHROME] = "chrome",     [OPTIONS_FORMAT_FOLDED] = "folded",
     [OPTIONS_FORMAT_SUMMARY] = "--summary",
 };
 
@@ -311,7 +314,7 @@ static int options_set_format(struct options *o, const struct options_spec *spec
 {
     size_t i;
 
-    for (i = 0; i <= OPTIONS_FORMAT_FOLDED; i++) {   /* not summary: it is --summary */
+    for (i = 0; i <= OPTIONS_FORMAT_FOLDED; i++) { /* not summary: it is --summary */
         if (!strcmp(value, options_format_names[i])) {
             o->format = (enum options_format)i;
             o->format_given = 1;
@@ -322,7 +325,8 @@ static int options_set_format(struct options *o, const struct options_spec *spec
 }
 
 /* --convert FORMAT: json, chrome, folded or summary (--summary's table). */
-static int options_set_convert(struct options *o, const struct options_spec *spec, const char *value)
+static int options_set_convert(struct options *o, const struct options_spec *spec,
+                               const char *value)
 {
     size_t i;
 
@@ -385,7 +389,8 @@ static int options_set_prefix(struct options *o, const struct options_spec *spec
     return CLI_OK;
 }
 
-static int options_set_timeout(struct options *o, const struct options_spec *spec, const char *value)
+static int options_set_timeout(struct options *o, const struct options_spec *spec,
+                               const char *value)
 {
     char *end;
     double t;
@@ -415,13 +420,15 @@ static int options_set_frames(struct options *o, const struct options_spec *spec
 }
 
 /* -b [N]: N frames per thread, all if N is not given. */
-static int options_set_backtraces(struct options *o, const struct options_spec *spec, const char *value)
+static int options_set_backtraces(struct options *o, const struct options_spec *spec,
+                                  const char *value)
 {
     if (options_set_mode(o, OPTIONS_MODE_BACKTRACES) != CLI_OK) return CLI_ERR;
     return value ? options_set_frames(o, spec, value) : CLI_OK;
 }
 
-static int options_set_backtrace(struct options *o, const struct options_spec *spec, const char *value)
+static int options_set_backtrace(struct options *o, const struct options_spec *spec,
+                                 const char *value)
 {
     if (options_set_mode(o, OPTIONS_MODE_BACKTRACE) != CLI_OK) return CLI_ERR;
     return options_set_frames(o, spec, value);
@@ -429,7 +436,8 @@ static int options_set_backtrace(struct options *o, const struct options_spec *s
 
 static int options_set_memory(struct options *o, const struct options_spec *spec, const char *value)
 {
-    (void)spec; (void)value;
+    (void)spec;
+    (void)value;
     return options_set_mode(o, OPTIONS_MODE_MEMORY);
 }
 
@@ -443,19 +451,22 @@ static int options_set_dump(struct options *o, const struct options_spec *spec, 
     return CLI_OK;
 }
 
-static int options_set_heapdump(struct options *o, const struct options_spec *spec, const char *value)
+static int options_set_heapdump(struct options *o, const struct options_spec *spec,
+                                const char *value)
 {
     return options_set_dump(o, spec, value, OPTIONS_MODE_HEAPDUMP);
 }
 
-static int options_set_shapesdump(struct options *o, const struct options_spec *spec, const char *value)
+static int options_set_shapesdump(struct options *o, const struct options_spec *spec,
+                                  const char *value)
 {
     return options_set_dump(o, spec, value, OPTIONS_MODE_SHAPESDUMP);
 }
 
 static int options_set_fork(struct options *o, const struct options_spec *spec, const char *value)
 {
-    (void)spec; (void)value;
+    (void)spec;
+    (void)value;
     return options_set_mode(o, OPTIONS_MODE_FORK);
 }
 
@@ -472,51 +483,52 @@ static int options_set_flag(struct options *o, const struct options_spec *spec, 
 static int options_set_raise_all(struct options *o, const struct options_spec *spec,
                                  const char *value)
 {
-    (void)spec; (void)value;
+    (void)spec;
+    (void)value;
     o->raises = o->raise_all = 1;
     return CLI_OK;
 }
 
 static const struct options_spec options_table[] = {
-    { 'p', "pid",         OPTIONS_LIST,  options_set_pid, 0 },
-    { 0,   "ps",          OPTIONS_VALUE, options_set_ps, 0 },
-    { 0,   "exec",        OPTIONS_REST,  NULL, 0 },
-    { 0,   "wait",        OPTIONS_VALUE, options_set_wait, 0 },
-    { 'm', "methods",     OPTIONS_LIST,  options_add_selector, 0 },
-    { 'c', "config",      OPTIONS_LIST,  options_add_tracer, 0 },
-    { 'f', "firehose",    OPTIONS_FLAG,  options_set_firehose, 0 },
-    { 'e', "eval",        OPTIONS_VALUE, options_set_eval, 0 },
-    { 'i', "interactive", OPTIONS_FLAG,  options_set_interactive, 0 },
-    { 's', "slow",        OPTIONS_VALUE, options_set_slow, 0 },
-    { 0,   "slowcpu",     OPTIONS_VALUE, options_set_slow, 0 },
-    { 0,   "slow-methods", OPTIONS_LIST, options_add_slow_selector, 0 },
-    { 0,   "gc",          OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(gc) },
-    { 0,   "raise",       OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(raises) },
-    { 0,   "raise-all",   OPTIONS_FLAG,  options_set_raise_all, 0 },
-    { 0,   "gvl",         OPTIONS_OPTIONAL, options_set_gvl, 0 },
-    { 0,   "alloc",       OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(alloc) },
-    { 0,   "alloc-sample", OPTIONS_VALUE, options_set_alloc_sample, 0 },
-    { 0,   "thread-names", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(thread_names) },
-    { 0,   "devmode",     OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(devmode) },
-    { 'o', "output",      OPTIONS_VALUE, options_set_output, 0 },
-    { 'a', "append",      OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(append) },
-    { 0,   "format",      OPTIONS_VALUE, options_set_format, 0 },
-    { 0,   "summary",     OPTIONS_FLAG,  options_set_summary, 0 },
-    { 0,   "sort",        OPTIONS_VALUE, options_set_sort, 0 },
-    { 0,   "convert",     OPTIONS_VALUE, options_set_convert, 0 },
-    { 't', "start-time",  OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(start_time) },
-    { 'n', "no-duration", OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(no_duration) },
-    { 0,   "stats",       OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(stats) },
-    { 'r', "prefix",      OPTIONS_VALUE, options_set_prefix, 0 },
-    { 0,   "timeout",     OPTIONS_VALUE, options_set_timeout, 0 },
-    { 'b', "backtraces",  OPTIONS_OPTIONAL, options_set_backtraces, 0 },
-    { 0,   "backtrace",   OPTIONS_VALUE, options_set_backtrace, 0 },
-    { 0,   "memory",      OPTIONS_FLAG,  options_set_memory, 0 },
-    { 0,   "heapdump",    OPTIONS_OPTIONAL, options_set_heapdump, 0 },
-    { 0,   "shapesdump",  OPTIONS_OPTIONAL, options_set_shapesdump, 0 },
-    { 0,   "fork",        OPTIONS_FLAG,  options_set_fork, 0 },
-    { 'h', "help",        OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(help) },
-    { 0,   "version",     OPTIONS_FLAG,  OPTIONS_FLAG_FIELD(version) },
+    { 'p', "pid", OPTIONS_LIST, options_set_pid, 0 },
+    { 0, "ps", OPTIONS_VALUE, options_set_ps, 0 },
+    { 0, "exec", OPTIONS_REST, NULL, 0 },
+    { 0, "wait", OPTIONS_VALUE, options_set_wait, 0 },
+    { 'm', "methods", OPTIONS_LIST, options_add_selector, 0 },
+    { 'c', "config", OPTIONS_LIST, options_add_tracer, 0 },
+    { 'f', "firehose", OPTIONS_FLAG, options_set_firehose, 0 },
+    { 'e', "eval", OPTIONS_VALUE, options_set_eval, 0 },
+    { 'i', "interactive", OPTIONS_FLAG, options_set_interactive, 0 },
+    { 's', "slow", OPTIONS_VALUE, options_set_slow, 0 },
+    { 0, "slowcpu", OPTIONS_VALUE, options_set_slow, 0 },
+    { 0, "slow-methods", OPTIONS_LIST, options_add_slow_selector, 0 },
+    { 0, "gc", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(gc) },
+    { 0, "raise", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(raises) },
+    { 0, "raise-all", OPTIONS_FLAG, options_set_raise_all, 0 },
+    { 0, "gvl", OPTIONS_OPTIONAL, options_set_gvl, 0 },
+    { 0, "alloc", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(alloc) },
+    { 0, "alloc-sample", OPTIONS_VALUE, options_set_alloc_sample, 0 },
+    { 0, "thread-names", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(thread_names) },
+    { 0, "devmode", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(devmode) },
+    { 'o', "output", OPTIONS_VALUE, options_set_output, 0 },
+    { 'a', "append", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(append) },
+    { 0, "format", OPTIONS_VALUE, options_set_format, 0 },
+    { 0, "summary", OPTIONS_FLAG, options_set_summary, 0 },
+    { 0, "sort", OPTIONS_VALUE, options_set_sort, 0 },
+    { 0, "convert", OPTIONS_VALUE, options_set_convert, 0 },
+    { 't', "start-time", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(start_time) },
+    { 'n', "no-duration", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(no_duration) },
+    { 0, "stats", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(stats) },
+    { 'r', "prefix", OPTIONS_VALUE, options_set_prefix, 0 },
+    { 0, "timeout", OPTIONS_VALUE, options_set_timeout, 0 },
+    { 'b', "backtraces", OPTIONS_OPTIONAL, options_set_backtraces, 0 },
+    { 0, "backtrace", OPTIONS_VALUE, options_set_backtrace, 0 },
+    { 0, "memory", OPTIONS_FLAG, options_set_memory, 0 },
+    { 0, "heapdump", OPTIONS_OPTIONAL, options_set_heapdump, 0 },
+    { 0, "shapesdump", OPTIONS_OPTIONAL, options_set_shapesdump, 0 },
+    { 0, "fork", OPTIONS_FLAG, options_set_fork, 0 },
+    { 'h', "help", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(help) },
+    { 0, "version", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(version) },
 };
 
 #define OPTIONS_COUNT (sizeof(options_table) / sizeof(options_table[0]))
@@ -553,8 +565,8 @@ static int options_apply(struct options *o, const struct options_spec *spec,
     options_spelling(spec, name, sizeof(name));
     if (spec->kind == OPTIONS_REST) {
         /* The command and its arguments, options of its own included. */
-        if (inline_value) return options_fail(o, "%s takes the command after it: %s CMD ARG...",
-                                               name, name);
+        if (inline_value)
+            return options_fail(o, "%s takes the command after it: %s CMD ARG...", name, name);
         if (*i + 1 >= argc) return options_fail(o, "%s needs a command: %s CMD ARG...", name, name);
         o->exec_argv = argv + *i + 1;
         *i = argc - 1;
@@ -627,24 +639,31 @@ static int options_check_format(struct options *o)
     const char *name;
 
     if (o->summary && o->format_given)
-        return options_fail(o, "--summary is a table instead of the trace's lines: drop --format "
-                            "%s (or trace twice)", options_format_names[o->format]);
+        return options_fail(o,
+                            "--summary is a table instead of the trace's lines: drop --format "
+                            "%s (or trace twice)",
+                            options_format_names[o->format]);
     if (o->summary) o->format = OPTIONS_FORMAT_SUMMARY;
     if (o->sort_given && !o->summary)
         return options_fail(o, "--sort orders the --summary table: add --summary");
     name = options_format_names[o->format];
     if (o->format == OPTIONS_FORMAT_TEXT) return CLI_OK;
     if (o->mode >= OPTIONS_MODE_EVAL)
-        return options_fail(o, "%s%s applies to traces (-m, -c, -f, --slow, --gc, --raise), "
-                            "not to %s: drop it", o->summary ? "" : "--format ", name,
-                            options_mode_names[o->mode]);
-    if (o->format == OPTIONS_FORMAT_SUMMARY) return CLI_OK;   /* a table of lines: merges, appends */
+        return options_fail(o,
+                            "%s%s applies to traces (-m, -c, -f, --slow, --gc, --raise), "
+                            "not to %s: drop it",
+                            o->summary ? "" : "--format ", name, options_mode_names[o->mode]);
+    if (o->format == OPTIONS_FORMAT_SUMMARY) return CLI_OK; /* a table of lines: merges, appends */
     if (o->n_pids > 1 && !o->output_path)
-        return options_fail(o, "--format %s with several processes needs -o FILE (one FILE.PID "
-                            "each): their traces cannot be merged into one", name);
+        return options_fail(o,
+                            "--format %s with several processes needs -o FILE (one FILE.PID "
+                            "each): their traces cannot be merged into one",
+                            name);
     if (o->append)
-        return options_fail(o, "--format %s writes a whole document: -a would append a second "
-                            "one to FILE; give a new -o FILE instead", name);
+        return options_fail(o,
+                            "--format %s writes a whole document: -a would append a second "
+                            "one to FILE; give a new -o FILE instead",
+                            name);
     return CLI_OK;
 }
 
@@ -653,10 +672,12 @@ static int options_check_convert(struct options *o)
 {
     if (o->n_pids || o->ps_pattern || o->exec_argv || o->mode != OPTIONS_MODE_NONE ||
         options_watches(o) || o->append || o->start_time || o->no_duration || o->stats)
-        return options_fail(o, "--convert FORMAT [FILE] reads a saved trace, not a process: "
+        return options_fail(o,
+                            "--convert FORMAT [FILE] reads a saved trace, not a process: "
                             "it takes only -o FILE, -r N (and --sort with summary)");
     if (o->summary || o->format_given)
-        return options_fail(o, "--convert names the format itself: --convert json, chrome, "
+        return options_fail(o,
+                            "--convert names the format itself: --convert json, chrome, "
                             "folded or summary");
     if (o->sort_given && o->format != OPTIONS_FORMAT_SUMMARY)
         return options_fail(o, "--sort orders the summary table: --convert summary");
@@ -671,24 +692,32 @@ static int options_check(struct options *o)
     if (o->help || o->version) return CLI_OK;
     if (o->convert) return options_check_convert(o);
     if (!!o->n_pids + !!o->ps_pattern + !!o->exec_argv > 1)
-        return options_fail(o, "-p, --ps and --exec cannot be combined: choose one way to "
+        return options_fail(o,
+                            "-p, --ps and --exec cannot be combined: choose one way to "
                             "name the process");
     if (!o->n_pids && !o->ps_pattern && !o->exec_argv)
         return options_fail(o, "no process given: use -p PID, --ps PATTERN or --exec CMD");
     if (o->mode == OPTIONS_MODE_NONE && !options_watches(o))
-        return options_fail(o, "nothing to do: give -m METHODS, -c TRACER, -f, --slow MS, --gc, --raise, --gvl, --alloc, "
+        return options_fail(o,
+                            "nothing to do: give -m METHODS, -c TRACER, -f, --slow MS, --gc, "
+                            "--raise, --gvl, --alloc, "
                             "-e CODE, -i or a report (-b, --backtrace N, --memory, --heapdump, "
                             "--shapesdump, --fork)");
     if (o->mode >= OPTIONS_MODE_EVAL && options_watches(o))
-        return options_fail(o, "%s cannot be combined with --slow, --slowcpu, --gc, --raise, --gvl or --alloc: "
-                            "run them one after the other", options_mode_names[o->mode]);
+        return options_fail(
+            o,
+            "%s cannot be combined with --slow, --slowcpu, --gc, --raise, --gvl or --alloc: "
+            "run them one after the other",
+            options_mode_names[o->mode]);
     if (o->mode == OPTIONS_MODE_INTERACTIVE && o->output_path)
         return options_fail(o, "-i shows its results on the terminal: -o applies to traces and -e");
     if (o->mode == OPTIONS_MODE_INTERACTIVE && (o->n_pids > 1 || o->exec_argv))
         return options_fail(o, "-i talks to one running process: give one -p PID (or --ps)");
     if (o->thread_names && o->mode >= OPTIONS_MODE_EVAL)
-        return options_fail(o, "--thread-names names the threads of a trace: use it with -m, -c, -f, "
-                            "--slow or --raise, not %s", options_mode_names[o->mode]);
+        return options_fail(o,
+                            "--thread-names names the threads of a trace: use it with -m, -c, -f, "
+                            "--slow or --raise, not %s",
+                            options_mode_names[o->mode]);
     if (o->devmode && o->mode != OPTIONS_MODE_METHODS)
         return options_fail(o, "--devmode applies to -m selectors: add -m SELECTOR...");
     if (o->n_slow_selectors && o->slow_ms < 0)
@@ -720,8 +749,9 @@ int options_parse(struct options *o, int argc, char **argv)
         int rc;
 
         if (arg[0] == '-' && arg[1] == '-' && arg[2]) rc = options_parse_long(o, argc, argv, &i);
-        else if (arg[0] == '-' && arg[1] && arg[1] != '-') rc = options_parse_short(o, argc, argv, &i);
-        else if (o->short_help) rc = options_fail(o, OPTIONS_HEAPDUMP_HINT);   /* -h FILE */
+        else if (arg[0] == '-' && arg[1] && arg[1] != '-')
+            rc = options_parse_short(o, argc, argv, &i);
+        else if (o->short_help) rc = options_fail(o, OPTIONS_HEAPDUMP_HINT); /* -h FILE */
         else if (o->convert && !o->convert_path) rc = options_set_convert_path(o, arg);
         else rc = options_fail(o, "unexpected argument '%s'", arg);
         if (rc != CLI_OK) return CLI_ERR;

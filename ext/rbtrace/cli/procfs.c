@@ -110,7 +110,8 @@ static int procfs_library_is_ours(pid_t pid, const char *path, int deleted)
     int fd = -1, found = -1;
 
     if (!deleted) {
-        if ((size_t)snprintf(rooted, sizeof(rooted), "/proc/%d/root%s", (int)pid, path) < sizeof(rooted))
+        if ((size_t)snprintf(rooted, sizeof(rooted), "/proc/%d/root%s", (int)pid, path) <
+            sizeof(rooted))
             fd = open(rooted, O_RDONLY | O_CLOEXEC);
         if (fd < 0) fd = open(path, O_RDONLY | O_CLOEXEC);
     }
@@ -150,7 +151,7 @@ static int procfs_maps_scan(pid_t pid, char *old_path, size_t old_size)
         if (len < suffix || strcmp(line + len - suffix, PROCFS_LIB_SUFFIX) != 0) continue;
         /* the path is the line's last field, the only one with a '/' */
         if (!(file = strchr(line, '/')) || !strcmp(file, last)) continue;
-        snprintf(last, sizeof(last), "%s", file);   /* one library, several mappings */
+        snprintf(last, sizeof(last), "%s", file); /* one library, several mappings */
         if (procfs_library_is_ours(pid, file, deleted)) {
             kind = PROCFS_LIB_OURS;
         } else if (kind == PROCFS_LIB_NONE) {
@@ -182,9 +183,10 @@ void procfs_gem_version(const char *path, char *out, size_t size)
 
     while ((p = strstr(p, "rbtrace-")) != NULL) {
         p += sizeof("rbtrace-") - 1;
-        if (*p >= '0' && *p <= '9') v = p;   /* the last one: the gem's own directory */
+        if (*p >= '0' && *p <= '9') v = p; /* the last one: the gem's own directory */
     }
-    if (v) while (v[n] && v[n] != '/' && n + 1 < size) n++;
+    if (v)
+        while (v[n] && v[n] != '/' && n + 1 < size) n++;
     if (size) snprintf(out, size, "%.*s", (int)n, v ? v : "");
 }
 
@@ -222,7 +224,7 @@ static int procfs_task(pid_t pid, pid_t tid, struct procfs_task *t)
     t->state = close_paren[2];
     snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", (int)pid, (int)tid);
     procfs_read_small(path, t->wchan, sizeof(t->wchan));
-    if (!strcmp(t->wchan, "0")) t->wchan[0] = '\0';   /* hidden, or not sleeping */
+    if (!strcmp(t->wchan, "0")) t->wchan[0] = '\0'; /* hidden, or not sleeping */
     snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
     procfs_read_small(path, buf, sizeof(buf));
     /* "N args...", "running", or nothing (not permitted) */

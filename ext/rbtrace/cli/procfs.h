@@ -20,9 +20,9 @@ int procfs_alive(pid_t pid);
  * path decides: this rbtrace's is always ".../rbtrace/rbtrace.so".
  */
 enum procfs_library {
-    PROCFS_LIB_NONE = 0,       /* no rbtrace.so */
-    PROCFS_LIB_OURS = 1,       /* this rbtrace's (also if an old one is there too) */
-    PROCFS_LIB_OLD_GEM = 2     /* only the original gem's */
+    PROCFS_LIB_NONE = 0,   /* no rbtrace.so */
+    PROCFS_LIB_OURS = 1,   /* this rbtrace's (also if an old one is there too) */
+    PROCFS_LIB_OLD_GEM = 2 /* only the original gem's */
 };
 
 /* A procfs_library, or -1 if the maps are unreadable; for
@@ -44,10 +44,10 @@ int procfs_started(pid_t pid, time_t *started);
 /* One thread of a process, as /proc/PID/task/TID says. */
 struct procfs_task {
     pid_t tid;
-    char state;            /* stat(5)'s: R running, S sleeping, D disk, T stopped... */
-    char comm[16];         /* its name: the app's text (escape it to show it) */
-    char wchan[64];        /* where it sleeps in the kernel; "" if not known */
-    long syscall;          /* the system call it is in; -1 running or not known */
+    char state;     /* stat(5)'s: R running, S sleeping, D disk, T stopped... */
+    char comm[16];  /* its name: the app's text (escape it to show it) */
+    char wchan[64]; /* where it sleeps in the kernel; "" if not known */
+    long syscall;   /* the system call it is in; -1 running or not known */
 };
 
 /* Up to max of pid's threads into tasks: how many, or -1 if /proc/PID/task

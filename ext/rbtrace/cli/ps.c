@@ -34,8 +34,8 @@
 
 struct ps_match {
     pid_t pid;
-    int old_gem;           /* loaded the original gem, not this rbtrace */
-    char version[32];      /* ... that gem's version, or "" */
+    int old_gem;      /* loaded the original gem, not this rbtrace */
+    char version[32]; /* ... that gem's version, or "" */
     char cmdline[PS_CMDLINE_MAX];
 };
 
@@ -113,8 +113,9 @@ static void ps_list(const struct ps_match *m, int n)
     for (i = 0; i < n; i++) {
         fprintf(stderr, "  %2d) %d  %s", i + 1, (int)m[i].pid, ps_shown(m[i].cmdline, shown));
         /* the version is the app's text too (a path's): escaped */
-        if (m[i].old_gem) fprintf(stderr, PS_OLD_GEM_MARK, m[i].version[0] ? " " : "",
-                                  ps_shown(m[i].version, shown));
+        if (m[i].old_gem)
+            fprintf(stderr, PS_OLD_GEM_MARK, m[i].version[0] ? " " : "",
+                    ps_shown(m[i].version, shown));
         fputc('\n', stderr);
     }
 }
@@ -191,17 +192,21 @@ int ps_choose(struct options *o, FILE *in)
     n = ps_scan(&re, m, &without);
     regfree(&re);
     if (n > 0 && ps_count_old(m, n) == n) {
-        fprintf(stderr, "rbtrace: --ps: no process matching '%s' has loaded this rbtrace; %s "
+        fprintf(stderr,
+                "rbtrace: --ps: no process matching '%s' has loaded this rbtrace; %s "
                 "the original rbtrace gem (0.5.x or older), which this client cannot trace:\n",
                 o->ps_pattern, n == 1 ? "this one runs" : "these run");
         ps_list(m, n);
-        fprintf(stderr, "rbtrace: use that gem's own client (bundle exec rbtrace -p PID in the "
+        fprintf(stderr,
+                "rbtrace: use that gem's own client (bundle exec rbtrace -p PID in the "
                 "app's directory), or have the app load this rbtrace (gem 'rbtrace', '>= 0.6') "
                 "and restart it\n");
     } else if (n == 0) {
-        fprintf(stderr, "rbtrace: --ps: no process matching '%s' has loaded rbtrace", o->ps_pattern);
-        if (without) fprintf(stderr, " (%d match%s but did not load it, or are not yours)",
-                             without, without == 1 ? "es" : "");
+        fprintf(stderr, "rbtrace: --ps: no process matching '%s' has loaded rbtrace",
+                o->ps_pattern);
+        if (without)
+            fprintf(stderr, " (%d match%s but did not load it, or are not yours)", without,
+                    without == 1 ? "es" : "");
         fprintf(stderr, "\n");
     } else if (n == 1) {
         fprintf(stderr, "*** --ps %s: process %d (%s)\n", o->ps_pattern, (int)m[0].pid,

@@ -13,7 +13,7 @@
  * only unlocked writes of text built here; the FILE* is the session's, and
  * only the session's thread uses it.
  */
-#define _GNU_SOURCE   /* fwrite_unlocked, ferror_unlocked */
+#define _GNU_SOURCE /* fwrite_unlocked, ferror_unlocked */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,8 +101,7 @@ static int render_names_rehash(struct render *r, size_t cap)
 
     if (!names) return render_fail(r, "out of memory");
     for (i = 0; i < r->names_cap; i++) {
-        if (r->names[i].name)
-            names[render_names_slot(names, cap, r->names[i].id)] = r->names[i];
+        if (r->names[i].name) names[render_names_slot(names, cap, r->names[i].id)] = r->names[i];
     }
     free(r->names);
     r->names = names;
@@ -121,8 +120,7 @@ static int render_method(struct render *r, const struct rbtrace_event *ev)
     char *name;
     size_t len;
 
-    if ((r->names_count + 1) * 2 > r->names_cap && render_names_grow(r) != CLI_OK)
-        return CLI_ERR;
+    if ((r->names_count + 1) * 2 > r->names_cap && render_names_grow(r) != CLI_OK) return CLI_ERR;
     /* Stored escaped (escape.h), once: every call prints it. */
     name = malloc((size_t)ev->text.len * ESCAPE_MAX_PER_BYTE + 1);
     if (!name) return render_fail(r, "out of memory");
@@ -130,7 +128,7 @@ static int render_method(struct render *r, const struct rbtrace_event *ev)
     name[len] = '\0';
 
     slot = &r->names[render_names_slot(r->names, r->names_cap, ev->method_id)];
-    if (slot->name) free(slot->name);   /* renamed: keep the latest */
+    if (slot->name) free(slot->name); /* renamed: keep the latest */
     else r->names_count++;
     slot->id = ev->method_id;
     slot->name = name;
@@ -219,7 +217,8 @@ static long render_thread_index(struct render *r, uint64_t id)
     return (long)r->n_threads++;
 }
 
-static int render_push(struct render *r, struct render_thread *t, uint64_t method_id, uint64_t start_ns)
+static int render_push(struct render *r, struct render_thread *t, uint64_t method_id,
+                       uint64_t start_ns)
 {
     if (t->depth == t->cap) {
         size_t cap = t->cap ? t->cap * 2 : RENDER_FRAMES_MIN;
@@ -489,7 +488,7 @@ static int render_return(struct render *r, const struct rbtrace_event *ev)
     render_putc(r, '\n');
     r->line_open = 0;
     t->depth = d - 1;
-    if (d > 1) t->frames[d - 2].gvl_ns += gvl_ns;   /* inside its caller too */
+    if (d > 1) t->frames[d - 2].gvl_ns += gvl_ns; /* inside its caller too */
     if (d > 1) t->frames[d - 2].alloc += alloc;
     if (render_alloc_note(r, ev->method_id, alloc) != CLI_OK) return CLI_ERR;
     if (t->depth == 0 && r->max_nesting > 1) render_putc(r, '\n');
@@ -623,7 +622,7 @@ static void render_raise_text(struct render *r, int reraise, struct rbtrace_str 
     if (reraise) RENDER_PUT_LITERAL(r, "re-");
     RENDER_PUT_LITERAL(r, "raise ");
     render_text(r, klass);
-    if (message.len > 0) {   /* none: the target could not read one without the app's code */
+    if (message.len > 0) { /* none: the target could not read one without the app's code */
         RENDER_PUT_LITERAL(r, ": ");
         render_text(r, message);
     }
@@ -680,7 +679,8 @@ static int render_print_held_before(struct render *r, uint64_t before_ns)
 
         for (i = 0; i < r->n_threads; i++) {
             if (r->threads[i].holding && r->threads[i].held.time_ns < before_ns &&
-                (oldest == r->n_threads || r->threads[i].held.time_ns < r->threads[oldest].held.time_ns))
+                (oldest == r->n_threads ||
+                 r->threads[i].held.time_ns < r->threads[oldest].held.time_ns))
                 oldest = i;
         }
         if (oldest == r->n_threads) return CLI_OK;

@@ -81,15 +81,15 @@
 #include "codec.h"
 
 struct render_opts {
-    int start_time;            /* -t: "HH:MM:SS.uuuuuu " before each call */
-    int no_duration;           /* -n: no " <seconds>" */
-    unsigned prefix;           /* -r: spaces per nesting level */
-    int raise_all;             /* --raise-all: every re-raise on its own line */
-    int gvl;                   /* --gvl: " gvl <seconds>" after each call's duration */
-    uint64_t gvl_threshold_ns; /* --gvl MS: longer waits get a line of their own */
-    int alloc;                 /* --alloc: " alloc N" after each call's duration */
+    int start_time;             /* -t: "HH:MM:SS.uuuuuu " before each call */
+    int no_duration;            /* -n: no " <seconds>" */
+    unsigned prefix;            /* -r: spaces per nesting level */
+    int raise_all;              /* --raise-all: every re-raise on its own line */
+    int gvl;                    /* --gvl: " gvl <seconds>" after each call's duration */
+    uint64_t gvl_threshold_ns;  /* --gvl MS: longer waits get a line of their own */
+    int alloc;                  /* --alloc: " alloc N" after each call's duration */
     unsigned long alloc_sample; /* --alloc-sample, for the report */
-    int thread_names;          /* --thread-names: "[tN name]" (THREAD_NAME events) */
+    int thread_names;           /* --thread-names: "[tN name]" (THREAD_NAME events) */
 };
 
 /* The most bytes of a thread's name shown (before escaping), then "...". */
@@ -103,14 +103,14 @@ struct render_opts {
 
 /* A raise line held for its re-raises (above): the target's text, raw. */
 struct render_held {
-    char *text;                /* class, message, location, back to back */
+    char *text; /* class, message, location, back to back */
     size_t text_cap;
     uint32_t class_len, message_len, where_len;
-    uint64_t time_ns;          /* when raised */
-    size_t depth;              /* its thread's depth then */
-    int reraise;               /* itself a re-raise ("re-raise ...") */
-    uint64_t reraises;         /* folded into it, */
-    char *last_at;             /* the last one's location, escaped (not NUL-ended) */
+    uint64_t time_ns;  /* when raised */
+    size_t depth;      /* its thread's depth then */
+    int reraise;       /* itself a re-raise ("re-raise ...") */
+    uint64_t reraises; /* folded into it, */
+    char *last_at;     /* the last one's location, escaped (not NUL-ended) */
     size_t last_at_len, last_at_cap;
 };
 
@@ -118,35 +118,35 @@ struct render_held {
 struct render_frame {
     uint64_t method_id;
     uint64_t start_ns;
-    uint64_t gvl_ns;           /* --gvl: its thread's GVL waits inside it, so far */
-    uint64_t alloc;            /* --alloc: objects its thread allocated inside it, so far */
+    uint64_t gvl_ns; /* --gvl: its thread's GVL waits inside it, so far */
+    uint64_t alloc;  /* --alloc: objects its thread allocated inside it, so far */
 };
 
 struct render_thread {
-    uint64_t id;               /* the target's thread id */
-    unsigned ordinal;          /* 1-based, in order of first appearance */
+    uint64_t id;      /* the target's thread id */
+    unsigned ordinal; /* 1-based, in order of first appearance */
     struct render_frame *frames;
-    size_t depth;              /* open calls */
-    size_t cap;                /* room in frames */
-    char *name;                /* --thread-names: its name, escaped and cut, or NULL */
+    size_t depth; /* open calls */
+    size_t cap;   /* room in frames */
+    char *name;   /* --thread-names: its name, escaped and cut, or NULL */
     size_t name_len;
-    int holding;               /* held is a raise line not yet printed */
+    int holding; /* held is a raise line not yet printed */
     struct render_held held;
 };
 
 /* Method names by id: open addressing, linear probing. */
 struct render_name {
     uint64_t id;
-    char *name;                /* NUL-terminated copy; NULL for a free slot */
-    size_t len;                /* strlen(name) */
+    char *name; /* NUL-terminated copy; NULL for a free slot */
+    size_t len; /* strlen(name) */
 };
 
 struct render {
     FILE *out;
     struct render_opts opts;
-    uint64_t wall_origin_ns;   /* CLOCK_REALTIME at the target's clock origin */
+    uint64_t wall_origin_ns; /* CLOCK_REALTIME at the target's clock origin */
     struct render_name *names;
-    size_t names_cap;          /* a power of two, or 0 */
+    size_t names_cap; /* a power of two, or 0 */
     size_t names_count;
     struct render_thread *threads;
     size_t n_threads;

@@ -27,7 +27,7 @@
  * every REPL_TICK_MS that the target still exists, so that its end shows
  * at once on a terminal (from a pipe, it shows when the next entry is sent).
  */
-#define _GNU_SOURCE   /* getline */
+#define _GNU_SOURCE /* getline */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -56,37 +56,37 @@
 
 /* What reading a line gave. */
 enum repl_read {
-    REPL_LINE,        /* a line, appended to the entry */
-    REPL_BLANK,       /* nothing to send: a blank line at the prompt, or a dropped entry */
-    REPL_INTERRUPT,   /* ^C: drop the entry */
-    REPL_EOF,         /* end of input (Ctrl-D): detach */
-    REPL_STOP,        /* SIGTERM or SIGHUP: detach */
-    REPL_GONE,        /* the target exited while we waited for a key */
-    REPL_ERR          /* could not read, or out of memory (said so) */
+    REPL_LINE,      /* a line, appended to the entry */
+    REPL_BLANK,     /* nothing to send: a blank line at the prompt, or a dropped entry */
+    REPL_INTERRUPT, /* ^C: drop the entry */
+    REPL_EOF,       /* end of input (Ctrl-D): detach */
+    REPL_STOP,      /* SIGTERM or SIGHUP: detach */
+    REPL_GONE,      /* the target exited while we waited for a key */
+    REPL_ERR        /* could not read, or out of memory (said so) */
 };
 
 /* What sending an entry gave. */
 enum repl_step {
-    REPL_GO_ON,       /* read the next line */
-    REPL_ENDED,       /* the session ended: session_end says how */
-    REPL_FAILED       /* could not write the output (said so) */
+    REPL_GO_ON, /* read the next line */
+    REPL_ENDED, /* the session ended: session_end says how */
+    REPL_FAILED /* could not write the output (said so) */
 };
 
 struct repl {
     const struct options *opts;
     struct session *session;
-    int tty;                   /* stdin is a terminal: prompts, newlines after ^C/^D */
-    int editing;               /* libedit reads the lines (stdin and stdout are terminals) */
-    char prompt[48];           /* "rbtrace(PID)> " */
-    char more_prompt[48];      /* "rbtrace(PID)* ": the lines that continue an entry */
-    char *entry;               /* the entry so far: its lines joined by '\n', NUL-terminated */
-    size_t len;                /* its length */
-    size_t cap;                /* its buffer's size */
-    char *line;                /* getline's buffer */
-    size_t line_cap;           /* its size */
-    int incomplete;            /* the last answer: the entry needs more lines */
-    char *syntax;              /* that answer's message (shown if the input ends there) */
-    int history_dir;           /* $HOME, opened and checked; -1: no history */
+    int tty;              /* stdin is a terminal: prompts, newlines after ^C/^D */
+    int editing;          /* libedit reads the lines (stdin and stdout are terminals) */
+    char prompt[48];      /* "rbtrace(PID)> " */
+    char more_prompt[48]; /* "rbtrace(PID)* ": the lines that continue an entry */
+    char *entry;          /* the entry so far: its lines joined by '\n', NUL-terminated */
+    size_t len;           /* its length */
+    size_t cap;           /* its buffer's size */
+    char *line;           /* getline's buffer */
+    size_t line_cap;      /* its size */
+    int incomplete;       /* the last answer: the entry needs more lines */
+    char *syntax;         /* that answer's message (shown if the input ends there) */
+    int history_dir;      /* $HOME, opened and checked; -1: no history */
 };
 
 /* ---- the answers ---- */
@@ -124,15 +124,17 @@ static void repl_on_result(void *ctx, uint32_t status, const char *text, size_t 
         if (syntax_error_unfinished(text, len)) {
             r->incomplete = 1;
             free(r->syntax);
-            r->syntax = strndup(text, len);   /* NULL (no memory): a shorter note at EOF */
+            r->syntax = strndup(text, len); /* NULL (no memory): a shorter note at EOF */
             return;
         }
         repl_print("", text, len);
         return;
     case RBTRACE_EVAL_TIMEOUT:
         fflush(stdout);
-        fprintf(stderr, "rbtrace: the code did not finish within %g s; it was stopped in the "
-                "process\n", r->opts->timeout);
+        fprintf(stderr,
+                "rbtrace: the code did not finish within %g s; it was stopped in the "
+                "process\n",
+                r->opts->timeout);
         return;
     }
     fflush(stdout);
@@ -167,14 +169,17 @@ static enum repl_step repl_send(struct repl *r)
         return repl_flush();
     case SESSION_EVAL_INTERRUPTED:
         repl_drop_entry(r);
-        fprintf(stderr, "%srbtrace: interrupted; the code goes on in process %d until it ends "
+        fprintf(stderr,
+                "%srbtrace: interrupted; the code goes on in process %d until it ends "
                 "or its timeout (%g s) stops it, and the next entry runs after it\n",
                 r->tty ? "\n" : "", (int)r->opts->pid, r->opts->timeout);
         return REPL_GO_ON;
     case SESSION_EVAL_UNANSWERED:
         repl_drop_entry(r);
-        fprintf(stderr, "rbtrace: no answer from process %d within %g s: its answer, if it "
-                "comes, will not be shown\n", (int)r->opts->pid, r->opts->timeout);
+        fprintf(stderr,
+                "rbtrace: no answer from process %d within %g s: its answer, if it "
+                "comes, will not be shown\n",
+                (int)r->opts->pid, r->opts->timeout);
         return REPL_GO_ON;
     case SESSION_EVAL_ENDED:
         break;
@@ -248,12 +253,12 @@ static enum repl_read repl_plain_line(struct repl *r, const char *prompt)
 }
 
 #ifdef RBTRACE_HAVE_LIBEDIT
-static struct editline repl_editline;   /* libedit, once loaded */
+static struct editline repl_editline; /* libedit, once loaded */
 
 /* What repl_getc needs: libedit's hook takes no context. */
 static struct session *repl_getc_session;
-static sigset_t repl_getc_mask;   /* the signal mask outside readline() */
-static int repl_getc_gone;        /* repl_getc found the target gone */
+static sigset_t repl_getc_mask; /* the signal mask outside readline() */
+static int repl_getc_gone;      /* repl_getc found the target gone */
 
 /*
  * A ^D typed while an entry ran, when libedit did not hold the terminal,
@@ -290,7 +295,7 @@ static int repl_getc(FILE *in)
         n = read(pfd.fd, &c, 1);
         if (n == 1) return c == '\0' ? REPL_CTRL_D : c;
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        return -1;   /* end of input, or the terminal went away (EIO) */
+        return -1; /* end of input, or the terminal went away (EIO) */
     }
 }
 
@@ -319,7 +324,7 @@ static enum repl_read repl_edited_line(struct repl *r, const char *prompt)
     if (!line) return repl_getc_gone ? REPL_GONE : repl_no_line(r);
     rc = repl_append(r, line, strlen(line));
     if (rc == REPL_LINE && *line)
-        (void)repl_editline.add_history(line);   /* a line the history misses loses nothing else */
+        (void)repl_editline.add_history(line); /* a line the history misses loses nothing else */
     free(line);
     return rc;
 }
@@ -340,7 +345,7 @@ static enum repl_read repl_read_line(struct repl *r)
     rc = repl_plain_line(r, prompt);
 #endif
     if (rc != REPL_LINE || !session_signal_pending(r->session)) return rc;
-    return repl_no_line(r);   /* a signal after the line's last key */
+    return repl_no_line(r); /* a signal after the line's last key */
 }
 
 /* A newline on the terminal, where the prompt is, after ^C or ^D. */
@@ -376,7 +381,7 @@ static enum cli_exit repl_loop(struct repl *r)
             if (r->len) repl_unfinished(r);
             return CLI_EXIT_OK;
         case REPL_STOP:
-        case REPL_GONE:   /* session_end finds it gone and says so */
+        case REPL_GONE: /* session_end finds it gone and says so */
             repl_end_line(r);
             return CLI_EXIT_OK;
         case REPL_ERR:
@@ -386,7 +391,7 @@ static enum cli_exit repl_loop(struct repl *r)
         case REPL_GO_ON:
             continue;
         case REPL_ENDED:
-            return CLI_EXIT_OK;   /* session_end gives the real exit code */
+            return CLI_EXIT_OK; /* session_end gives the real exit code */
         case REPL_FAILED:
             return CLI_EXIT_FAIL;
         }
@@ -437,12 +442,16 @@ static void repl_history_dir(struct repl *r)
     if (fstat(fd, &st) < 0) {
         fprintf(stderr, "rbtrace: no history: cannot stat HOME (%s): %s\n", home, strerror(errno));
     } else if (st.st_uid != geteuid()) {
-        fprintf(stderr, "rbtrace: no history: HOME (%s) belongs to uid %u, not to uid %u that "
+        fprintf(stderr,
+                "rbtrace: no history: HOME (%s) belongs to uid %u, not to uid %u that "
                 "runs rbtrace (sudo -E keeps your HOME): run rbtrace as that user, or give it a "
-                "HOME of its own\n", home, (unsigned)st.st_uid, (unsigned)geteuid());
+                "HOME of its own\n",
+                home, (unsigned)st.st_uid, (unsigned)geteuid());
     } else if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-        fprintf(stderr, "rbtrace: no history: HOME (%s) may be written by other users; make it "
-                "yours alone (chmod go-w %s) or set HOME to a directory of your own\n", home, home);
+        fprintf(stderr,
+                "rbtrace: no history: HOME (%s) may be written by other users; make it "
+                "yours alone (chmod go-w %s) or set HOME to a directory of your own\n",
+                home, home);
     } else {
         r->history_dir = fd;
         return;
@@ -466,8 +475,10 @@ static int repl_history_check(int fd)
     else if (st.st_uid != geteuid()) why = "belongs to another user";
     else if (st.st_nlink != 1) why = "has other hard links";
     if (!why) return 0;
-    fprintf(stderr, "rbtrace: no history: %s/" REPL_HISTORY_FILE " %s; rbtrace keeps its history "
-            "only in a plain file of its own: remove it to start a new one\n", repl_home(), why);
+    fprintf(stderr,
+            "rbtrace: no history: %s/" REPL_HISTORY_FILE " %s; rbtrace keeps its history "
+            "only in a plain file of its own: remove it to start a new one\n",
+            repl_home(), why);
     return -1;
 }
 
@@ -476,13 +487,14 @@ static int repl_history_check(int fd)
  * do not create it); -1 when it must not be used (said why). */
 static int repl_history_open(struct repl *r, int flags)
 {
-    int fd = openat(r->history_dir, REPL_HISTORY_FILE,
-                    flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+    int fd = openat(r->history_dir, REPL_HISTORY_FILE, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+                    0600);
 
     if (fd < 0) {
         if (errno == ENOENT) return -2;
         if (errno == ELOOP)
-            fprintf(stderr, "rbtrace: no history: %s/" REPL_HISTORY_FILE " is a symbolic link; "
+            fprintf(stderr,
+                    "rbtrace: no history: %s/" REPL_HISTORY_FILE " is a symbolic link; "
                     "rbtrace reads and writes only a plain file there: remove the link\n",
                     repl_home());
         else
@@ -513,7 +525,7 @@ static void repl_history_load(struct repl *r)
     repl_history_dir(r);
     if (r->history_dir < 0) return;
     fd = repl_history_open(r, O_RDONLY);
-    if (fd == -2) return;   /* none yet */
+    if (fd == -2) return; /* none yet */
     if (fd < 0) {
         repl_history_off(r);
         return;
@@ -522,8 +534,10 @@ static void repl_history_load(struct repl *r)
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
     err = repl_editline.read_history(path);
     if (err != 0)
-        fprintf(stderr, "rbtrace: could not read the history file %s/" REPL_HISTORY_FILE ": %s "
-                "(it will be written anew)\n", repl_home(), strerror(err));
+        fprintf(stderr,
+                "rbtrace: could not read the history file %s/" REPL_HISTORY_FILE ": %s "
+                "(it will be written anew)\n",
+                repl_home(), strerror(err));
     close(fd);
 }
 
@@ -551,10 +565,10 @@ static void repl_history_save(struct repl *r)
     if (r->history_dir < 0) return;
     fd = repl_history_open(r, O_WRONLY);
     if (fd == -2) fd = repl_history_open(r, O_WRONLY | O_CREAT | O_EXCL);
-    if (fd < 0) return;   /* said why; -2 again: it came and went, leave it */
+    if (fd < 0) return; /* said why; -2 again: it came and went, leave it */
     if (ftruncate(fd, 0) < 0 || !(f = fdopen(fd, "w"))) {
-        fprintf(stderr, "rbtrace: could not write the history file %s/" REPL_HISTORY_FILE
-                ": %s\n", repl_home(), strerror(errno));
+        fprintf(stderr, "rbtrace: could not write the history file %s/" REPL_HISTORY_FILE ": %s\n",
+                repl_home(), strerror(errno));
         close(fd);
         return;
     }
@@ -563,8 +577,8 @@ static void repl_history_save(struct repl *r)
     for (i = 0; list && list[i]; i++)
         if (list[i]->line) repl_history_put_line(f, list[i]->line);
     if (fclose(f) != 0)
-        fprintf(stderr, "rbtrace: could not write the history file %s/" REPL_HISTORY_FILE
-                ": %s\n", repl_home(), strerror(errno));
+        fprintf(stderr, "rbtrace: could not write the history file %s/" REPL_HISTORY_FILE ": %s\n",
+                repl_home(), strerror(errno));
 }
 
 /* Loads libedit and sets it up: these before anything else of libedit's,
@@ -574,12 +588,14 @@ static int repl_editor_init(struct repl *r)
     char err[256];
 
     if (editline_load(&repl_editline, err, sizeof(err)) < 0) {
-        fprintf(stderr, "rbtrace: could not load libedit (%s): lines are read plain, "
-                "without editing or history; install libedit (Debian: libedit2) for them\n", err);
+        fprintf(stderr,
+                "rbtrace: could not load libedit (%s): lines are read plain, "
+                "without editing or history; install libedit (Debian: libedit2) for them\n",
+                err);
         return -1;
     }
-    *repl_editline.readline_name = "rbtrace";   /* for "rbtrace:" lines in ~/.editrc */
-    *repl_editline.catch_signals = 0;           /* see the top of this file */
+    *repl_editline.readline_name = "rbtrace"; /* for "rbtrace:" lines in ~/.editrc */
+    *repl_editline.catch_signals = 0;         /* see the top of this file */
     *repl_editline.getc_function = repl_getc;
     repl_getc_session = r->session;
     repl_history_load(r);

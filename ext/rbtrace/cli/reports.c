@@ -32,13 +32,20 @@ int reports_is_report(enum options_mode mode)
 const char *reports_option(enum options_mode mode)
 {
     switch (mode) {
-    case OPTIONS_MODE_BACKTRACES: return "-b";
-    case OPTIONS_MODE_BACKTRACE: return "--backtrace";
-    case OPTIONS_MODE_MEMORY: return "--memory";
-    case OPTIONS_MODE_HEAPDUMP: return "--heapdump";
-    case OPTIONS_MODE_SHAPESDUMP: return "--shapesdump";
-    case OPTIONS_MODE_FORK: return "--fork";
-    default: return "the report";
+    case OPTIONS_MODE_BACKTRACES:
+        return "-b";
+    case OPTIONS_MODE_BACKTRACE:
+        return "--backtrace";
+    case OPTIONS_MODE_MEMORY:
+        return "--memory";
+    case OPTIONS_MODE_HEAPDUMP:
+        return "--heapdump";
+    case OPTIONS_MODE_SHAPESDUMP:
+        return "--shapesdump";
+    case OPTIONS_MODE_FORK:
+        return "--fork";
+    default:
+        return "the report";
     }
 }
 
@@ -62,8 +69,10 @@ static char *reports_absolute(const char *path, char *errstr)
     }
     cwd = getcwd(NULL, 0);
     if (!cwd) {
-        snprintf(errstr, CLI_ERRLEN, "cannot make %s absolute: getcwd: %s (give an absolute "
-                 "file name)", path, strerror(errno));
+        snprintf(errstr, CLI_ERRLEN,
+                 "cannot make %s absolute: getcwd: %s (give an absolute "
+                 "file name)",
+                 path, strerror(errno));
         return NULL;
     }
     len = strlen(cwd) + 1 + strlen(path) + 1;

@@ -16,7 +16,7 @@
  * the socket has nothing more to read, so that a busy trace costs few
  * writes and a quiet one still shows at once.
  */
-#define _GNU_SOURCE   /* accept4, pipe2, struct ucred */
+#define _GNU_SOURCE /* accept4, pipe2, struct ucred */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -62,13 +62,13 @@ static char session_out_buffer[SESSION_OUT_BUFFER];
 
 /* What a wait ended with. */
 enum session_wait {
-    SESSION_DONE,       /* the flag we waited for was set */
-    SESSION_TIMEOUT,    /* the deadline passed */
-    SESSION_SIGNAL,     /* the user asked us to stop */
-    SESSION_EOF,        /* the target closed the connection */
-    SESSION_GONE,       /* the target exited */
-    SESSION_MALFORMED,  /* the target sent something we cannot decode */
-    SESSION_FAILED      /* our error (output, memory), in errstr */
+    SESSION_DONE,      /* the flag we waited for was set */
+    SESSION_TIMEOUT,   /* the deadline passed */
+    SESSION_SIGNAL,    /* the user asked us to stop */
+    SESSION_EOF,       /* the target closed the connection */
+    SESSION_GONE,      /* the target exited */
+    SESSION_MALFORMED, /* the target sent something we cannot decode */
+    SESSION_FAILED     /* our error (output, memory), in errstr */
 };
 
 /* Bytes read from the socket: data[head, tail) are not decoded yet. */
@@ -82,28 +82,28 @@ struct session_input {
 struct session {
     const struct options *opts;
     struct attach at;
-    struct format *format;     /* how the trace is written (--format) */
-    FILE *out;                 /* stdout or the -o file */
+    struct format *format; /* how the trace is written (--format) */
+    FILE *out;             /* stdout or the -o file */
     struct session_input in;
-    struct stream stream;      /* the decoder of the target's bytes */
-    int timeout_ms;            /* --timeout */
-    int eval_timeout_ms;       /* the eval's: --timeout, or longer for the dumps */
-    sig_atomic_t signals_seen; /* signals already acted on */
-    int answered;              /* ATTACHED or REFUSED received */
-    int attached;              /* ATTACHED received */
-    int detached;              /* DETACHED received */
-    uint64_t features;         /* ATTACHED's: what the target can do */
-    int stream_broken;         /* undecodable bytes: stop reading */
-    int eval_done;             /* our EVAL_RESULT received */
-    enum cli_exit eval_exit;   /* the exit code that result calls for */
-    uint32_t eval_id;          /* the id of the eval we wait for */
+    struct stream stream;        /* the decoder of the target's bytes */
+    int timeout_ms;              /* --timeout */
+    int eval_timeout_ms;         /* the eval's: --timeout, or longer for the dumps */
+    sig_atomic_t signals_seen;   /* signals already acted on */
+    int answered;                /* ATTACHED or REFUSED received */
+    int attached;                /* ATTACHED received */
+    int detached;                /* DETACHED received */
+    uint64_t features;           /* ATTACHED's: what the target can do */
+    int stream_broken;           /* undecodable bytes: stop reading */
+    int eval_done;               /* our EVAL_RESULT received */
+    enum cli_exit eval_exit;     /* the exit code that result calls for */
+    uint32_t eval_id;            /* the id of the eval we wait for */
     session_eval_sink eval_sink; /* the REPL's: takes the result instead of */
-    void *eval_sink_ctx;       /* printing it as -e does; NULL for -e */
-    int ended;                 /* the REPL's session cannot go on: */
-    enum session_wait end_wait; /* how its last wait ended */
-    int64_t quiet_since_ms;    /* when the socket was last found empty with a
+    void *eval_sink_ctx;         /* printing it as -e does; NULL for -e */
+    int ended;                   /* the REPL's session cannot go on: */
+    enum session_wait end_wait;  /* how its last wait ended */
+    int64_t quiet_since_ms;      /* when the socket was last found empty with a
                                   raise line held, or 0: the quiet's start */
-    char errstr[CLI_ERRLEN];   /* why the session failed (SESSION_FAILED) */
+    char errstr[CLI_ERRLEN];     /* why the session failed (SESSION_FAILED) */
 };
 
 /* ---- signals ---- */
@@ -265,9 +265,10 @@ static int session_on_attached(struct session *s, const struct rbtrace_event *ev
 {
     s->answered = 1;
     if (ev->number != RBTRACE_PROTOCOL_VERSION) {
-        session_status(s, "rbtrace: process %d speaks protocol version %llu, this rbtrace %d: "
-                       "use the rbtrace of the app's gem", (int)s->at.pid,
-                       (unsigned long long)ev->number, RBTRACE_PROTOCOL_VERSION);
+        session_status(s,
+                       "rbtrace: process %d speaks protocol version %llu, this rbtrace %d: "
+                       "use the rbtrace of the app's gem",
+                       (int)s->at.pid, (unsigned long long)ev->number, RBTRACE_PROTOCOL_VERSION);
         return CLI_OK;
     }
     s->attached = 1;
@@ -282,15 +283,18 @@ static int session_on_attached(struct session *s, const struct rbtrace_event *ev
 static int session_on_refused(struct session *s, const struct rbtrace_event *ev)
 {
     s->answered = 1;
-    if (ev->number == RBTRACE_REFUSED_BUSY && ev->pid == 0)   /* a client outside its PID namespace */
-        session_status(s, "rbtrace: process %d is already traced by an rbtrace outside its "
-                       "container; stop that tracer first", (int)s->at.pid);
+    if (ev->number == RBTRACE_REFUSED_BUSY && ev->pid == 0) /* a client outside its PID namespace */
+        session_status(s,
+                       "rbtrace: process %d is already traced by an rbtrace outside its "
+                       "container; stop that tracer first",
+                       (int)s->at.pid);
     else if (ev->number == RBTRACE_REFUSED_BUSY)
-        session_status(s, "rbtrace: process %d is already traced by rbtrace (pid %llu%s); stop "
-                       "that tracer first", (int)s->at.pid, (unsigned long long)ev->pid,
+        session_status(s,
+                       "rbtrace: process %d is already traced by rbtrace (pid %llu%s); stop "
+                       "that tracer first",
+                       (int)s->at.pid, (unsigned long long)ev->pid,
                        s->at.ct.pid_ns ? ", inside its container" : "");
-    else
-        session_status_text(s, 0, ev->text, "rbtrace: ");
+    else session_status_text(s, 0, ev->text, "rbtrace: ");
     return CLI_OK;
 }
 
@@ -330,8 +334,10 @@ static int session_on_report_result(struct session *s, const struct rbtrace_even
         session_container_file(s, ev->text);
         return CLI_OK;
     case RBTRACE_EVAL_TIMEOUT:
-        session_status(s, "rbtrace: %s did not finish within %g s; it was stopped in the "
-                       "process (give a longer --timeout)", what, s->eval_timeout_ms / 1000.0);
+        session_status(s,
+                       "rbtrace: %s did not finish within %g s; it was stopped in the "
+                       "process (give a longer --timeout)",
+                       what, s->eval_timeout_ms / 1000.0);
         return CLI_OK;
     default:
         session_status_text(s, 1, ev->text, "rbtrace: %s failed in process %d: ", what,
@@ -362,8 +368,10 @@ static int session_on_eval_result(struct session *s, const struct rbtrace_event 
         session_status_text(s, 1, ev->text, "rbtrace: syntax error in the code: ");
         return CLI_OK;
     case RBTRACE_EVAL_TIMEOUT:
-        session_status(s, "rbtrace: the code did not finish within %g s; it was stopped in the "
-                       "process", s->eval_timeout_ms / 1000.0);
+        session_status(s,
+                       "rbtrace: the code did not finish within %g s; it was stopped in the "
+                       "process",
+                       s->eval_timeout_ms / 1000.0);
         return CLI_OK;
     }
     session_status_text(s, 0, ev->text, "rbtrace: unknown eval status %u: ", ev->status);
@@ -557,7 +565,7 @@ static enum session_wait session_poll(struct session *s, struct pollfd *fds, int
             if (session_flush(s) != CLI_OK) return SESSION_FAILED;
         }
     }
-    if (n > 0) s->quiet_since_ms = 0;   /* events (or a signal): not quiet */
+    if (n > 0) s->quiet_since_ms = 0; /* events (or a signal): not quiet */
     if (n >= 0) return SESSION_DONE;
     if (errno == EINTR) return SESSION_SIGNAL;
     snprintf(s->errstr, sizeof(s->errstr), "poll: %s", strerror(errno));
@@ -565,8 +573,8 @@ static enum session_wait session_poll(struct session *s, struct pollfd *fds, int
 }
 
 /* session_wait's loop, with the session's signals blocked but in ppoll. */
-static enum session_wait session_wait_events(struct session *s, const int *flag,
-                                             int64_t deadline, const sigset_t *outside)
+static enum session_wait session_wait_events(struct session *s, const int *flag, int64_t deadline,
+                                             const sigset_t *outside)
 {
     int64_t now = cli_now_ms(), next_tick = now + SESSION_TICK_MS;
 
@@ -587,7 +595,7 @@ static enum session_wait session_wait_events(struct session *s, const int *flag,
         }
         if (deadline >= 0 && now >= deadline) return SESSION_TIMEOUT;
         rc = session_poll(s, fds, session_poll_ms(now, next_tick, deadline), outside);
-        if (rc == SESSION_SIGNAL) continue;   /* counted, if it was ours: see above */
+        if (rc == SESSION_SIGNAL) continue; /* counted, if it was ours: see above */
         if (rc != SESSION_DONE) return rc;
         if (fds[1].revents) session_drain_wake();
         if (fds[0].revents && (rc = session_read(s)) != SESSION_DONE) return rc;
@@ -632,8 +640,7 @@ static enum session_wait session_wait(struct session *s, const int *flag, int64_
 static int session_buffer_output(struct session *s)
 {
     if (isatty(fileno(s->out))) return CLI_OK;
-    if (setvbuf(s->out, session_out_buffer, _IOFBF, sizeof(session_out_buffer)) == 0)
-        return CLI_OK;
+    if (setvbuf(s->out, session_out_buffer, _IOFBF, sizeof(session_out_buffer)) == 0) return CLI_OK;
     snprintf(s->errstr, sizeof(s->errstr), "could not buffer the output");
     return CLI_ERR;
 }
@@ -668,7 +675,8 @@ static int session_init(struct session *s, const struct options *opts)
                                    opts->raise_all, opts->gvl_ms >= 0,
                                    (uint64_t)(opts->gvl_ms * 1e6 + 0.5), opts->alloc,
                                    opts->alloc_sample, opts->thread_names },
-                                 (int)opts->pid, opts->sort };
+                                 (int)opts->pid,
+                                 opts->sort };
 
     memset(s, 0, sizeof(*s));
     s->opts = opts;
@@ -717,8 +725,7 @@ static enum cli_exit session_close(struct session *s, enum cli_exit rc)
         session_wake[i] = -1;
     }
     if (s->out && s->out != stdout && fclose(s->out) != 0) {
-        fprintf(stderr, "rbtrace: could not write %s: %s\n", s->opts->output_path,
-                strerror(errno));
+        fprintf(stderr, "rbtrace: could not write %s: %s\n", s->opts->output_path, strerror(errno));
         if (rc == CLI_EXIT_OK) rc = CLI_EXIT_FAIL;
     }
     s->out = NULL;
@@ -908,12 +915,16 @@ static enum cli_exit session_send_gvl(struct session *s)
     if (o->gvl_ms < 0) return CLI_EXIT_OK;
     if (s->features & RBTRACE_FEATURE_GVL) return session_send_bare(s, RBTRACE_CMD_GVL);
     if (o->mode == OPTIONS_MODE_NONE && o->slow_ms < 0 && !o->gc && !o->raises) {
-        session_status(s, "rbtrace: --gvl needs Ruby 3.2 or newer (its thread event hooks), and "
-                       "process %d runs an older Ruby: nothing to trace", (int)s->at.pid);
+        session_status(s,
+                       "rbtrace: --gvl needs Ruby 3.2 or newer (its thread event hooks), and "
+                       "process %d runs an older Ruby: nothing to trace",
+                       (int)s->at.pid);
         return CLI_EXIT_FAIL;
     }
-    session_status(s, "*** --gvl needs Ruby 3.2 or newer (its thread event hooks), and process %d "
-                   "runs an older Ruby: tracing without GVL waits", (int)s->at.pid);
+    session_status(s,
+                   "*** --gvl needs Ruby 3.2 or newer (its thread event hooks), and process %d "
+                   "runs an older Ruby: tracing without GVL waits",
+                   (int)s->at.pid);
     return CLI_EXIT_OK;
 }
 
@@ -1031,8 +1042,7 @@ static enum cli_exit session_eval(struct session *s)
     enum session_wait w;
 
     if (session_send_resume(s) != CLI_EXIT_OK) return session_detach(s, CLI_EXIT_FAIL);
-    w = session_wait(s, &s->eval_done,
-                     cli_now_ms() + s->eval_timeout_ms + SESSION_EVAL_GRACE_MS);
+    w = session_wait(s, &s->eval_done, cli_now_ms() + s->eval_timeout_ms + SESSION_EVAL_GRACE_MS);
     if (w == SESSION_DONE) return session_detach(s, s->eval_exit);
     if (w == SESSION_TIMEOUT)
         session_status(s, "rbtrace: no eval result from process %d within %g s", (int)s->at.pid,
@@ -1109,7 +1119,7 @@ enum session_eval_end session_eval_code(struct session *s, const char *code, uin
     memset(&cmd, 0, sizeof(cmd));
     cmd.type = RBTRACE_CMD_EVAL;
     cmd.client_pid = (uint32_t)getpid();
-    cmd.eval_id = ++s->eval_id;   /* a late answer to an earlier one is ignored */
+    cmd.eval_id = ++s->eval_id; /* a late answer to an earlier one is ignored */
     cmd.text.ptr = code;
     cmd.text.len = len;
     cmd.timeout_ms = (uint32_t)s->timeout_ms;

@@ -29,10 +29,10 @@ typedef void (*session_eval_sink)(void *ctx, uint32_t status, const char *text, 
 
 /* How session_eval_code ended. */
 enum session_eval_end {
-    SESSION_EVAL_ANSWERED,     /* the sink had the result */
-    SESSION_EVAL_INTERRUPTED,  /* ^C (SIGINT) while waiting; the code may still run */
-    SESSION_EVAL_UNANSWERED,   /* no answer within --timeout and a grace period */
-    SESSION_EVAL_ENDED         /* the target went away, the user stopped us (SIGTERM,
+    SESSION_EVAL_ANSWERED,    /* the sink had the result */
+    SESSION_EVAL_INTERRUPTED, /* ^C (SIGINT) while waiting; the code may still run */
+    SESSION_EVAL_UNANSWERED,  /* no answer within --timeout and a grace period */
+    SESSION_EVAL_ENDED        /* the target went away, the user stopped us (SIGTERM,
                                 * SIGHUP) or an error: only session_end is left, and
                                 * it says what happened */
 };

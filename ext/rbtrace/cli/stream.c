@@ -35,8 +35,7 @@ static enum stream_result stream_fail(struct stream *s, enum stream_result rc, c
 /* A _NEXT event made whole; STREAM_BAD_EVENT if there is no call before it. */
 static enum stream_result stream_resolve(struct stream *s)
 {
-    if (rbtrace_call_chain_resolve(&s->chain, s->ev, s->errstr) == RBTRACE_OK)
-        return STREAM_EVENT;
+    if (rbtrace_call_chain_resolve(&s->chain, s->ev, s->errstr) == RBTRACE_OK) return STREAM_EVENT;
     return STREAM_BAD_EVENT;
 }
 
@@ -57,7 +56,7 @@ static enum stream_result stream_generic(struct stream *s, const char *p, size_t
     case RBTRACE_SCAN_INVALID:
         return stream_fail(s, STREAM_BROKEN, "invalid msgpack");
     }
-    msgpack_zone_clear(&s->zone);   /* the previous event's objects; keeps its memory */
+    msgpack_zone_clear(&s->zone); /* the previous event's objects; keeps its memory */
     if (msgpack_unpack(p, size, &off, &s->zone, &obj) != MSGPACK_UNPACK_SUCCESS)
         return stream_fail(s, STREAM_BROKEN, "invalid msgpack (nested too deep, or out of memory)");
     *used = off;
@@ -65,11 +64,11 @@ static enum stream_result stream_generic(struct stream *s, const char *p, size_t
     return stream_resolve(s);
 }
 
-enum stream_result stream_next_other(struct stream *s, const char *p, size_t avail,
-                                     size_t *used, int fast)
+enum stream_result stream_next_other(struct stream *s, const char *p, size_t avail, size_t *used,
+                                     int fast)
 {
     s->fast = 0;
     s->errstr[0] = '\0';
-    if (fast < 0) return STREAM_PARTIAL;   /* the rest of a CALL or RETURN is still to come */
+    if (fast < 0) return STREAM_PARTIAL; /* the rest of a CALL or RETURN is still to come */
     return stream_generic(s, p, avail, used);
 }

@@ -61,8 +61,8 @@ static inline enum stream_result stream_next(struct stream *s, const char *p, si
 
 /* stream_next's path for anything but a whole CALL or RETURN (fast, the
  * result of rbtrace_event_decode_call_bytes). */
-enum stream_result stream_next_other(struct stream *s, const char *p, size_t avail,
-                                     size_t *used, int fast);
+enum stream_result stream_next_other(struct stream *s, const char *p, size_t avail, size_t *used,
+                                     int fast);
 
 /* Inline: the client's hot path. The fast path first: CALL and RETURN
  * straight from their bytes, resolved against the chain. */

@@ -24,7 +24,8 @@
 #define TRACERS_READ_CHUNK 65536
 
 /* What the messages say a line should be. */
-#define TRACERS_SELECTOR_FORMS "meth, Class#meth, Class.meth, Class# or Class., optionally (expressions)"
+#define TRACERS_SELECTOR_FORMS \
+    "meth, Class#meth, Class.meth, Class# or Class., optionally (expressions)"
 
 /* ---- the shipped directory ---- */
 
@@ -55,17 +56,20 @@ int tracers_dir(char *dir, size_t len, char *errstr, size_t errlen)
     }
     n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n < 0 || (size_t)n >= sizeof(exe) - 1) {
-        snprintf(errstr, errlen, "cannot find the shipped tracers: /proc/self/exe: %s; set %s "
-                 "to rbtrace's tracers directory", n < 0 ? strerror(errno) : "path too long",
-                 TRACERS_DIR_ENV);
+        snprintf(errstr, errlen,
+                 "cannot find the shipped tracers: /proc/self/exe: %s; set %s "
+                 "to rbtrace's tracers directory",
+                 n < 0 ? strerror(errno) : "path too long", TRACERS_DIR_ENV);
         return CLI_ERR;
     }
     exe[n] = '\0';
     /* .../lib/rbtrace/rbtrace-client -> .../tracers */
     if (tracers_strip_components(exe, 3) != CLI_OK ||
         (size_t)snprintf(dir, len, "%s/tracers", exe) >= len) {
-        snprintf(errstr, errlen, "cannot find the shipped tracers from the client's path; set %s "
-                 "to rbtrace's tracers directory", TRACERS_DIR_ENV);
+        snprintf(errstr, errlen,
+                 "cannot find the shipped tracers from the client's path; set %s "
+                 "to rbtrace's tracers directory",
+                 TRACERS_DIR_ENV);
         return CLI_ERR;
     }
     return CLI_OK;
@@ -142,10 +146,13 @@ static void tracers_unknown(const char *name, const char *dir, char *errstr, siz
     char list[CLI_ERRLEN / 2];
 
     if (tracers_list(dir, list, sizeof(list)) == CLI_OK)
-        snprintf(errstr, errlen, "unknown tracer '%s': the shipped tracers are %s; to read a "
-                 "file of your own, give its path (./%s)", name, list, name);
+        snprintf(errstr, errlen,
+                 "unknown tracer '%s': the shipped tracers are %s; to read a "
+                 "file of your own, give its path (./%s)",
+                 name, list, name);
     else
-        snprintf(errstr, errlen, "unknown tracer '%s', and the shipped tracers cannot be listed "
+        snprintf(errstr, errlen,
+                 "unknown tracer '%s', and the shipped tracers cannot be listed "
                  "(%s): set %s to rbtrace's tracers directory, or give the path of a file",
                  name, list, TRACERS_DIR_ENV);
 }
@@ -166,8 +173,8 @@ static int tracers_valid_name(const char *name)
 /* ---- reading ---- */
 
 /* Reads fd whole into a new NUL-terminated buffer; *size its length. */
-static int tracers_slurp(int fd, const char *path, char **text, size_t *size,
-                         char *errstr, size_t errlen)
+static int tracers_slurp(int fd, const char *path, char **text, size_t *size, char *errstr,
+                         size_t errlen)
 {
     size_t len = 0, cap = 0;
     char *buf = NULL;
@@ -208,8 +215,8 @@ fail:
 }
 
 /* Opens path (a regular file, a pipe...) and reads it into tf->text. */
-static int tracers_load(struct tracer_file *tf, const char *path, size_t *size,
-                        char *errstr, size_t errlen)
+static int tracers_load(struct tracer_file *tf, const char *path, size_t *size, char *errstr,
+                        size_t errlen)
 {
     struct stat st;
     int fd, rc;
@@ -338,8 +345,8 @@ static int tracers_add(struct tracer_file *tf, const char *selector, size_t *cap
 }
 
 /* Cuts tf->text (size bytes) into selectors, line by line. */
-static int tracers_parse(struct tracer_file *tf, const char *path, size_t size,
-                         char *errstr, size_t errlen)
+static int tracers_parse(struct tracer_file *tf, const char *path, size_t size, char *errstr,
+                         size_t errlen)
 {
     char *line = tf->text, *end = tf->text + size;
     size_t cap = 0;
@@ -355,8 +362,8 @@ static int tracers_parse(struct tracer_file *tf, const char *path, size_t size,
 
         lineno++;
         if (len > TRACERS_LINE_MAX) {
-            snprintf(errstr, errlen, "%s:%u: line longer than %d bytes: one selector a line",
-                     path, lineno, TRACERS_LINE_MAX);
+            snprintf(errstr, errlen, "%s:%u: line longer than %d bytes: one selector a line", path,
+                     lineno, TRACERS_LINE_MAX);
             return CLI_ERR;
         }
         if (memchr(line, '\0', len)) {
@@ -379,8 +386,8 @@ static int tracers_parse(struct tracer_file *tf, const char *path, size_t size,
         }
     }
     if (tf->n_selectors == 0) {
-        snprintf(errstr, errlen, "tracer file %s has no selectors: write one a line (%s)",
-                 path, TRACERS_SELECTOR_FORMS);
+        snprintf(errstr, errlen, "tracer file %s has no selectors: write one a line (%s)", path,
+                 TRACERS_SELECTOR_FORMS);
         return CLI_ERR;
     }
     return CLI_OK;

@@ -24,10 +24,10 @@
 
 /* One tracer file, read. */
 struct tracer_file {
-    char *text;                /* the file's bytes, each selector NUL-terminated
+    char *text;             /* the file's bytes, each selector NUL-terminated
                                   in place; owned (malloc) */
-    const char **selectors;    /* the selectors in file order, into text; owned */
-    size_t n_selectors;        /* at least one when tracer_file_read succeeded */
+    const char **selectors; /* the selectors in file order, into text; owned */
+    size_t n_selectors;     /* at least one when tracer_file_read succeeded */
 };
 
 /*

@@ -25,7 +25,7 @@
  * (", expecting end-of-input") makes the entry wrong. An entry with another
  * error besides an unfinished one may wait for more lines: ^C drops it.
  */
-#define _GNU_SOURCE   /* memmem */
+#define _GNU_SOURCE /* memmem */
 #include <string.h>
 #include "unfinished.h"
 
@@ -47,7 +47,7 @@ static long prism_caret_column(const char *text, const char *at)
     for (; p < at && (*p == ' ' || *p == '^' || *p == '~'); p++)
         if (*p == '^' && !caret) caret = p;
     if (p != at || !caret || caret < bar + 2) return -1;
-    return (long)(caret - (bar + 2));   /* the source follows "| " */
+    return (long)(caret - (bar + 2)); /* the source follows "| " */
 }
 
 /* The length of the source line prism marks as in error ("> N | code"),
@@ -57,13 +57,13 @@ static long prism_marked_length(const char *text, const char *diag)
     const char *p = diag;
 
     while (p > text) {
-        const char *end = p - 1;   /* the newline that ends the line above */
+        const char *end = p - 1; /* the newline that ends the line above */
         const char *start = line_start(text, end), *bar;
 
         p = start;
         if (*start != '>') continue;
         if ((bar = memchr(start, '|', (size_t)(end - start))) == NULL) return -1;
-        if (bar + 1 == end) return 0;   /* an empty line, without its space */
+        if (bar + 1 == end) return 0; /* an empty line, without its space */
         return (long)(end - (bar + 2));
     }
     return -1;
