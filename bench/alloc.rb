@@ -91,28 +91,6 @@ VERNIER_APP = <<~RUBY
   end
 RUBY
 
-# One round of the app in mode: [cpu seconds, wall seconds].
-def round(app_in, app_out, pid, args)
-  client = nil
-  if args
-    client = Open3.popen3(CLIENT, '-p', pid.to_s, *args)
-    _cin, cout, cerr, = client
-    loop do # until "*** attached to process N"
-      l = cerr.gets
-      break if l.nil? || l.include?('attached')
-    end
-    Thread.new { cout.read } # the trace, read and dropped
-    sleep 0.2 # the commands that follow the attach
-  end
-  app_in.puts('go')
-  cpu, wall = app_out.gets.split.map { |v| Float(v) }
-  if client
-    Process.kill(:INT, client[3].pid)
-    client[3].value
-  end
-  [cpu, wall]
-end
-
 def table_rows(results, modes)
   base_cpu = median(results['untraced'].map(&:first))
   base_wall = median(results['untraced'].map(&:last))
@@ -124,17 +102,9 @@ def table_rows(results, modes)
 end
 
 require_build!
-app_in, app_out, app_err, app = Open3.popen3(RbConfig.ruby, '-I', LIB, '-rrbtrace', '-e', APP)
-app_out.gets # ready
-app_in.puts('go') # warm-up, untraced
-app_out.gets
-results = Hash.new { |h, k| h[k] = [] }
-RUNS.times do
-  MODES.each { |name, args| results[name] << round(app_in, app_out, app.pid, args) }
-end
-app_in.close
-app.value
-app_err.close
+# One workload: the app answers any line with a round.
+results = interleaved_rounds(APP, ['go'], MODES, RUNS) { |line| line.split.map { |v| Float(v) } }
+          .transform_keys(&:last)
 
 puts "#### --alloc: one thread allocating 3 objects an iteration (#{RUBY_DESCRIPTION})"
 puts

@@ -22,7 +22,6 @@
 #
 # BENCH_RUNS: rounds per mode (default 5); BENCH_WORK: loop iterations per
 # thread and round (default 10_000_000).
-require 'open3'
 require 'rbconfig'
 require 'time'
 
@@ -71,41 +70,7 @@ unless IO.popen([RbConfig.ruby, '-I', LIB, '-rrbtrace', '-e', 'print RBTrace.gvl
   exit 0 # bench/all goes on
 end
 
-# One round of workload in mode: [cpu seconds, wall seconds].
-def round(app_in, app_out, pid, workload, args)
-  client = nil
-  if args
-    client = Open3.popen3(CLIENT, '-p', pid.to_s, *args)
-    _cin, cout, cerr, = client
-    loop do # until "*** attached to process N"
-      l = cerr.gets
-      break if l.nil? || l.include?('attached')
-    end
-    Thread.new { cout.read } # the trace, read and dropped
-    sleep 0.2 # the commands that follow the attach
-  end
-  app_in.puts(workload)
-  cpu, wall = app_out.gets.split.map { |v| Float(v) }
-  if client
-    Process.kill(:INT, client[3].pid)
-    client[3].value
-  end
-  [cpu, wall]
-end
-
-app_in, app_out, app_err, app = Open3.popen3(RbConfig.ruby, '-I', LIB, '-rrbtrace', '-e', APP)
-app_out.gets # ready
-results = Hash.new { |h, k| h[k] = [] }
-%w[slices pass].each do |workload|
-  app_in.puts(workload) # warm-up, untraced
-  app_out.gets
-  RUNS.times do
-    MODES.each { |name, args| results[[workload, name]] << round(app_in, app_out, app.pid, workload, args) }
-  end
-end
-app_in.close
-app.value
-app_err.close
+results = interleaved_rounds(APP, %w[slices pass], MODES, RUNS) { |line| line.split.map { |v| Float(v) } }
 
 puts "#### --gvl: two threads of CPU-bound Ruby (#{RUBY_DESCRIPTION})"
 puts

@@ -1,9 +1,11 @@
 # frozen_string_literal: true
 
 # bench/support.rb - what the bench/*.rb scripts share: where the build is,
-# the checks that it runs with this Ruby, a median, callgrind's count, and
-# the build of bench/hook_floor.
+# the checks that it runs with this Ruby, a median, callgrind's count, the
+# build of bench/hook_floor, attaching a client, and rounds of an app under
+# modes side by side.
 require 'fileutils'
+require 'open3'
 require 'rbconfig'
 require 'tempfile'
 
@@ -48,6 +50,57 @@ module BenchSupport
     end
     kill_and_reap(pid)
     abort "bench/#{File.basename($PROGRAM_NAME)}: #{command.join(' ')} did not attach:\n#{said}"
+  end
+
+  # Runs the block while a client with args (nil: none, the round is
+  # untraced) is attached to pid: the client's trace goes to a pipe read
+  # and dropped, the commands that follow its attach get 0.2 s, and once
+  # the block is done the client is interrupted (SIGINT, as ^C) and reaped.
+  # What the block returns.
+  def with_client(pid, args)
+    return yield unless args
+
+    out_r, out_w = IO.pipe
+    client, err_r = spawn_attached([CLIENT, '-p', pid.to_s, *args], out: out_w)
+    out_w.close
+    reader = Thread.new { out_r.read } # the trace, read and dropped
+    sleep 0.2 # the commands that follow the attach
+    result = yield
+    Process.kill(:INT, client)
+    Process.wait(client)
+    reader.join
+    [out_r, err_r].each(&:close)
+    result
+  end
+
+  # Starts app (Ruby code, run with rbtrace loaded, that prints "ready", then
+  # answers each line it reads, a workload's name, with one line: its
+  # figures for a round of that workload), and for each of workloads runs a
+  # round untraced (a warm-up), then runs times each of modes ([name, the
+  # client's arguments or nil for untraced]) in turn, so that the machine's
+  # moods fall on every mode alike. {[workload, mode's name] => [what the
+  # block makes of each round's line, ...]}
+  def interleaved_rounds(app, workloads, modes, runs)
+    app_in, app_out, app_err, wait = Open3.popen3(RbConfig.ruby, '-I', LIB, '-rrbtrace', '-e', app)
+    app_out.gets # ready
+    results = Hash.new { |h, k| h[k] = [] }
+    workloads.each do |workload|
+      app_in.puts(workload) # warm-up, untraced
+      app_out.gets
+      runs.times do
+        modes.each do |name, args|
+          line = with_client(wait.pid, args) do
+            app_in.puts(workload)
+            app_out.gets
+          end
+          results[[workload, name]] << yield(line)
+        end
+      end
+    end
+    app_in.close
+    wait.value
+    app_err.close
+    results
   end
 
   # Kills each of pids (nil ones skipped) and reaps it: what every script's
