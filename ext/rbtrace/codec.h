@@ -168,11 +168,14 @@ static inline __attribute__((always_inline)) size_t rbtrace_put_uint(char *out, 
 
 /* The hot path's form of rbtrace_event_pack_call: the same bytes, written
  * straight into out (at least RBTRACE_CALL_EVENT_MAX bytes) without the
- * packer's callbacks. Returns the length. */
+ * packer's callbacks. Returns the length. Always inline: called out of line
+ * (GCC did, once trace.c grew), the firehose's hook needs a stack frame on
+ * every event, even those that never take this way (bench/RESULTS.md,
+ * per_call_callgrind: 13 instructions an event). */
 #define RBTRACE_CALL_EVENT_MAX 29
-static inline size_t rbtrace_event_encode_call(char *out, enum rbtrace_event_type type,
-                                               uint64_t thread_id, uint64_t time_ns,
-                                               uint64_t method_id)
+static inline __attribute__((always_inline)) size_t
+rbtrace_event_encode_call(char *out, enum rbtrace_event_type type, uint64_t thread_id,
+                          uint64_t time_ns, uint64_t method_id)
 {
     size_t n = 0;
 
