@@ -116,8 +116,11 @@ RSpec.describe 'a Rails app under a Puma cluster' do
     worker, = boot_rails
     start_wrk
     client = while_requesting('/posts') do
+      # Until each statement asserted below was seen: /posts loads its authors
+      # with IN (?, ...), the N+1 requests one by one (= ? LIMIT ?).
       trace_until([worker], '-c', 'activerecord', 'rack', 'puma',
-                  patterns: [/Author Load/, /COUNT/, /Puma::Server#process_client </])
+                  patterns: [/Post Load/, /Author Load", sql="SELECT [^\n]* = \? LIMIT \?"/, /COUNT/,
+                             /Puma::Server#process_client </])
     end
     stop_wrk
     out = unescaped(client.stdout)
@@ -212,7 +215,10 @@ RSpec.describe 'a Rails app under a Puma cluster' do
     worker, = boot_rails
     start_wrk
     client = while_requesting('/posts/slow') do
-      trace_until([worker], '--slow', '5', patterns: [/PostsController#slow </, /Puma::Server#process_client </])
+      # Puma::Request#handle_request ends with each request; process_client
+      # not while wrk keeps its connections (nor when the requester's lands
+      # on the other worker).
+      trace_until([worker], '--slow', '5', patterns: [/PostsController#slow </, /Puma::Request#handle_request </])
     end
     stop_wrk
     lines = client.stdout.lines.map(&:chomp).grep(/ <\d+\.\d{6}>\z/)
@@ -227,7 +233,9 @@ RSpec.describe 'a Rails app under a Puma cluster' do
     expect(lines).to include(a_string_matching(/ {80}\[d#{depth + 5}\] Report#format_line <0\.0\d{5}>\z/))
     expect(lines).to include(a_string_matching(/ {80}\[d#{depth + 6}\] Kernel#sleep <0\.0\d{5}>\z/))
     # Shallower ones are indented, not marked.
-    expect(lines.grep(/Puma::Server#process_client </)).to all(match(/\A(\[t\d+\] )?Puma::Server#process_client </))
+    shallow = lines.grep(/Puma::Request#handle_request </)
+    expect(shallow).not_to be_empty
+    expect(shallow).to all(match(/\A(\[t\d+\] )? {0,8}Puma::Request#handle_request </))
   end
 
   it '-p WORKER WORKER traces both workers at once, each line marked with its pid' do
