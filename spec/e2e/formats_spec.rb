@@ -36,6 +36,20 @@ RSpec.describe '--format' do
   # dies, and the writer has sent them. Killed from outside, it could be
   # between two rounds (in GC.start) with no call open, or just past a call
   # still in the ring, which SIGKILL loses.
+  # APP_LOOP that stops inside Looper#wait (so inside Looper#round), once told
+  # to (a file appears), and says so: the calls open when the client stops are
+  # known. Stopped at a random moment, it could be between rounds (in
+  # GC.start), with no call open.
+  def app_parking(told)
+    APP_LOOP.sub('def wait = sleep(0.02)',
+                 "def wait = File.exist?(#{told.inspect}) ? (puts('parked'); $stdout.flush; sleep) : sleep(0.02)")
+  end
+
+  def park(app, told)
+    File.write(told, '')
+    app.wait_for(/parked/)
+  end
+
   def app_killing_itself(told)
     APP_LOOP.sub('def deeper = ', "def deeper = File.exist?(#{told.inspect}) ? (sleep(0.5); Process.kill(:KILL, $$)) : ")
   end
@@ -201,10 +215,12 @@ RSpec.describe '--format' do
   # ---- the rules, on a live app ----
 
   it 'writes chrome with nested calls, GC on its own track, raises as instant events, thread names' do
-    app = start_target(APP_LOOP).ready
+    told = File.join(dir, 'park')
+    app = start_target(app_parking(told)).ready
     out = File.join(dir, 'loop.json')
     r = trace(app, '-m', *LOOP_SELECTORS, '--gc', '--raise', '--format', 'chrome', '-o', out) do
       Timeout.timeout(10) { sleep 0.05 until File.size?(out).to_i > 20_000 }
+      park(app, told)
     end
     expect(r.status).to be_success, r.stderr
     events = check_chrome(File.read(out))
@@ -224,10 +240,12 @@ RSpec.describe '--format' do
   end
 
   it 'writes json lines for calls, GC and raises, and folded stacks, on a live app' do
-    app = start_target(APP_LOOP).ready
+    told = File.join(dir, 'park')
+    app = start_target(app_parking(told)).ready
     json_out = File.join(dir, 'loop.jsonl')
     r = trace(app, '-m', *LOOP_SELECTORS, '--gc', '--raise', '--format', 'json', '-o', json_out) do
       Timeout.timeout(10) { sleep 0.05 until File.read(json_out).include?('"kind":"gc"') }
+      park(app, told)
     end
     expect(r.status).to be_success, r.stderr
     json = check_json_lines(File.read(json_out))
@@ -240,6 +258,7 @@ RSpec.describe '--format' do
     expect(json.last).to include('kind' => 'unfinished', 'name' => 'Looper#round')
 
     folded_out = File.join(dir, 'loop.folded')
+    app = start_target(APP_LOOP).ready # the first stays parked
     r = trace(app, '-m', *LOOP_SELECTORS, '--format', 'folded', '-o', folded_out, seconds: 0.5)
     expect(r.status).to be_success, r.stderr
     stacks = check_folded(File.read(folded_out)).map(&:first)
