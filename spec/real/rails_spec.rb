@@ -115,14 +115,22 @@ RSpec.describe 'a Rails app under a Puma cluster' do
   it '-c activerecord, rack and puma on a worker under load: the real SQL, middleware and paths, every selector resolved' do
     worker, = boot_rails
     start_wrk
-    client = while_requesting('/posts') do
+    client = start_client('-p', worker, '-c', 'activerecord', 'rack', 'puma')
+    client.wait_for(/\*\*\* attached to process #{worker}/, stream: :stderr, timeout: 30)
+    while_requesting('/posts') do
       # Until each statement asserted below was seen: /posts loads its authors
       # with IN (?, ...), the N+1 requests one by one (= ? LIMIT ?).
-      trace_until([worker], '-c', 'activerecord', 'rack', 'puma',
-                  patterns: [/Post Load/, /Author Load", sql="SELECT [^\n]* = \? LIMIT \?"/, /COUNT/,
-                             /Puma::Server#process_client </])
+      [/Post Load/, /Author Load", sql="SELECT [^\n]* = \? LIMIT \?"/, /COUNT/].each do |pattern|
+        client.wait_for(pattern, timeout: 30)
+      end
+      # A Puma::Server#process_client begun while traced, ended: wrk's began
+      # before and last while it runs (and may keep this worker's threads
+      # busy); stopped, the requester's new connections reach it.
+      stop_wrk
+      client.wait_for(/Puma::Server#process_client </, timeout: 30)
     end
-    stop_wrk
+    expect(client.stop).to be_success, client.outputs
+    expect(client.stderr).to include("*** detached from process #{worker}")
     out = unescaped(client.stdout)
     # No selector of the three files failed to resolve on Rails 6.1.7,
     # Rack 2.2, Puma 5.6.5; no expression failed.
@@ -176,6 +184,11 @@ RSpec.describe 'a Rails app under a Puma cluster' do
   def broken_lines(workers, flag)
     client = start_client('-p', *workers, flag)
     workers.each { |pid| client.wait_for(/\*\*\* attached to process #{pid}/, stream: :stderr) }
+    # The client sends the mode just after it says "attached"; a worker takes
+    # it when its helper thread gets the GVL, which under wrk's load can take
+    # a few time slices: a request served before is not seen. (Fragile: a
+    # wait, not a sign from the app.)
+    sleep 1
     codes = Array.new(RAILS_BOOMS / 2) { Array.new(2) { Thread.new { get('/posts/boom').code } }.map(&:value) }
     expect(codes.flatten).to all(eq('500'))
     client.wait_for(->(out) { out.scan(/#{RAILS_BROKEN}/o).size >= RAILS_BOOMS })
@@ -242,13 +255,15 @@ RSpec.describe 'a Rails app under a Puma cluster' do
     workers = boot_rails
     start_wrk
     patterns = workers.map { |pid| /^\[#{pid}\] (\[t\d+\] )? *Puma::Request#handle_request\(/ }
-    client = trace_until(workers, '-c', 'puma', patterns: patterns)
+    # wrk's four connections may all be one worker's: new connections reach
+    # the other too.
+    client = while_requesting('/posts') { trace_until(workers, '-c', 'puma', patterns: patterns) }
     stop_wrk
     out = client.stdout.lines.map(&:chomp).reject(&:empty?)
     expect(out).to all(match(/\A\[(#{workers.join('|')})\] /))
     requests = out.grep(/handle_request\(/)
     expect(requests.map { |l| l[/\A\[(\d+)\]/, 1].to_i }.uniq).to match_array(workers)
-    paths = RAILS_LOADED_PATHS.map { |path| %("#{path}") }.join('|')
+    paths = (RAILS_LOADED_PATHS | ['/posts']).map { |path| %("#{path}") }.join('|')
     expect(requests).to all(match(/handle_request\(client\.env\["REQUEST_METHOD"\]="GET", client\.env\["REQUEST_PATH"\]=(#{paths})\)/))
     expect(client.stderr.lines.grep(/error/)).to be_empty, client.stderr
   end
