@@ -124,7 +124,10 @@ RSpec.describe 'GVL waits (--gvl)' do
       seen = calls(out)
       expect(seen.size).to be >= 4
       expect(seen.sum { |_n, _d, g| g }).to be < 0.02 * seen.sum { |_n, d, _g| d }
-      expect(out).not_to match(/GVL wait/)
+      # From the first call on: before it, the attach's commands run on
+      # rbtrace's helper thread, which the app's thread may wait for (over
+      # 1 ms on a loaded machine: seen in CI under YJIT).
+      expect(out[/^Worker#crunch.*/m]).not_to match(/GVL wait/)
     end
 
     it 'shows the waits longer than MS on lines of their own, of each thread' do

@@ -38,7 +38,9 @@ RSpec.describe 'security' do
     Timeout.timeout(3) { sleep 0.01 until (dir = Dir.glob(File.join(tmp, 'rbtrace-*')).first) }
     expect(File.stat(dir).mode & 0o777).to eq(0o700)
     expect(File.stat(dir).uid).to eq(Process.euid)
-    expect(File.socket?(File.join(dir, 'sock'))).to be true
+    # The directory comes first, the socket a moment later (under load, later
+    # than the glob above sees the directory).
+    Timeout.timeout(3) { sleep 0.01 until File.socket?(File.join(dir, 'sock')) }
     client.wait
     expect(Dir.children(tmp)).to be_empty
     # after a successful attach nothing is left either
