@@ -67,16 +67,14 @@ static VALUE thread_name_get_i(VALUE thread)
 }
 
 /* The current thread's name: a String, or nil (none, or Thread#name
- * failed). A raise inside is the app's redefinition's: swallowed. */
+ * failed). A raise inside is the app's redefinition's: swallowed; a
+ * Thread#kill or exit goes on (rbtrace_protect). */
 static VALUE thread_name_current(void)
 {
     int state = 0;
-    VALUE name = rb_protect(thread_name_get_i, rb_thread_current(), &state);
+    VALUE name = rbtrace_protect(thread_name_get_i, rb_thread_current(), &state, NULL);
 
-    if (state) {
-        rb_set_errinfo(Qnil);
-        return Qnil;
-    }
+    if (state) return Qnil;
     return RB_TYPE_P(name, T_STRING) ? name : Qnil;
 }
 
