@@ -174,6 +174,9 @@ static int event_pack(msgpack_packer *pk, const struct rbtrace_event *ev)
     case RBTRACE_EV_DETACHED:
         rbtrace_event_pack_detached(pk);
         break;
+    case RBTRACE_EV_SYNCED:
+        rbtrace_event_pack_synced(pk);
+        break;
     case RBTRACE_EV_METHOD:
         rbtrace_event_pack_method(pk, ev->method_id, ev->text.ptr, ev->text.len);
         break;

@@ -94,6 +94,8 @@ static int seeds_commands(void)
     c.sample = 0;
     c.type = RBTRACE_CMD_THREAD_NAMES;
     rc |= seeds_command("thread_names", &c);
+    c.type = RBTRACE_CMD_SYNC;
+    rc |= seeds_command("sync", &c);
     c.type = RBTRACE_CMD_METHODS;
     c.n_selectors = 3;
     c.selectors[0] = str_of("String#gsub(self, @x)");

@@ -102,6 +102,7 @@ int rbtrace_command_encode(msgpack_packer *pk, const struct rbtrace_command *cmd
     case RBTRACE_CMD_RESUME:
     case RBTRACE_CMD_GVL:
     case RBTRACE_CMD_THREAD_NAMES:
+    case RBTRACE_CMD_SYNC:
         msgpack_pack_array(pk, 2);
         msgpack_pack_uint32(pk, cmd->type);
         msgpack_pack_uint32(pk, cmd->client_pid);
@@ -199,6 +200,7 @@ static int command_decode_fields(const msgpack_object_array *a, struct rbtrace_c
     case RBTRACE_CMD_RESUME:
     case RBTRACE_CMD_GVL:
     case RBTRACE_CMD_THREAD_NAMES:
+    case RBTRACE_CMD_SYNC:
         return RBTRACE_OK;
     case RBTRACE_CMD_ALLOC:
         return codec_uint(a, 2, &cmd->sample, err);
@@ -501,6 +503,12 @@ void rbtrace_event_pack_detached(msgpack_packer *pk)
     msgpack_pack_uint32(pk, RBTRACE_EV_DETACHED);
 }
 
+void rbtrace_event_pack_synced(msgpack_packer *pk)
+{
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_uint32(pk, RBTRACE_EV_SYNCED);
+}
+
 void rbtrace_event_pack_method(msgpack_packer *pk, uint64_t method_id, const char *name,
                                size_t name_len)
 {
@@ -672,6 +680,7 @@ static int event_decode_fields(const msgpack_object_array *a, struct rbtrace_eve
         if (codec_uint(a, 2, &ev->pid, err) != RBTRACE_OK) return RBTRACE_ERR;
         return codec_str(a, 3, &ev->text, err);
     case RBTRACE_EV_DETACHED:
+    case RBTRACE_EV_SYNCED:
         return RBTRACE_OK;
     case RBTRACE_EV_METHOD:
         if (codec_uint(a, 1, &ev->method_id, err) != RBTRACE_OK) return RBTRACE_ERR;

@@ -330,6 +330,9 @@ static void command_dispatch(const struct rbtrace_command *cmd, int from_socket)
     case RBTRACE_CMD_RESUME:
         rbtrace.resumed = 1;
         break;
+    case RBTRACE_CMD_SYNC:
+        rbtrace_emit_synced();
+        break;
     case RBTRACE_CMD_EVAL:
         command_eval(cmd);
         break;

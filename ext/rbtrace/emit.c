@@ -654,6 +654,23 @@ void rbtrace_emit_attached(uint32_t features)
 }
 
 /*
+ * SYNCED, in order after every event the commands before it caused (the
+ * "not traced" errors), and never dropped: the client says it is attached
+ * only when it comes (protocol.h). From the helper thread, which may wait.
+ */
+void rbtrace_emit_synced(void)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    int state;
+
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    rbtrace_event_pack_synced(&pk);
+    if (emit_sbuffer_push(&sb, &state) != 0) rb_jump_tag(state);
+}
+
+/*
  * The trace ends where the detach begins: removing the wrappers one by one
  * calls Module#method_removed after each, where Ruby may run other
  * threads, which would otherwise record calls with half the wrappers gone

@@ -29,9 +29,10 @@
  * queue, in chunks). 5: RAISE says whether it is a re-raise. 6: GVL
  * (the command and the event), ATTACHED's features. 7: ALLOC (the
  * command, the ALLOC and ALLOC_SITE events), THREAD_NAMES and THREAD_NAME.
+ * 8: SYNC and SYNCED (a trace's client says "attached" once its modes are on).
  * A target refuses an ATTACH of another version with
  * RBTRACE_REFUSED_VERSION, saying both versions. */
-#define RBTRACE_PROTOCOL_VERSION 7
+#define RBTRACE_PROTOCOL_VERSION 8
 
 /*
  * Text that the extension's library holds (rbtrace.c) and no other: the
@@ -133,7 +134,12 @@ enum rbtrace_command_type {
     RBTRACE_CMD_ALLOC = 12,
     /* [13, client_pid]: name each thread of the trace (THREAD_NAME events)
      * from now on. */
-    RBTRACE_CMD_THREAD_NAMES = 13
+    RBTRACE_CMD_THREAD_NAMES = 13,
+    /* [14, client_pid]: answer SYNCED. The target carries out a client's
+     * commands in order, so SYNCED tells the client that the commands it
+     * sent before (the trace's modes) have been carried out: what happens
+     * in the app from then on is traced. */
+    RBTRACE_CMD_SYNC = 14
 };
 
 /* ---- events: target -> client ------------------------------------------ */
@@ -228,7 +234,10 @@ enum rbtrace_event_type {
      * after another thread's when the name changed meanwhile. At most
      * RBTRACE_THREAD_NAME_MAX bytes (cut, not necessarily at a character's
      * end). Not a call event (the _NEXT chain passes over it). */
-    RBTRACE_EV_THREAD_NAME = 21
+    RBTRACE_EV_THREAD_NAME = 21,
+    /* [22]: the answer to SYNC (every command sent before it was carried
+     * out). */
+    RBTRACE_EV_SYNCED = 22
 };
 
 /* ATTACHED's features: what the target can do beyond every version's. */

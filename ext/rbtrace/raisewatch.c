@@ -14,7 +14,10 @@
  * Only the location is Ruby, rbtrace's own (RBTrace.raise_location in
  * lib/rbtrace/raise_report.rb): it skips rbtrace's own exceptions. An
  * exception raised while it runs is not reported (the hook does not
- * re-enter).
+ * re-enter). That is per thread: Ruby may switch threads while the
+ * location is found, and another thread's raises meanwhile are the app's
+ * (one flag for the process lost them, and showed the next re-raise of
+ * such an exception as its first raise).
  *
  * Re-raises: an exception rescued and raised again (`rescue => e; raise`
  * in each of a Rails app's middlewares) fires the hook each time. Each
@@ -44,8 +47,14 @@
 /* Slots of the last raise on each thread, for this many threads. */
 #define RAISE_LAST_SLOTS 64
 
+/* Threads that may be finding a location at once (each is inside the
+ * hook, in Ruby code); past this many, a thread's raise is not reported. */
+#define RAISE_BUSY_MAX 64
+
 static int raise_active;
-static int raise_busy; /* finding the location: do not re-enter */
+/* The threads (rbtrace_thread_id) finding a location: their hook does not
+ * re-enter. 0: a free entry. */
+static uint64_t raise_busy[RAISE_BUSY_MAX];
 static ID id_raise_location, id_mesg;
 static VALUE raise_main; /* the top-level self, "main" in messages */
 
@@ -279,6 +288,30 @@ static uint64_t raise_count_reraise(VALUE exc)
 
 /* ---- the hook ---- */
 
+/* Whether thread is finding a location (its hook runs already). */
+static int raise_busy_p(uint64_t thread)
+{
+    size_t i;
+
+    for (i = 0; i < RAISE_BUSY_MAX; i++)
+        if (raise_busy[i] == thread) return 1;
+    return 0;
+}
+
+/* Marks thread busy: its entry, or NULL if every entry is taken. */
+static uint64_t *raise_busy_enter(uint64_t thread)
+{
+    size_t i;
+
+    for (i = 0; i < RAISE_BUSY_MAX; i++) {
+        if (raise_busy[i] == 0) {
+            raise_busy[i] = thread;
+            return &raise_busy[i];
+        }
+    }
+    return NULL;
+}
+
 static VALUE raise_location_i(VALUE p)
 {
     const struct raise_arg *a = (const struct raise_arg *)p;
@@ -288,20 +321,22 @@ static VALUE raise_location_i(VALUE p)
 static void raise_hook_i(VALUE data, rb_trace_arg_t *targ)
 {
     struct raise_arg arg;
-    uint64_t now;
+    uint64_t now, thread, *busy;
     VALUE exc, location;
     int state = 0;
 
     (void)data;
     /* The main Ractor's hook; the check is the ring's safety (ractors.c). */
-    if (!raise_active || raise_busy || !rbtrace.attached || !rbtrace_main_ractor_p()) return;
+    if (!raise_active || !rbtrace.attached || !rbtrace_main_ractor_p()) return;
+    thread = rbtrace_thread_id();
+    if (raise_busy_p(thread)) return;
     now = rbtrace_clock_ns();
     exc = rb_tracearg_raised_exception(targ);
     arg.path = rb_tracearg_path(targ);
     arg.line = rb_tracearg_lineno(targ);
-    raise_busy = 1;
+    if ((busy = raise_busy_enter(thread)) == NULL) return;
     location = rb_protect(raise_location_i, (VALUE)&arg, &state);
-    raise_busy = 0;
+    *busy = 0;
     /* raise_location rescues everything; what escapes is an interrupt for
      * the app (Thread#raise, kill), deferred past it: it goes on. */
     if (state) rb_jump_tag(state);
@@ -314,6 +349,7 @@ void rbtrace_raise_start(void)
 {
     if (raise_active) return;
     memset(raise_last, 0, sizeof(raise_last));
+    memset(raise_busy, 0, sizeof(raise_busy));
     rb_add_event_hook2(RAISE_HOOK, RUBY_EVENT_RAISE, Qnil,
                        RUBY_EVENT_HOOK_FLAG_SAFE | RUBY_EVENT_HOOK_FLAG_RAW_ARG);
     raise_active = 1;

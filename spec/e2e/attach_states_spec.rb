@@ -104,32 +104,38 @@ RSpec.describe 'attaching whatever the target is doing' do
     expect(out).to match(/^Process\.pid <\d+\.\d{6}>$/)
   end
   # A C extension that keeps the GVL through a long call (sqlite3 1.4
-  # waiting on a database lock): no Ruby code runs, rbtrace's neither, so
-  # the attach cannot succeed. The client says what is likely, naming the
-  # thread, instead of a bare timeout. The extension is built here: a read
-  # of a pipe nobody writes to, with the GVL held.
-  it 'names the thread that holds the GVL in a C call when the attach times out' do
+  # waiting on a database lock), built into dir: read_holding_the_gvl(fd), a
+  # read of one byte with the GVL held. Returns the .so's path.
+  def build_gvl_holder(dir)
     require 'rbconfig'
+    src = File.join(dir, 'hold_gvl.c')
+    File.write(src, <<~'C')
+      #include <ruby.h>
+      #include <errno.h>
+      #include <unistd.h>
+      /* reads one byte, keeping the GVL; a signal does not end the wait */
+      static VALUE hold(VALUE self, VALUE fd)
+      {
+          char c;
+          while (read(NUM2INT(fd), &c, 1) < 0 && errno == EINTR) {}
+          return Qnil;
+      }
+      void Init_hold_gvl(void) { rb_define_global_function("read_holding_the_gvl", hold, 1); }
+    C
+    so = File.join(dir, 'hold_gvl.so')
+    cc = (RbConfig::CONFIG['CC'] || 'cc').split
+    built = system(*cc, '-shared', '-fPIC', "-I#{RbConfig::CONFIG['rubyhdrdir']}",
+                   "-I#{RbConfig::CONFIG['rubyarchhdrdir']}", '-o', so, src)
+    expect(built).to be(true)
+    so
+  end
+
+  # No Ruby code runs while such a call lasts, rbtrace's neither: the
+  # attach cannot succeed. The client says what is likely, naming the
+  # thread, instead of a bare timeout. The read is of a pipe nobody writes to.
+  it 'names the thread that holds the GVL in a C call when the attach times out' do
     Dir.mktmpdir('rbtrace-gvl') do |dir|
-      src = File.join(dir, 'hold_gvl.c')
-      File.write(src, <<~'C')
-        #include <ruby.h>
-        #include <errno.h>
-        #include <unistd.h>
-        /* reads one byte, keeping the GVL; a signal does not end the wait */
-        static VALUE hold(VALUE self, VALUE fd)
-        {
-            char c;
-            while (read(NUM2INT(fd), &c, 1) < 0 && errno == EINTR) {}
-            return Qnil;
-        }
-        void Init_hold_gvl(void) { rb_define_global_function("read_holding_the_gvl", hold, 1); }
-      C
-      so = File.join(dir, 'hold_gvl.so')
-      cc = (RbConfig::CONFIG['CC'] || 'cc').split
-      built = system(*cc, '-shared', '-fPIC', "-I#{RbConfig::CONFIG['rubyhdrdir']}",
-                     "-I#{RbConfig::CONFIG['rubyarchhdrdir']}", '-o', so, src)
-      expect(built).to be(true)
+      so = build_gvl_holder(dir)
       app = start_target(<<~RUBY).ready
         require #{so.inspect}
         r, _w = IO.pipe
@@ -149,6 +155,40 @@ RSpec.describe 'attaching whatever the target is doing' do
       expect(r.stderr).to match(/process #{app.pid} did not (answer|connect back) within 1 s\. Likely cause: thread #{app.pid} \(ruby\) #{state}(; thread \d+ \(ruby\) #{state})*, while rbtrace's thread waits for Ruby's lock \(the GVL\): a C extension may hold it/)
       expect(r.stderr).to include("gdb -p #{app.pid}")
       expect(r.stderr).not_to include('(rbtrace)')
+    end
+  end
+
+  # "attached" means the trace's modes are on: what the app does after the
+  # line is traced (docs/DESIGN.md, "The wire protocol"). Here the app
+  # takes the GVL for a C call the moment it is attached, before rbtrace's
+  # thread can take the modes: the client says it has not started tracing,
+  # and says "attached" only once the call ended and the modes were taken
+  # (it said it at once, and the app's first raises went unseen).
+  it 'says "attached" only once the modes are on, and says why it waits when a C call holds the GVL' do
+    Dir.mktmpdir('rbtrace-gvl') do |dir|
+      so = build_gvl_holder(dir)
+      fifo = File.join(dir, 'release')
+      File.mkfifo(fifo)
+      app = start_target(<<~RUBY).ready
+        require #{so.inspect}
+        release = File.open(#{fifo.inspect}, File::RDWR)
+        puts "ready"
+        Thread.pass until RBTrace.attached?
+        read_holding_the_gvl(release.fileno)
+        puts "released"
+        1.step { |i| begin; raise "late \#{i}"; rescue RuntimeError; end; sleep 0.05 }
+      RUBY
+      client = start_client('-p', app.pid, '--raise', '--timeout', '1')
+      waits = "process #{app.pid} has not started tracing within 1 s: rbtrace's thread waits for Ruby's lock " \
+              "(the GVL), which a long C call may hold; still waiting (^C gives up)"
+      client.wait_for(->(err) { err.include?(waits) }, stream: :stderr)
+      expect(client.stderr).not_to include('*** attached')
+      File.open(fifo, File::WRONLY | File::NONBLOCK) { |f| f.write('!') }
+      client.attached
+      expect(app.drain).to include('released')
+      client.wait_for(/^raise RuntimeError: late \d+ at -e:\d+$/)
+      expect(client.stop).to be_success
+      expect(client.stderr.lines.grep(/\*\*\* attached/).size).to eq(1)
     end
   end
 end

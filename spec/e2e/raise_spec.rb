@@ -154,6 +154,50 @@ RSpec.describe 'exceptions (--raise)' do
       expect(out).not_to include('re-raised')
     end
 
+    # Ruby may switch threads while a thread's hook finds where its
+    # exception was raised (rbtrace's own Ruby code): the other threads'
+    # raises meanwhile are the app's. One flag for the whole process skipped
+    # them: of two threads raising at once, a third to half of each one's
+    # raises were missing, and a re-raise then showed as a first raise (a
+    # Rails request's, in spec/real).
+    it 'shows every raise of two threads raising at once' do
+      racing = start_target(<<~'RUBY').ready
+        class Boom < StandardError; end
+        puts "ready"
+        1.step do |round|
+          counts = Array.new(2) do |t|
+            Thread.new do
+              n = 0
+              stop = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 0.2
+              while Process.clock_gettime(Process::CLOCK_MONOTONIC) < stop
+                begin
+                  raise Boom, "r#{round} t#{t} #{n}"
+                rescue Boom
+                end
+                n += 1
+              end
+              n
+            end
+          end.map(&:value)
+          puts "round #{round} #{counts.join(' ')}"
+          sleep 0.05
+        end
+      RUBY
+      client = start_client('-p', racing.pid, '--raise')
+      client.attached
+      # The second round to end from here began after the attach.
+      known = racing.drain.size
+      racing.wait_for(->(_) { racing.lines.size >= known + 2 })
+      round, *counts = racing.lines[known + 1].split.drop(1).map(&:to_i)
+      client.wait_for(lambda { |out|
+        counts.each_with_index.all? { |n, t| out.include?("Boom: r#{round} t#{t} #{n - 1} at") }
+      })
+      expect(client.stop).to be_success
+      shown = counts.each_index.map { |t| client.stdout.scan(/Boom: r#{round} t#{t} \d+ at/).size }
+      expect(client.stderr).not_to include('lost')
+      expect(shown).to eq(counts)
+    end
+
     # Issue 21: a Puma worker's threads raise in turn. Each thread's last
     # exception is remembered apart, however many threads raise between
     # its raise and its re-raise (one slot a thread, by a hash of its id,

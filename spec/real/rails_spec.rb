@@ -183,12 +183,8 @@ RSpec.describe 'a Rails app under a Puma cluster' do
   # RAILS_BOOMS times, with flag, on both workers (either may serve it).
   def broken_lines(workers, flag)
     client = start_client('-p', *workers, flag)
+    # "attached" once each worker has taken --raise: every boom after is seen.
     workers.each { |pid| client.wait_for(/\*\*\* attached to process #{pid}/, stream: :stderr) }
-    # The client sends the mode just after it says "attached"; a worker takes
-    # it when its helper thread gets the GVL, which under wrk's load can take
-    # a few time slices: a request served before is not seen. (Fragile: a
-    # wait, not a sign from the app.)
-    sleep 1
     codes = Array.new(RAILS_BOOMS / 2) { Array.new(2) { Thread.new { get('/posts/boom').code } }.map(&:value) }
     expect(codes.flatten).to all(eq('500'))
     client.wait_for(->(out) { out.scan(/#{RAILS_BROKEN}/o).size >= RAILS_BOOMS })

@@ -300,6 +300,8 @@ static void test_commands(void)
 
     cmd->type = RBTRACE_CMD_THREAD_NAMES;
     cmd_roundtrip(cmd);
+    cmd->type = RBTRACE_CMD_SYNC;
+    cmd_roundtrip(cmd);
 
     cmd->type = RBTRACE_CMD_SLOW;
     cmd->threshold_ns = 250000000;
@@ -776,6 +778,15 @@ static void test_event_detached(struct ev_fixture *f)
     rbtrace_event_pack_detached(&f->pk);
     evf_decode(f);
     CHECK(f->ev.type == RBTRACE_EV_DETACHED);
+    evf_end(f);
+}
+
+static void test_event_synced(struct ev_fixture *f)
+{
+    evf_begin(f);
+    rbtrace_event_pack_synced(&f->pk);
+    evf_decode(f);
+    CHECK(f->ev.type == RBTRACE_EV_SYNCED);
     evf_end(f);
 }
 
@@ -1589,6 +1600,7 @@ int main(void)
     test_event_attached(f);
     test_event_refused(f);
     test_event_detached(f);
+    test_event_synced(f);
     test_event_method(f);
     test_event_call_return(f);
     test_event_call_args(f, 0);

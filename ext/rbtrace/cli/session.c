@@ -92,6 +92,8 @@ struct session {
     int answered;                /* ATTACHED or REFUSED received */
     int attached;                /* ATTACHED received */
     int detached;                /* DETACHED received */
+    int say_attached_at_sync;    /* a trace: "attached" once SYNCED comes */
+    int sync_wait_over;          /* SYNCED, or DETACHED before it, received */
     uint64_t features;           /* ATTACHED's: what the target can do */
     int stream_broken;           /* undecodable bytes: stop reading */
     int eval_done;               /* our EVAL_RESULT received */
@@ -275,7 +277,20 @@ static int session_on_attached(struct session *s, const struct rbtrace_event *ev
     s->features = ev->features;
     format_set_wall_origin(s->format, ev->wall_origin_ns);
     /* Here, not once the wait for it ends: a one-shot run's result may come
-     * in the same read (session_attach), and is printed as it is handled. */
+     * in the same read (session_attach), and is printed as it is handled. A
+     * trace says it once the target has taken its modes (session_on_synced). */
+    if (!s->say_attached_at_sync) fprintf(stderr, "*** attached to process %d\n", (int)s->at.pid);
+    return CLI_OK;
+}
+
+/* SYNCED: what the app does from here on is traced; the user (or a script
+ * that waits for the line) may go on. The trace's first lines may come
+ * before it: an open one is left open (on a terminal, its text is still in
+ * stdout's buffer and shows after this line, whole). */
+static int session_on_synced(struct session *s)
+{
+    if (s->sync_wait_over) return CLI_OK;
+    s->sync_wait_over = 1;
     fprintf(stderr, "*** attached to process %d\n", (int)s->at.pid);
     return CLI_OK;
 }
@@ -395,7 +410,10 @@ static int session_on_event(struct session *s, const struct rbtrace_event *ev)
         return session_on_refused(s, ev);
     case RBTRACE_EV_DETACHED:
         s->detached = 1;
+        s->sync_wait_over = 1;
         return CLI_OK;
+    case RBTRACE_EV_SYNCED:
+        return session_on_synced(s);
     case RBTRACE_EV_EVAL_RESULT:
         return session_on_eval_result(s, ev);
     case RBTRACE_EV_ERROR:
@@ -980,7 +998,26 @@ static enum cli_exit session_send_trace(struct session *s, struct rbtrace_comman
         session_set_selectors(cmd, o->selectors, o->n_selectors);
         if (session_send_mode(s, cmd) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     }
+    if (session_send_bare(s, RBTRACE_CMD_SYNC) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     return session_send_resume(s);
+}
+
+/*
+ * Waits for SYNCED (or the end). The app's thread carries out the commands
+ * when it gets the GVL: if it has not within the time-out (an app thread
+ * in a long C call holds it), says so once and waits on.
+ */
+static enum session_wait session_wait_synced(struct session *s)
+{
+    enum session_wait w = session_wait(s, &s->sync_wait_over, cli_now_ms() + s->timeout_ms);
+
+    if (w != SESSION_TIMEOUT) return w;
+    session_status(s,
+                   "*** process %d has not started tracing within %g s: rbtrace's thread waits "
+                   "for Ruby's lock (the GVL), which a long C call may hold; still waiting "
+                   "(^C gives up)",
+                   (int)s->at.pid, session_timeout_s(s));
+    return session_wait(s, &s->sync_wait_over, -1);
 }
 
 /* -m, -f, --slow, --gc, --raise: render events until ^C or the target
@@ -998,8 +1035,8 @@ static enum cli_exit session_trace(struct session *s)
     rc = session_send_trace(s, cmd);
     free(cmd);
     if (rc != CLI_EXIT_OK) return session_detach(s, rc);
-    if (s->detached) w = SESSION_DONE;
-    else w = session_wait(s, &s->detached, -1);
+    w = session_wait_synced(s);
+    if (w == SESSION_DONE && !s->detached) w = session_wait(s, &s->detached, -1);
     if (w == SESSION_DONE) {
         /* The target detached on its own. */
         session_final_status(s, "*** detached from process %d", (int)s->at.pid);
@@ -1069,6 +1106,7 @@ enum cli_exit session_run(const struct options *opts)
         free(report);
         if (rc == CLI_EXIT_OK) rc = session_eval(&s);
     } else {
+        s.say_attached_at_sync = 1;
         rc = session_attach(&s, NULL);
         if (rc == CLI_EXIT_OK) rc = session_trace(&s);
     }
