@@ -180,7 +180,7 @@ RSpec.describe 'attaching whatever the target is doing' do
       RUBY
       client = start_client('-p', app.pid, '--raise', '--timeout', '1')
       waits = "process #{app.pid} has not started tracing within 1 s: rbtrace's thread waits for Ruby's lock " \
-              "(the GVL), which a long C call may hold; still waiting (^C gives up)"
+              '(the GVL), which a long C call may hold; still waiting (^C gives up)'
       client.wait_for(->(err) { err.include?(waits) }, stream: :stderr)
       expect(client.stderr).not_to include('*** attached')
       File.open(fifo, File::WRONLY | File::NONBLOCK) { |f| f.write('!') }
