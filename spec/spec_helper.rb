@@ -240,6 +240,9 @@ module RBTraceSpec
     def exitstatus; status.exitstatus; end
   end
 
+  # A line in the spec run's report: a figure, or which way a race went.
+  def say(text); RSpec.configuration.reporter.message("    #{text}"); end
+
   def start_target(code, **opts)
     target = Target.new(code, **opts)
     @spec_processes << target

@@ -7,8 +7,6 @@ require_relative '../faults_helper'
 RSpec.describe 'faults' do
   include FaultsSpec
 
-  def say(text); RSpec.configuration.reporter.message("    #{text}"); end
-
   def monotonic; Process.clock_gettime(Process::CLOCK_MONOTONIC); end
 
   # The target's own view of a session, printed every 10 ms: attached or

@@ -59,6 +59,7 @@ void attach_init(struct attach *a, pid_t pid, int timeout_ms, volatile sig_atomi
                  int wake_fd)
 {
     memset(a, 0, sizeof(*a));
+    msgpack_sbuffer_init(&a->held);
     a->pid = pid;
     a->timeout_ms = timeout_ms;
     a->stop = stop;
@@ -618,9 +619,17 @@ static int attach_write(struct attach *a, const char *data, size_t len, int64_t 
 
 /* A command after the attach: one frame (protocol.h) on the connection
  * the target made, which nobody else can write to. */
+/* The bytes held, sent; the buffer emptied either way. */
+static int attach_send_held(struct attach *a)
+{
+    int rc = attach_write(a, a->held.data, a->held.size, cli_now_ms() + a->timeout_ms);
+
+    a->held.size = 0;
+    return rc;
+}
+
 int attach_send(struct attach *a, const struct rbtrace_command *cmd)
 {
-    int64_t deadline = cli_now_ms() + a->timeout_ms;
     unsigned char header[RBTRACE_FRAME_HEADER];
     msgpack_sbuffer sb;
     int rc = CLI_ERR;
@@ -631,11 +640,28 @@ int attach_send(struct attach *a, const struct rbtrace_command *cmd)
     header[1] = (unsigned char)(sb.size >> 16);
     header[2] = (unsigned char)(sb.size >> 8);
     header[3] = (unsigned char)sb.size;
-    if (attach_write(a, (const char *)header, sizeof(header), deadline) == CLI_OK)
-        rc = attach_write(a, sb.data, sb.size, deadline);
+    /* One write, the frame's header with its command: never split. */
+    if (msgpack_sbuffer_write(&a->held, (const char *)header, sizeof(header)) != 0 ||
+        msgpack_sbuffer_write(&a->held, sb.data, sb.size) != 0) {
+        a->held.size = 0;
+        attach_fail(a, "out of memory");
+        goto free_buf;
+    }
+    rc = a->corked && a->held.size < RBTRACE_COMMAND_MAX ? CLI_OK : attach_send_held(a);
 free_buf:
     msgpack_sbuffer_destroy(&sb);
     return rc;
+}
+
+void attach_cork(struct attach *a)
+{
+    a->corked = 1;
+}
+
+int attach_uncork(struct attach *a)
+{
+    a->corked = 0;
+    return a->held.size ? attach_send_held(a) : CLI_OK;
 }
 
 /* ---- the target's connection ---- */
@@ -759,6 +785,8 @@ void attach_remove_socket(struct attach *a)
 
 void attach_close(struct attach *a)
 {
+    msgpack_sbuffer_destroy(&a->held);
+    msgpack_sbuffer_init(&a->held);
     attach_remove_socket(a);
     attach_remove_dead_queue(a);
     if (a->conn_fd >= 0) {

@@ -6,7 +6,8 @@
  * attach_find_queue (SIGURG until the target's queue appears; refuse a
  * queue others could use), attach_send_attach (ATTACH into the queue),
  * attach_accept (the target connects back; the peer must be the target),
- * then attach_send for every later command, on that connection.
+ * then attach_send for every later command, on that connection (between
+ * attach_cork and attach_uncork, held and sent in one write).
  * attach_close releases everything, whatever step failed.
  *
  * Every function returns CLI_OK, CLI_ERR with a message in errstr, or
@@ -42,6 +43,8 @@ struct attach {
     int qid;                 /* the target's message queue, or -1 */
     uid_t target_uid;        /* the target's euid: its queue's owner */
     time_t target_started;   /* when it began (wall clock, s); 0 if unknown */
+    int corked;              /* attach_send holds commands in held */
+    msgpack_sbuffer held;    /* framed commands not sent yet */
     char errstr[CLI_ERRLEN]; /* why the last call failed */
 };
 
@@ -54,8 +57,15 @@ int attach_find_queue(struct attach *a);
 /* ATTACH into the target's queue, then SIGURG. */
 int attach_send_attach(struct attach *a, const struct rbtrace_command *cmd);
 int attach_accept(struct attach *a);
-/* A command on the target's connection (once attach_accept made it). */
+/* A command on the target's connection (once attach_accept made it),
+ * framed, in one write: or held, while corked. */
 int attach_send(struct attach *a, const struct rbtrace_command *cmd);
+/* The commands sent from here until attach_uncork go in one write: the
+ * target reads them at once and carries them out in one turn with the GVL
+ * (one hand-off, not one a command, behind a busy thread). */
+void attach_cork(struct attach *a);
+/* Sends what was held (CLI_OK, or CLI_ERR), and sends at once again. */
+int attach_uncork(struct attach *a);
 
 /* Our pid as the target sees it, for ATTACH: 0 from outside its PID
  * namespace, where we have none (docs/DESIGN.md, "Containers"). */

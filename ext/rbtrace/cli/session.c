@@ -971,7 +971,7 @@ static enum cli_exit session_send_thread_names(struct session *s)
  * see what the others do, e.g. selectors that fail), --gvl and --alloc (so
  * that the first calls have their waits and objects), --slow, then -m or
  * -f. */
-static enum cli_exit session_send_trace(struct session *s, struct rbtrace_command *cmd)
+static enum cli_exit session_send_modes(struct session *s, struct rbtrace_command *cmd)
 {
     const struct options *o = s->opts;
 
@@ -1000,6 +1000,18 @@ static enum cli_exit session_send_trace(struct session *s, struct rbtrace_comman
     }
     if (session_send_bare(s, RBTRACE_CMD_SYNC) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     return session_send_resume(s);
+}
+
+/* The modes and SYNC, in one write (attach_cork). */
+static enum cli_exit session_send_trace(struct session *s, struct rbtrace_command *cmd)
+{
+    enum cli_exit rc;
+
+    attach_cork(&s->at);
+    rc = session_send_modes(s, cmd);
+    if (attach_uncork(&s->at) == CLI_OK || rc != CLI_EXIT_OK) return rc;
+    session_status(s, "rbtrace: %s", s->at.errstr);
+    return CLI_EXIT_FAIL;
 }
 
 /*
