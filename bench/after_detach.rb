@@ -72,8 +72,7 @@ end
 # and tracing.
 def start_client(pid, args)
   client, err_r = spawn_attached([CLIENT, '-p', pid.to_s, *args])
-  err_r.close
-  sleep 0.5 # the tracers are set up after "attached"
+  err_r.close # "attached": its tracers are set up
   client
 end
 

@@ -159,7 +159,6 @@ def measure(setup, body)
   client_command = ['taskset', '-c', OTHER_CPUS, *client_command] if OTHER_CPUS
   client, err_r = spawn_attached(client_command)
   pin_app_helpers(pid) if OTHER_CPUS
-  sleep 0.5
   Process.kill(:STOP, client) if STOPPED
   # Warms up as the untraced and floor runs were (and, with the client
   # stopped, fills the ring): the first traced calls name their methods, and

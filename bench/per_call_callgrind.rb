@@ -128,9 +128,8 @@ end
 
 # [pid, its stderr]
 def start_client(pid, args)
-  client, err_r = spawn_attached([CLIENT, '-p', pid.to_s, *args, '--stats', '--timeout', '60'])
-  sleep 2 # the tracers are set up after "attached" (slowly, under valgrind)
-  [client, err_r]
+  # "attached": its tracers are set up (slowly, under valgrind: the time-out)
+  spawn_attached([CLIENT, '-p', pid.to_s, *args, '--stats', '--timeout', '60'])
 end
 
 # Events the client counted lost (its --stats line).

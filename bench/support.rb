@@ -35,7 +35,8 @@ module BenchSupport
   def median(values) = values.sort[values.size / 2]
 
   # Spawns command (an Array: the client, or a wrapper such as taskset, and
-  # its arguments), its stdout to out, and waits for its "*** attached".
+  # its arguments), its stdout to out, and waits for its "*** attached"
+  # (which a trace's client says once the target has taken its modes).
   # [pid, its stderr: a pipe, left open for the --stats read at the end].
   # Aborts with what the client said if it ends without attaching.
   def spawn_attached(command, out: File::NULL)
@@ -53,9 +54,9 @@ module BenchSupport
   end
 
   # Runs the block while a client with args (nil: none, the round is
-  # untraced) is attached to pid: the client's trace goes to a pipe read
-  # and dropped, the commands that follow its attach get 0.2 s, and once
-  # the block is done the client is interrupted (SIGINT, as ^C) and reaped.
+  # untraced) is attached to pid (its "attached" comes once its modes are
+  # on): the client's trace goes to a pipe read and dropped, and once the
+  # block is done the client is interrupted (SIGINT, as ^C) and reaped.
   # What the block returns.
   def with_client(pid, args)
     return yield unless args
@@ -64,7 +65,6 @@ module BenchSupport
     client, err_r = spawn_attached([CLIENT, '-p', pid.to_s, *args], out: out_w)
     out_w.close
     reader = Thread.new { out_r.read } # the trace, read and dropped
-    sleep 0.2 # the commands that follow the attach
     result = yield
     Process.kill(:INT, client)
     Process.wait(client)

@@ -106,7 +106,6 @@ end
 def traced_runs(pid, input, output, way, selector = 'Worker#step', command = 'go')
   ask(input, output, way)
   client, err_r = spawn_attached([CLIENT, '-p', pid.to_s, '-m', selector, '--stats'])
-  sleep 0.2
   wrapped = ask(input, output, 'ancestors')
   runs(input, output, command) # warm-up: the method named, the clock's rate measured
   traced = median(runs(input, output, command))
