@@ -67,9 +67,10 @@ end
 LONG_EVAL = 'x = 0; 300_000.times { x += 1 }; Process.pid'
 
 # One client run: milliseconds from its start to the result on its stdout
-# (the line `=> PID`), and to its exit (after the detach); nil if it did
-# not answer within 10 s or failed.
-def run_client(command, env, pid)
+# (answer: the line `=> PID`, or a trace's first line), and to its exit
+# (after the detach; a trace is interrupted, as ^C, once it answered); nil
+# if it did not answer within 10 s or failed.
+def run_client(command, env, answer, trace: false)
   out_r, out_w = IO.pipe
   err_r, err_w = IO.pipe
   t = now
@@ -84,9 +85,9 @@ def run_client(command, env, pid)
     next if chunk == :wait_readable
 
     output << chunk
-    answered = now if output.include?("=> #{pid}\n")
+    answered = now if output.include?(answer)
   end
-  Process.kill(:KILL, client) unless answered
+  Process.kill(answered && trace ? :INT : :KILL, client) if trace || !answered
   err_r.read
   _, status = Process.wait2(client)
   exited = now
@@ -104,7 +105,7 @@ def measure(code, runs: RUNS, original: false, eval: 'Process.pid')
   phase = Random.new(RUNS)
   Array.new(runs) do
     sleep phase.rand(0.1)
-    run_client([*client, '-p', pid.to_s, '-e', eval], env, pid)
+    run_client([*client, '-p', pid.to_s, '-e', eval], env, "=> #{pid}\n")
   end.compact
 ensure
   kill_and_reap(pid)
@@ -138,6 +139,33 @@ puts
 puts HEADER
 STATES.each { |name, code| puts row(name, measure(code), RUNS) }
 puts row("busy in Ruby, and `-e '#{LONG_EVAL}'`", measure(STATES.fetch('busy in Ruby'), eval: LONG_EVAL), RUNS)
+
+# A trace's start: from the client's start to its first line, a call of
+# tick, which the app makes every millisecond or so (while busy in Ruby or
+# asleep between), with TRACE_MODES asked: their commands reach the app
+# together and are carried out in one turn with the GVL.
+TICKING = {
+  'busy in Ruby' => 'def tick = nil; x = 0; loop { x += 1; tick if (x & 0x3fff).zero? }',
+  'asleep between' => 'def tick = nil; loop { tick; sleep 0.001 }'
+}.freeze
+TRACE_MODES = ['-m', 'Object#tick', '--raise', '--gc', '--slow', '100'].freeze
+
+def measure_trace(code)
+  pid = start_target(code, false)
+  phase = Random.new(RUNS)
+  Array.new(RUNS) do
+    sleep phase.rand(0.1)
+    run_client([CLIENT, '--timeout', '5', '-p', pid.to_s, *TRACE_MODES], {}, 'Object#tick', trace: true)
+  end.compact
+ensure
+  kill_and_reap(pid)
+end
+
+puts
+puts "A trace's start: `rbtrace-client -p PID #{TRACE_MODES.join(' ')}`, to its first line, #{RUNS} runs per state"
+puts
+puts HEADER.sub('to the result', 'to the first call')
+TICKING.each { |name, code| puts row(name, measure_trace(code), RUNS) }
 
 ORIGINAL_STATES = ['busy in Ruby', 'sleep', 'pipe read'].freeze
 ORIGINAL_RUNS = [RUNS / 2, 3].max
