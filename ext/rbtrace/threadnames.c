@@ -12,10 +12,15 @@
  * Once asked, a call event of a thread other than the last call event's
  * (the chain's, codec.h) comes here first: that is each thread's first
  * event of the trace, and its first after another thread ran, a few per
- * GVL hand-off. Here the thread's name is read (a Ruby call, protected:
- * the app may have redefined Thread#name) and compared with the one sent
- * last for this thread; a new or changed name is sent. A name changed
- * while its thread keeps the GVL shows at its next turn.
+ * GVL hand-off. Here the thread's name is read and compared with the one
+ * sent last for this thread; a new or changed name is sent. A name changed
+ * while its thread keeps the GVL shows at its next turn. There is no C API
+ * for a thread's name: it is read by Ruby's own Thread#name, taken when
+ * rbtrace was loaded (Thread.instance_method(:name)) and called on the
+ * thread (bind_call), so that an app's later redefinition or prepended
+ * module is not run, and a trace of Thread#name does not see rbtrace's
+ * reads. Protected all the same: a redefinition made before rbtrace was
+ * loaded is what was taken.
  *
  * What was sent is kept in a small direct-mapped table keyed by thread id
  * (a name's hash, no copy, no allocation): a thread whose slot another
@@ -38,7 +43,8 @@ struct thread_name_sent {
 };
 
 static struct thread_name_sent sent[THREAD_NAMES_SLOTS];
-static ID id_name;
+static ID id_bind_call;
+static VALUE thread_name_method; /* Thread#name, as rbtrace was loaded */
 /* A name is being read: a wrapper on Thread#name (-m Thread#name) must not
  * bring us back here while we read it. */
 static int reading;
@@ -63,11 +69,11 @@ static struct thread_name_sent *thread_name_slot(uint64_t thread)
 
 static VALUE thread_name_get_i(VALUE thread)
 {
-    return rb_funcall(thread, id_name, 0);
+    return rb_funcall(thread_name_method, id_bind_call, 1, thread);
 }
 
 /* The current thread's name: a String, or nil (none, or Thread#name
- * failed). A raise inside is the app's redefinition's: swallowed; a
+ * failed). A raise inside is swallowed (a redefinition taken at load); a
  * Thread#kill or exit goes on (rbtrace_protect). */
 static VALUE thread_name_current(void)
 {
@@ -123,5 +129,8 @@ __attribute__((noinline)) void rbtrace_thread_name_note(uint64_t thread)
 void Init_rbtrace_threadnames(VALUE mod)
 {
     (void)mod;
-    id_name = rb_intern("name");
+    id_bind_call = rb_intern("bind_call");
+    rb_gc_register_address(&thread_name_method);
+    thread_name_method = rb_funcall(rb_cThread, rb_intern("instance_method"), 1,
+                                    ID2SYM(rb_intern("name")));
 }

@@ -161,6 +161,32 @@ RSpec.describe 'thread names' do
     expect(raised.stdout).not_to include('beta] raise')
   end
 
+  # The name is read by Ruby's own Thread#name, taken at load: an app that
+  # redefines it (here, a module prepended after rbtrace was loaded, which
+  # counts its calls and lies) never sees rbtrace call it, traced or not;
+  # rbtrace called it, and the app saw calls it never made.
+  it 'never runs an app\'s redefinition of Thread#name' do
+    app = start_target(<<~'RUBY').ready
+      module CountedName
+        CALLS = Hash.new(0)
+        def name = (CALLS[Thread.current] += 1; 'fake')
+      end
+      Thread.prepend(CountedName)
+      class Worker
+        def step(x) = x + 1
+      end
+      2.times { |i| Thread.new { Thread.current.name = "real #{i}"; loop { Worker.new.step(i); sleep 0.002 } } }
+      puts 'ready'
+      loop { sleep 0.05; puts "calls #{CountedName::CALLS.values.sum}" }
+    RUBY
+    out = trace(app, '-m', 'Worker#step', '--thread-names',
+                until_output: ->(o) { o.include?('real 0] Worker#step <') && o.include?('real 1] Worker#step <') }).stdout
+    expect(out).not_to include('fake')
+    seen = app.drain.size
+    app.wait_for(->(_) { app.lines.size > seen }) # a count made after the trace
+    expect(app.lines.uniq).to eq(['ready', 'calls 0'])
+  end
+
   # RUBY_MN_THREADS=1 (Ruby 3.3+): Ruby threads take turns on one native
   # thread; each [tN] is one Ruby thread, so each keeps its own name.
   it 'names Ruby threads that share native threads (M:N)' do
