@@ -182,8 +182,13 @@ RSpec.describe 'thread names' do
     out = trace(app, '-m', 'Worker#step', '--thread-names',
                 until_output: ->(o) { o.include?('real 0] Worker#step <') && o.include?('real 1] Worker#step <') }).stdout
     expect(out).not_to include('fake')
+    # Nor does a trace of Thread#name see rbtrace's reads (the app makes none).
+    named = trace(app, '-m', 'Worker#step', 'Thread#name', '--thread-names',
+                  until_output: ->(o) { o.include?('real 0] Worker#step <') && o.include?('real 1] Worker#step <') })
+    expect(named.stdout).not_to include('Thread#name')
+    expect(named.stderr).to include('attached')
     seen = app.drain.size
-    app.wait_for(->(_) { app.lines.size > seen }) # a count made after the trace
+    app.wait_for(->(_) { app.lines.size > seen }) # a count made after the traces
     expect(app.lines.uniq).to eq(['ready', 'calls 0'])
   end
 
