@@ -90,8 +90,10 @@ module RBTraceSpec
       end
     end
 
+    # A loaded machine (the ASan leg, under load) has taken over 10 s to
+    # start a Ruby that prints "ready".
     def ready
-      wait_for('ready')
+      wait_for('ready', timeout: 30)
       self
     end
 

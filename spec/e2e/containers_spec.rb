@@ -19,9 +19,20 @@ RSpec.describe 'containers' do
     puts 'ready'
     loop { work(1); sleep 0.02 }
   RUBY
-  # Namespaces of its own, a tmpfs on /tmp, then the app ("$@").
+  # Namespaces of its own, a tmpfs on /tmp, then the app ("$@"). A checkout
+  # under /tmp (a clone made there) is put back at its path on that tmpfs,
+  # for the app to load rbtrace from.
   CONTAINERS_UNSHARE = %w[unshare --kill-child --pid --ipc --mount --fork --mount-proc].freeze
-  CONTAINERS_TMPFS = ['sh', '-c', 'mount -t tmpfs tmpfs /tmp && exec "$@"', 'sh'].freeze
+  CONTAINERS_TMPFS = ['sh', '-c', <<~'SH', 'sh', RBTraceSpec::ROOT].freeze
+    root=$1; shift
+    case $root in
+      /tmp/*) mount --bind "$root" /mnt && mount -t tmpfs tmpfs /tmp && mkdir -p "$root" &&
+              mount --move /mnt "$root" ;;
+      *) mount -t tmpfs tmpfs /tmp ;;
+    esac && exec "$@"
+  SH
+  # What the app's /tmp holds but for rbtrace's: that checkout's top directory.
+  CONTAINERS_CHECKOUT = RBTraceSpec::ROOT[%r{\A/tmp/([^/]+)}, 1]
   CONTAINERS_REFUSAL = 'runs in a container (its own PID namespace; pid 1 inside it): tracing ' \
                        'it from outside needs root, or the capabilities CAP_SYS_ADMIN and CAP_SYS_PTRACE. Run ' \
                        'rbtrace as root'.freeze
@@ -64,7 +75,8 @@ RSpec.describe 'containers' do
 
   # What the client left in the app's /tmp and in its own TMPDIR.
   def leftovers(pid)
-    Dir.children("/proc/#{pid}/root/tmp").grep(/\Arbtrace-(?!heapdump)/) + Dir.children(client_tmp)
+    app_tmp = Dir.children("/proc/#{pid}/root/tmp") - [CONTAINERS_CHECKOUT]
+    app_tmp.grep(/\Arbtrace-(?!heapdump)/) + Dir.children(client_tmp)
   end
 
   it 'evaluates code in the app (-e) by its host pid; the socket goes in the app\'s /tmp, and nothing is left' do
@@ -149,8 +161,9 @@ RSpec.describe 'containers' do
     # /tmp/link, in the container, names a directory of the host's /tmp
     # (hidden in the container by its tmpfs): followed from the host through
     # /proc/PID/root, it would resolve against the host's root.
-    linked = ['sh', '-c', "mount -t tmpfs tmpfs /tmp && ln -s #{client_tmp} /tmp/link && exec \"$@\"", 'sh']
-    app = start_target(CONTAINERS_APP, env: { 'TMPDIR' => '/tmp/link' }, prefix: [*CONTAINERS_UNSHARE, *linked])
+    linked = ['sh', '-c', "ln -s #{client_tmp} /tmp/link && exec \"$@\"", 'sh']
+    app = start_target(CONTAINERS_APP, env: { 'TMPDIR' => '/tmp/link' },
+                                       prefix: [*CONTAINERS_UNSHARE, *CONTAINERS_TMPFS, *linked])
     pid = host_pid(app)
     r = rbtrace_host('-p', pid, '-e', '1')
     expect(r.stderr).to eq("rbtrace: the temporary directory of process #{pid} (/tmp/link, in its container) " \
@@ -159,7 +172,7 @@ RSpec.describe 'containers' do
                            "inside the container\n")
     expect(r.exitstatus).to eq(1)
     expect(Dir.children(client_tmp)).to be_empty
-    expect(Dir.children("/proc/#{pid}/root/tmp")).to eq(['link'])
+    expect(Dir.children("/proc/#{pid}/root/tmp") - [CONTAINERS_CHECKOUT]).to eq(['link'])
   end
 
   it 'refuses a user who is not root, saying what to do, and runs nothing' do
@@ -173,7 +186,7 @@ RSpec.describe 'containers' do
       expect(r.stdout).to be_empty
     end
     expect(rbtrace_host('-p', pid, '-e', '$ran').stdout).to end_with("=> nil\n")
-    expect(Dir.children("/proc/#{pid}/root/tmp")).to be_empty
+    expect(Dir.children("/proc/#{pid}/root/tmp") - [CONTAINERS_CHECKOUT]).to be_empty
     expect(app.stderr).to be_empty
   end
 
