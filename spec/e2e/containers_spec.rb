@@ -27,7 +27,7 @@ RSpec.describe 'containers' do
     root=$1; shift
     case $root in
       /tmp/*) mount --bind "$root" /mnt && mount -t tmpfs tmpfs /tmp && mkdir -p "$root" &&
-              mount --move /mnt "$root" ;;
+              mount --bind /mnt "$root" ;;
       *) mount -t tmpfs tmpfs /tmp ;;
     esac && exec "$@"
   SH
