@@ -323,10 +323,18 @@ static VALUE trace_targeted_tracepoint(VALUE method, rb_event_flag_t events, rb_
     return state ? 0 : a.tp;
 }
 
-/* Gives t TracePoints on method, of calls and of returns: 0, or -1 (none)
+/*
+ * Gives t TracePoints on method, of calls and of returns: 0, or -1 (none)
  * if the VM refuses (the caller then uses the global hook). A block's method
  * (define_method) gets one of both events: Ruby fires no call event for
- * it to a second TracePoint targeted at it (spec/e2e/methods_spec.rb). */
+ * it to a second TracePoint targeted at it (spec/e2e/methods_spec.rb).
+ *
+ * Returns first: enabling runs Ruby code (RBTrace.enable_targeted), where
+ * an app thread may take the GVL and call the method. Between the two, a
+ * return without its call is what a call under way at the attach gives,
+ * and the client closes nothing for it; a call without its return (calls
+ * first, as it was) left every later line of that thread nested under it.
+ */
 static int trace_target(struct rbtrace_selection *t, VALUE method, int block_method)
 {
     if (block_method) {
@@ -334,17 +342,17 @@ static int trace_target(struct rbtrace_selection *t, VALUE method, int block_met
         t->tp_return = 0;
         return t->tp ? 0 : -1;
     }
-    t->tp = trace_targeted_tracepoint(method, RUBY_EVENT_CALL, RUBY_EVENT_CALL);
-    t->tp_return = t->tp ? trace_targeted_tracepoint(method, RUBY_EVENT_RETURN, RUBY_EVENT_RETURN)
-                         : 0;
-    if (t->tp && !t->tp_return) {
-        rb_tracepoint_disable(t->tp);
-        t->tp = 0;
+    t->tp_return = trace_targeted_tracepoint(method, RUBY_EVENT_RETURN, RUBY_EVENT_RETURN);
+    t->tp = t->tp_return ? trace_targeted_tracepoint(method, RUBY_EVENT_CALL, RUBY_EVENT_CALL) : 0;
+    if (t->tp_return && !t->tp) {
+        rb_tracepoint_disable(t->tp_return);
+        t->tp_return = 0;
     }
     return t->tp ? 0 : -1;
 }
 
-/* Stops t's TracePoints, if it has any. */
+/* Stops t's TracePoints, if it has any: calls first (as trace_target,
+ * so that no call is left without its return). */
 static void trace_untarget(const struct rbtrace_selection *t)
 {
     if (t->tp) rb_tracepoint_disable(t->tp);
