@@ -39,6 +39,12 @@ module TransparencySpec
 
     def pid; target.pid; end
 
+    # A 10 ms poll that comes back this many seconds late: the spec's own
+    # process was not run meanwhile. The machine stalled, the app with it
+    # (seen on CI's VM, paused ~50 s by its host: the kernel log then says
+    # "workqueue lockup ... stuck for 50s"), and the app is not to blame.
+    STALL_S = 5
+
     # Asks the app for one answer (see probe_app.rb); an app that died or
     # did not answer gives a Hash that says so, under the request's aspects.
     def ask(word, timeout: 60)
@@ -48,13 +54,26 @@ module TransparencySpec
       File.rename(tmp, File.join(dir, 'req'))
       path = File.join(dir, "answer.#{id}")
       deadline = monotonic + timeout
+      stalled = 0
       until File.exist?(path)
         return died(word, "exited (#{target.status.inspect}) before it answered #{word.inspect}") unless target.alive?
-        return died(word, "did not answer #{word.inspect} within #{timeout} s") if monotonic > deadline
+        return died(word, "did not answer #{word.inspect} within #{timeout} s#{stall_note(stalled)}") if monotonic > deadline
 
+        polled = monotonic
         sleep 0.01
+        late = monotonic - polled
+        stalled += late if late > STALL_S
       end
       Marshal.load(File.binread(path))
+    end
+
+    # Says how much of a wait nothing ran, so that a machine that stalled
+    # is not taken for an app that hung.
+    def stall_note(stalled)
+      return '' if stalled.zero?
+
+      " (of which #{stalled.round} s with this spec not run at all: the machine stalled, " \
+        "not only the app; see the kernel log, dmesg | grep -i 'lockup\\|stall')"
     end
 
     def died(word, why)
