@@ -248,7 +248,12 @@ stderr: #{client.tail(:stderr, 1500)}"
       @during = observe
       subjects.each do |s|
         File.write(File.join(s.probe.dir, 'eval-release'), '')
-        s.client.wait(timeout: 10)
+        begin
+          s.client.wait(timeout: 30)
+        rescue Timeout::Error
+          # Seen once on 3.4 with YJIT under load, cause unknown: say where the client was.
+          raise "the -e client did not exit within 30 s of the eval's release\n#{s.client.outputs}"
+        end
         wait_detached(s)
       end
     end
