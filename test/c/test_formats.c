@@ -619,7 +619,8 @@ static void check_bad_dump(const char *text, const char *errstr)
 static void test_summary_merge_alloc(void)
 {
     char *a = summary_alloc_dump_of(0), *b = summary_alloc_dump_of(1), *out;
-    char *one[] = { a, NULL }, *both[] = { a, b, NULL };
+    char nul_dump[] = "rbtrace-summary 2\nprocess 1 0 0 0 0\nrow 1 5 5 5 0 3 610062 5:1\n";
+    char *one[] = { a, NULL }, *both[] = { a, b, NULL }, *nul_name[] = { nul_dump, NULL };
 
     CHECK(strstr(a, "\nsite 12 4 - 615c7831622e7262 466f6f2373746570\n") != NULL);
     CHECK(strstr(b, "\nsite 30 9 537472696e67 622e7262 -\n") != NULL);
@@ -648,6 +649,12 @@ static void test_summary_merge_alloc(void)
     free(a);
     free(b);
 
+    /* a method's name may hold a NUL byte (a site's fields, escaped, not) */
+    out = summary_alloc_merged(nul_name);
+    CHECK(strstr(out, "\na\\x00b                                            1 ") != NULL);
+    CHECK(strstr(out, "       0          3\n") != NULL);
+    free(out);
+
     check_bad_dump("rbtrace-summary 1\n", "a process's summary is not one");
     check_bad_dump("rbtrace-summary 2\nrow 1 2 3 4 5 - 0:1\n", "a process's summary has a bad row");
     check_bad_dump("rbtrace-summary 2\nsite 1 2 zz - -\n",
@@ -657,6 +664,8 @@ static void test_summary_merge_alloc(void)
     check_bad_dump("rbtrace-summary 2\nsite 1 2 - -\n",
                    "a process's summary has a bad allocation site");
     check_bad_dump("rbtrace-summary 2\nsite 1 2 - - - x\n",
+                   "a process's summary has a bad allocation site");
+    check_bad_dump("rbtrace-summary 2\nsite 1 2 - 610062 -\n",
                    "a process's summary has a bad allocation site");
     check_bad_dump("rbtrace-summary 2\nsites 1\n",
                    "a process's summary has a line it does not know");

@@ -452,8 +452,8 @@ static int summary_hex(char c)
 
 /* Decodes the hex field at *p (its bytes, or "-" for none) in place (it
  * gets shorter) and NUL-ends it; *p moves to the space or newline after
- * it, untouched. The field's start, or NULL if it is not hex (or holds a
- * NUL byte: the fields are C strings). */
+ * it, untouched. The field's start, or NULL if it is not hex. (A method's
+ * name may hold a NUL byte; a site's fields, escaped, may not.) */
 static char *summary_unhex(char **p, size_t *len)
 {
     char *hex = *p, *end = hex + strcspn(hex, " \n");
@@ -466,7 +466,7 @@ static char *summary_unhex(char **p, size_t *len)
         if (end == hex || (end - hex) % 2) return NULL;
         for (i = 0; hex + 2 * i < end; i++) {
             int hi = summary_hex(hex[2 * i]), lo = summary_hex(hex[2 * i + 1]);
-            if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) return NULL;
+            if (hi < 0 || lo < 0) return NULL;
             hex[i] = (char)(hi * 16 + lo);
         }
         *len = i;
@@ -513,19 +513,30 @@ static int summary_merge_row(struct format_summary *f, char *line)
     return CLI_OK;
 }
 
+/* A site's field at *p (summary_unhex), then *p past the space after it
+ * unless last: NULL if bad, or holding a NUL byte (escaped text has none). */
+static char *summary_site_field(char **p, int last)
+{
+    size_t len;
+    char *field = summary_unhex(p, &len);
+
+    if (!field || strlen(field) != len) return NULL;
+    if (last) return **p == '\n' || !**p ? field : NULL;
+    return *(*p)++ == ' ' ? field : NULL;
+}
+
 /* One "site" line of a dump (after "site "), merged into f's sites. */
 static int summary_merge_site(struct format_summary *f, char *line)
 {
     unsigned long long count, lineno;
     char *p, *klass, *path, *label;
-    size_t len;
     int n = 0;
 
     if (sscanf(line, "%llu %llu %n", &count, &lineno, &n) != 2 || !n)
         return format_fail(&f->base, "a process's summary has a bad allocation site");
     p = line + n;
-    if (!(klass = summary_unhex(&p, &len)) || *p++ != ' ' || !(path = summary_unhex(&p, &len)) ||
-        *p++ != ' ' || !(label = summary_unhex(&p, &len)) || (*p && *p != '\n'))
+    if (!(klass = summary_site_field(&p, 0)) || !(path = summary_site_field(&p, 0)) ||
+        !(label = summary_site_field(&p, 1)))
         return format_fail(&f->base, "a process's summary has a bad allocation site");
     return alloc_report_add_site(&f->alloc, count, klass, path, lineno, label) == CLI_OK
         ? CLI_OK
