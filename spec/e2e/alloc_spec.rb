@@ -189,6 +189,55 @@ RSpec.describe 'Allocations (--alloc)' do
     expect(out).to match(/^\*\*\* sites that allocated most:\n +\d+  String  -e:#{line_of('# the String site')}/)
   end
 
+  # A --summary table's rows with --alloc: name => [calls, alloc].
+  def alloc_rows(lines)
+    expect(lines[1].split).to eq(%w[method calls total self mean p50 p99 max raises alloc])
+    lines.drop(2).take_while { |l| !l.start_with?('***') }.to_h do |l|
+      name, calls, *, alloc = l.split
+      [name, [Integer(calls), Integer(alloc)]]
+    end
+  end
+
+  # Its sites: "Class path:line  in label" => count.
+  def alloc_sites(lines)
+    sites = lines.drop_while { |l| l != "*** sites that allocated most:\n" }.drop(1)
+    sites.to_h { |l| l.strip.split('  ', 2).then { |count, site| [site, Integer(count)] } }
+  end
+
+  it "gives the combined table of several processes the alloc column and the sites, both processes' summed" do
+    apps = Array.new(2) { start_app }
+    client = start_client('-p', *apps.map(&:pid), '-m', 'Maker#strings', 'Outer#run', '--alloc-sample', '1',
+                          '--summary')
+    client.wait_for(->(err) { err.scan('*** attached').size >= 2 }, stream: :stderr)
+    sleep 0.5 # each app makes a few calls of both every 10 ms
+    expect(client.stop(:INT)).to be_success, client.stderr
+    lines = client.stdout.lines
+    each = apps.map { |a| lines.grep(/\A\[#{a.pid}\] /).map { |l| l.sub(/\A\[\d+\] /, '') } }
+    combined = lines.grep(/\A\[all\] /).map { |l| l.sub('[all] ', '') }
+    expect(combined[0]).to match(/\A\*\*\* 2 processes, 2 threads, /)
+    all = alloc_rows(combined)
+    mine = each.map { |l| alloc_rows(l) }
+    expect(all.keys.sort).to eq(%w[Maker#strings Outer#run])
+    # --alloc-sample 1 counts exactly: 5000 Strings a call, 351 objects an
+    # Outer#run (alloc_spec's APP_ALLOC); the combined rows are the sums.
+    all.each do |name, (calls, alloc)|
+      expect(mine.map { |rows| rows.fetch(name).first }).to all(be > 0)
+      expect(calls).to eq(mine.sum { |rows| rows[name].first })
+      expect(alloc).to eq(mine.sum { |rows| rows[name].last })
+    end
+    expect(all['Maker#strings'].last).to eq(5000 * all['Maker#strings'].first)
+    expect(all['Outer#run'].last).to eq(351 * all['Outer#run'].first)
+    # The sites: each app's, the same site of both one, their counts summed.
+    expect(combined).to include("*** allocations (--alloc-sample 1: every object counted)\n")
+    sites = alloc_sites(combined)
+    string_site = "String  -e:#{line_of('# the String site')}  in Maker#strings"
+    expect(sites.keys.first).to eq(string_site)
+    [string_site, "Array  -e:#{line_of('# the Array site')}  in Outer#run",
+     "Hash  -e:#{line_of('# the Hash site')}  in Inner#make"].each do |site|
+      expect(sites[site]).to eq(each.sum { |l| alloc_sites(l).fetch(site) })
+    end
+  end
+
   it 'shows no alloc without --alloc, and leaves nothing behind: the hook is removed at the detach' do
     app = start_app
     trace(app, '-m', 'Maker#strings', '--alloc', until_output: calls_done('Maker#strings', 1))

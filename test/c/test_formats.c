@@ -494,7 +494,7 @@ static char *summary_dump_of(uint64_t wall_origin, int second)
 /* Merges the dump that follows the table in text. */
 static void merge_dump(struct format *all, char *text)
 {
-    char *dump = strstr(text, "rbtrace-summary 1\n");
+    char *dump = strstr(text, "rbtrace-summary 2\n");
     FILE *in = dump ? fmemopen(dump, strlen(dump), "r") : NULL;
 
     CHECK(in && format_summary_merge(all, in) == CLI_OK);
@@ -510,7 +510,7 @@ static void test_summary_merge(void)
     char *a = summary_dump_of(wall, 0), *b = summary_dump_of(wall + 10000000, 1);
     struct format_opts opts;
     struct format *all;
-    char *out = NULL, bad[] = "rbtrace-summary 1\nrow 1 2 3 4 5 6z\n";
+    char *out = NULL, bad[] = "rbtrace-summary 2\nrow 1 2 3 4 5 0 6z\n";
     size_t out_len = 0;
     FILE *mem = open_memstream(&out, &out_len), *in;
 
@@ -542,6 +542,135 @@ static void test_summary_merge(void)
     format_close(all);
 }
 
+/* A summary with --alloc (feed_alloc's calls and site), dumped; second:
+ * one more site, of a String in b.rb. */
+static char *summary_alloc_dump_of(int second)
+{
+    struct format_opts opts;
+    struct format *f;
+    struct rbtrace_event site;
+    char *out = NULL;
+    size_t out_len = 0;
+    FILE *mem = open_memstream(&out, &out_len);
+
+    memset(&opts, 0, sizeof(opts));
+    opts.text.alloc = 1;
+    opts.text.alloc_sample = 1;
+    if (!mem || format_open(OPTIONS_FORMAT_SUMMARY, mem, &opts, &f) != CLI_OK) exit(2);
+    format_set_wall_origin(f, 1700000000000000000ULL);
+    feed_alloc(f);
+    if (second) {
+        memset(&site, 0, sizeof(site));
+        site.type = RBTRACE_EV_ALLOC_SITE;
+        site.count = 30;
+        site.line = 9;
+        site.text.ptr = "String";
+        site.text.len = 6;
+        site.text2.ptr = "b.rb";
+        site.text2.len = 4;
+        CHECK(format_event(f, &site) == CLI_OK);
+    }
+    CHECK(format_summary_dump(f, mem) == CLI_OK);
+    format_close(f);
+    fclose(mem);
+    return out;
+}
+
+/* The combined summary of dumps (NUL-ended texts, NULL last) with --alloc;
+ * the caller frees it. */
+static char *summary_alloc_merged(char **dumps)
+{
+    struct format_opts opts;
+    struct format *all;
+    char *out = NULL;
+    size_t out_len = 0;
+    FILE *mem = open_memstream(&out, &out_len);
+
+    memset(&opts, 0, sizeof(opts));
+    opts.text.alloc = 1;
+    opts.text.alloc_sample = 1;
+    if (!mem || format_open(OPTIONS_FORMAT_SUMMARY, mem, &opts, &all) != CLI_OK) exit(2);
+    for (; *dumps; dumps++) merge_dump(all, *dumps);
+    CHECK(format_finish(all) == CLI_OK);
+    format_close(all);
+    fclose(mem);
+    return out;
+}
+
+/* A dump line merged alone: CLI_ERR with errstr as said. */
+static void check_bad_dump(const char *text, const char *errstr)
+{
+    struct format_opts opts;
+    struct format *all;
+    FILE *in = fmemopen((void *)text, strlen(text), "r");
+
+    memset(&opts, 0, sizeof(opts));
+    if (!in || format_open(OPTIONS_FORMAT_SUMMARY, stdout, &opts, &all) != CLI_OK) exit(2);
+    CHECK(format_summary_merge(all, in) == CLI_ERR);
+    CHECK_STR(all->errstr, errstr);
+    fclose(in);
+    format_close(all);
+}
+
+/* --alloc in the combined summary: the dump carries each row's alloc and
+ * the sites (their escaped fields in hex); one dump merged alone gives one
+ * process's alloc column and sites; two sum the rows' alloc and merge the
+ * sites (the same site in both: one, counted twice), most first. */
+static void test_summary_merge_alloc(void)
+{
+    char *a = summary_alloc_dump_of(0), *b = summary_alloc_dump_of(1), *out;
+    char nul_dump[] = "rbtrace-summary 2\nprocess 1 0 0 0 0\nrow 1 5 5 5 0 3 610062 5:1\n";
+    char *one[] = { a, NULL }, *both[] = { a, b, NULL }, *nul_name[] = { nul_dump, NULL };
+
+    CHECK(strstr(a, "\nsite 12 4 - 615c7831622e7262 466f6f2373746570\n") != NULL);
+    CHECK(strstr(b, "\nsite 30 9 537472696e67 622e7262 -\n") != NULL);
+    CHECK(strstr(a, "\nrow 1 300 200 300 0 15 466f6f2372756e ") != NULL);
+
+    out = summary_alloc_merged(one);
+    CHECK(strstr(out, "raises      alloc\n") != NULL);
+    CHECK(strstr(out, "       0         15\n") != NULL);
+    CHECK(strstr(out, "       0          7\n") != NULL);
+    CHECK(strstr(out,
+                 "*** allocations (--alloc-sample 1: every object counted)\n"
+                 "*** sites that allocated most:\n"
+                 "            12  (hidden)  a\\x1b.rb:4  in Foo#step\n") != NULL);
+    free(out);
+
+    out = summary_alloc_merged(both);
+    CHECK(strstr(out, "*** 2 processes, 2 threads, ") != NULL);
+    CHECK(strstr(out, "\nFoo#run                                           2 ") != NULL);
+    CHECK(strstr(out, "       0         30\n") != NULL);
+    CHECK(strstr(out, "       0         14\n") != NULL);
+    CHECK(strstr(out,
+                 "*** sites that allocated most:\n"
+                 "            30  String  b.rb:9\n"
+                 "            24  (hidden)  a\\x1b.rb:4  in Foo#step\n") != NULL);
+    free(out);
+    free(a);
+    free(b);
+
+    /* a method's name may hold a NUL byte (a site's fields, escaped, not) */
+    out = summary_alloc_merged(nul_name);
+    CHECK(strstr(out, "\na\\x00b                                            1 ") != NULL);
+    CHECK(strstr(out, "       0          3\n") != NULL);
+    free(out);
+
+    check_bad_dump("rbtrace-summary 1\n", "a process's summary is not one");
+    check_bad_dump("rbtrace-summary 2\nrow 1 2 3 4 5 - 0:1\n", "a process's summary has a bad row");
+    check_bad_dump("rbtrace-summary 2\nsite 1 2 zz - -\n",
+                   "a process's summary has a bad allocation site");
+    check_bad_dump("rbtrace-summary 2\nsite 1 2 00 - -\n",
+                   "a process's summary has a bad allocation site");
+    check_bad_dump("rbtrace-summary 2\nsite 1 2 - -\n",
+                   "a process's summary has a bad allocation site");
+    check_bad_dump("rbtrace-summary 2\nsite 1 2 - - - x\n",
+                   "a process's summary has a bad allocation site");
+    check_bad_dump("rbtrace-summary 2\nsite 1 2 - 610062 -\n",
+                   "a process's summary has a bad allocation site");
+    check_bad_dump("rbtrace-summary 2\nsites 1\n",
+                   "a process's summary has a line it does not know");
+}
+
 int main(void)
 {
     test_json_escape();
@@ -555,5 +684,6 @@ int main(void)
     test_folded();
     test_summary();
     test_summary_merge();
+    test_summary_merge_alloc();
     return check_report();
 }

@@ -27,6 +27,7 @@ void alloc_report_free(struct alloc_report *a)
         free(a->sites[i].path);
         free(a->sites[i].label);
     }
+    free(a->sites);
     alloc_report_init(a, a->sample);
 }
 
@@ -91,18 +92,60 @@ static char *alloc_report_escaped(const struct rbtrace_str *s)
     return out;
 }
 
+/* A new site at the end (fields left NULL), or NULL when out of memory. */
+static struct alloc_report_site *alloc_report_new_site(struct alloc_report *a)
+{
+    if (a->n_sites == a->sites_cap) {
+        size_t cap = a->sites_cap ? a->sites_cap * 2 : 64;
+        struct alloc_report_site *grown = realloc(a->sites, cap * sizeof(*grown));
+
+        if (!grown) return NULL;
+        a->sites = grown;
+        a->sites_cap = cap;
+    }
+    memset(&a->sites[a->n_sites], 0, sizeof(a->sites[0]));
+    return &a->sites[a->n_sites++]; /* counted even if its fields are short of memory: freed */
+}
+
 int alloc_report_site(struct alloc_report *a, const struct rbtrace_event *ev)
 {
     struct alloc_report_site *s;
 
-    if (a->n_sites == ALLOC_REPORT_SITES_MAX) return CLI_OK;
-    s = &a->sites[a->n_sites];
+    if (a->n_sites >= ALLOC_REPORT_SITES_MAX) return CLI_OK;
+    if (!(s = alloc_report_new_site(a))) return CLI_ERR;
     s->count = ev->count;
     s->line = ev->line;
     s->klass = alloc_report_escaped(&ev->text);
     s->path = alloc_report_escaped(&ev->text2);
     s->label = alloc_report_escaped(&ev->text3);
-    a->n_sites++; /* counted even if short of memory: freed with the rest */
+    return s->klass && s->path && s->label ? CLI_OK : CLI_ERR;
+}
+
+static int alloc_report_same_site(const struct alloc_report_site *s, const char *klass,
+                                  const char *path, uint64_t line, const char *label)
+{
+    return s->klass && s->path && s->label && s->line == line && strcmp(s->klass, klass) == 0 &&
+        strcmp(s->path, path) == 0 && strcmp(s->label, label) == 0;
+}
+
+int alloc_report_add_site(struct alloc_report *a, uint64_t count, const char *klass,
+                          const char *path, uint64_t line, const char *label)
+{
+    struct alloc_report_site *s;
+    size_t i;
+
+    for (i = 0; i < a->n_sites; i++) /* a few hundred at most per process */
+        if (alloc_report_same_site(&a->sites[i], klass, path, line, label)) {
+            s = &a->sites[i];
+            s->count = s->count > UINT64_MAX - count ? UINT64_MAX : s->count + count;
+            return CLI_OK;
+        }
+    if (!(s = alloc_report_new_site(a))) return CLI_ERR;
+    s->count = count;
+    s->line = line;
+    s->klass = strdup(klass);
+    s->path = strdup(path);
+    s->label = strdup(label);
     return s->klass && s->path && s->label ? CLI_OK : CLI_ERR;
 }
 
@@ -139,14 +182,29 @@ static void alloc_report_write_methods(const struct alloc_report *a, FILE *out)
     free(order);
 }
 
+/* Most first; equal counts in the order they came (the target sends its
+ * sites most first: one process's report keeps its order). */
+static int alloc_report_site_by_count(const void *x, const void *y)
+{
+    const struct alloc_report_site *a = *(const struct alloc_report_site *const *)x;
+    const struct alloc_report_site *b = *(const struct alloc_report_site *const *)y;
+
+    if (a->count != b->count) return a->count < b->count ? 1 : -1;
+    return a < b ? -1 : a > b ? 1 : 0;
+}
+
 static void alloc_report_write_sites(const struct alloc_report *a, FILE *out)
 {
-    size_t i;
+    const struct alloc_report_site **order;
+    size_t i, n;
 
     if (!a->n_sites) return;
+    if (!(order = malloc(a->n_sites * sizeof(*order)))) return;
+    for (i = 0; i < a->n_sites; i++) order[i] = &a->sites[i];
+    qsort(order, a->n_sites, sizeof(*order), alloc_report_site_by_count);
     fputs("*** sites that allocated most:\n", out);
-    for (i = 0; i < a->n_sites && i < ALLOC_REPORT_ROWS; i++) {
-        const struct alloc_report_site *s = &a->sites[i];
+    for (i = 0, n = 0; i < a->n_sites && n < ALLOC_REPORT_ROWS; i++) {
+        const struct alloc_report_site *s = order[i];
 
         if (!s->klass || !s->path || !s->label) continue;
         fprintf(out, "  %12llu  %s  ", (unsigned long long)s->count, alloc_report_class(s));
@@ -154,7 +212,9 @@ static void alloc_report_write_sites(const struct alloc_report *a, FILE *out)
         else fputs("(no Ruby frame)", out);
         if (s->label[0]) fprintf(out, "  in %s", s->label);
         fputc('\n', out);
+        n++;
     }
+    free(order);
 }
 
 void alloc_report_write(const struct alloc_report *a, FILE *out)

@@ -41,8 +41,8 @@ struct alloc_report {
     unsigned long sample;                /* --alloc-sample */
     struct alloc_report_method *methods; /* open addressing on the name */
     size_t methods_cap, n_methods;
-    struct alloc_report_site sites[ALLOC_REPORT_SITES_MAX];
-    size_t n_sites;
+    struct alloc_report_site *sites; /* in the order they came */
+    size_t n_sites, sites_cap;
     uint64_t total; /* objects counted in ALLOC events */
 };
 
@@ -53,14 +53,24 @@ void alloc_report_free(struct alloc_report *a);
  * CLI_OK or CLI_ERR (out of memory). */
 int alloc_report_method(struct alloc_report *a, const char *name, size_t len, uint64_t count);
 
-/* An ALLOC_SITE event. CLI_OK or CLI_ERR (out of memory). */
+/* An ALLOC_SITE event (at most ALLOC_REPORT_SITES_MAX are kept). CLI_OK
+ * or CLI_ERR (out of memory). */
 int alloc_report_site(struct alloc_report *a, const struct rbtrace_event *ev);
+
+/* A site by its fields, escaped already (as a combined summary reads them
+ * from its processes' dumps, format_summary.c): its count is added to the
+ * site of the same class, path, line and label if there is one (the same
+ * site in several processes), else it is a new site. No limit: each dump
+ * holds at most ALLOC_REPORT_SITES_MAX. CLI_OK or CLI_ERR (out of memory). */
+int alloc_report_add_site(struct alloc_report *a, uint64_t count, const char *klass,
+                          const char *path, uint64_t line, const char *label);
 
 /* A site's class as shown: "(hidden)" for "" (an object Ruby had not
  * given a class yet). */
 const char *alloc_report_class(const struct alloc_report_site *s);
 
-/* Writes the report to out (nothing if nothing was counted). */
+/* Writes the report to out (nothing if nothing was counted); the sites
+ * most first (the order they came in for equal counts). */
 void alloc_report_write(const struct alloc_report *a, FILE *out);
 
 #endif

@@ -16,18 +16,23 @@
  * are sorted by --sort (total, the default; calls, self, max), most first.
  * With --alloc, a column "alloc": the objects allocated inside the
  * method's calls (callees included, sampled as --alloc-sample says), and
- * after the table the sites that allocated most (alloc_report.h). (Not in
- * the combined table of several processes: its dumps carry no alloc.)
+ * after the table the sites that allocated most (alloc_report.h); the
+ * combined table of several processes too (its dumps carry both).
  *
  * Several processes (multi.c, one session each in a child): each session
  * also dumps its rows, histograms whole, in a plain form (summary_dump);
  * the client merges the dumps into one more summary, its rows matched by
  * method name (ids are each process's own), its histograms added bucket
- * by bucket so that the combined p50 and p99 are those of the union:
+ * by bucket so that the combined p50 and p99 are those of the union, its
+ * alloc counts summed, its --alloc sites merged by alloc_report_add_site
+ * (the same class, path, line and label in several processes: one site):
  *
- *   rbtrace-summary 1
+ *   rbtrace-summary 2
  *   process THREADS LOST WALL_ORIGIN FIRST LAST   (ns; FIRST = LAST = 0: no event)
- *   row CALLS TOTAL SELF MAX RAISES NAME_HEX BUCKET:COUNT...
+ *   row CALLS TOTAL SELF MAX RAISES ALLOC NAME_HEX BUCKET:COUNT...
+ *   site COUNT LINE CLASS_HEX PATH_HEX LABEL_HEX  (--alloc; fields escaped already)
+ *
+ * HEX: the bytes in hex, so that any byte survives; "-" for none.
  */
 #define _GNU_SOURCE /* fwrite_unlocked */
 #include <stdlib.h>
@@ -363,13 +368,42 @@ static const struct format_ops format_summary_ops = {
 
 /* ---- several processes: dump, and merge into a combined summary ---- */
 
+#define SUMMARY_DUMP_HEADER "rbtrace-summary 2\n"
+
+/* " " then text[0, len) in hex, or " -" when empty. */
+static void summary_dump_hex(FILE *out, const char *text, size_t len)
+{
+    size_t i;
+
+    fputc(' ', out);
+    if (!len) fputc('-', out);
+    for (i = 0; i < len; i++) fprintf(out, "%02x", (unsigned char)text[i]);
+}
+
+/* --alloc's sites, as alloc_report keeps them. */
+static void summary_dump_sites(const struct alloc_report *a, FILE *out)
+{
+    size_t i;
+
+    for (i = 0; i < a->n_sites; i++) {
+        const struct alloc_report_site *s = &a->sites[i];
+
+        if (!s->klass || !s->path || !s->label) continue; /* short of memory: not shown */
+        fprintf(out, "site %llu %llu", (unsigned long long)s->count, (unsigned long long)s->line);
+        summary_dump_hex(out, s->klass, strlen(s->klass));
+        summary_dump_hex(out, s->path, strlen(s->path));
+        summary_dump_hex(out, s->label, strlen(s->label));
+        fputc('\n', out);
+    }
+}
+
 int format_summary_dump(const struct format *base, FILE *out)
 {
     const struct format_summary *f = (const struct format_summary *)base;
     int none = f->first_ns == UINT64_MAX;
-    size_t i, j, b;
+    size_t i, b;
 
-    fprintf(out, "rbtrace-summary 1\nprocess %zu %llu %llu %llu %llu\n", f->calls.n_threads,
+    fprintf(out, SUMMARY_DUMP_HEADER "process %zu %llu %llu %llu %llu\n", f->calls.n_threads,
             (unsigned long long)base->lost, (unsigned long long)f->wall_origin_ns,
             (unsigned long long)(none ? 0 : f->first_ns),
             (unsigned long long)(none ? 0 : f->calls.last_time_ns));
@@ -378,16 +412,17 @@ int format_summary_dump(const struct format *base, FILE *out)
         const struct calls_name *name;
 
         if (!r->histogram || !r->calls) continue;
-        fprintf(out, "row %llu %llu %llu %llu %llu ", (unsigned long long)r->calls,
+        fprintf(out, "row %llu %llu %llu %llu %llu %llu", (unsigned long long)r->calls,
                 (unsigned long long)r->total_ns, (unsigned long long)r->self_ns,
-                (unsigned long long)r->max_ns, (unsigned long long)r->raises);
-        if ((name = calls_name(&f->calls, r->method_id)) && name->len)
-            for (j = 0; j < name->len; j++) fprintf(out, "%02x", (unsigned char)name->text[j]);
-        else fputs("-", out); /* never named: "(unknown)" */
+                (unsigned long long)r->max_ns, (unsigned long long)r->raises,
+                (unsigned long long)r->alloc);
+        name = calls_name(&f->calls, r->method_id); /* never named: "-", "(unknown)" */
+        summary_dump_hex(out, name ? name->text : "", name ? name->len : 0);
         for (b = 0; b < SUMMARY_BUCKETS; b++)
             if (r->histogram[b]) fprintf(out, " %zu:%lu", b, (unsigned long)r->histogram[b]);
         fputc('\n', out);
     }
+    summary_dump_sites(&f->alloc, out);
     fflush(out);
     return ferror(out) ? CLI_ERR : CLI_OK;
 }
@@ -415,34 +450,48 @@ static int summary_hex(char c)
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
+/* Decodes the hex field at *p (its bytes, or "-" for none) in place (it
+ * gets shorter) and NUL-ends it; *p moves to the space or newline after
+ * it, untouched. The field's start, or NULL if it is not hex. (A method's
+ * name may hold a NUL byte; a site's fields, escaped, may not.) */
+static char *summary_unhex(char **p, size_t *len)
+{
+    char *hex = *p, *end = hex + strcspn(hex, " \n");
+    size_t i;
+
+    *p = end;
+    if (end - hex == 1 && *hex == '-') {
+        *len = 0;
+    } else {
+        if (end == hex || (end - hex) % 2) return NULL;
+        for (i = 0; hex + 2 * i < end; i++) {
+            int hi = summary_hex(hex[2 * i]), lo = summary_hex(hex[2 * i + 1]);
+            if (hi < 0 || lo < 0) return NULL;
+            hex[i] = (char)(hi * 16 + lo);
+        }
+        *len = i;
+    }
+    hex[*len] = '\0';
+    return hex;
+}
+
 /* One "row" line of a dump (after "row "), merged into f. */
 static int summary_merge_row(struct format_summary *f, char *line)
 {
-    unsigned long long calls, total, self, max, raises;
-    char *p, *hex, *end;
-    size_t len = 0, i;
+    unsigned long long calls, total, self, max, raises, alloc;
+    char *p, *hex;
+    size_t len = 0;
     uint64_t id;
     struct summary_row *r;
     int n = 0;
 
-    if (sscanf(line, "%llu %llu %llu %llu %llu %n", &calls, &total, &self, &max, &raises, &n) !=
-            5 ||
+    if (sscanf(line, "%llu %llu %llu %llu %llu %llu %n", &calls, &total, &self, &max, &raises,
+               &alloc, &n) != 6 ||
         !n)
         return format_fail(&f->base, "a process's summary has a bad row");
-    hex = line + n;
-    end = hex + strcspn(hex, " \n");
-    if (end - hex == 1 && *hex == '-') {
-        len = 0; /* unnamed: an id of its own, named by nothing */
-    } else {
-        if ((end - hex) % 2) return format_fail(&f->base, "a process's summary has a bad name");
-        for (i = 0; hex + 2 * i < end; i++) {
-            int hi = summary_hex(hex[2 * i]), lo = summary_hex(hex[2 * i + 1]);
-            if (hi < 0 || lo < 0)
-                return format_fail(&f->base, "a process's summary has a bad name");
-            hex[i] = (char)(hi * 16 + lo); /* decoded in place: shorter */
-        }
-        len = i;
-    }
+    p = line + n;
+    if (!(hex = summary_unhex(&p, &len)))
+        return format_fail(&f->base, "a process's summary has a bad name");
     if (!len) id = 0; /* every unnamed method in one "(unknown)" row */
     else if (summary_merged_id(f, hex, len, &id) != CLI_OK)
         return format_fail(&f->base, "out of memory");
@@ -451,8 +500,9 @@ static int summary_merge_row(struct format_summary *f, char *line)
     r->total_ns += total;
     r->self_ns += self;
     r->raises += raises;
+    r->alloc += alloc;
     if (max > r->max_ns) r->max_ns = max;
-    for (p = end; *p == ' ';) {
+    for (; *p == ' ';) {
         unsigned long long b, count;
         if (sscanf(p, " %llu:%llu%n", &b, &count, &n) != 2 || b >= SUMMARY_BUCKETS)
             return format_fail(&f->base, "a process's summary has a bad histogram");
@@ -461,6 +511,36 @@ static int summary_merge_row(struct format_summary *f, char *line)
         p += n;
     }
     return CLI_OK;
+}
+
+/* A site's field at *p (summary_unhex), then *p past the space after it
+ * unless last: NULL if bad, or holding a NUL byte (escaped text has none). */
+static char *summary_site_field(char **p, int last)
+{
+    size_t len;
+    char *field = summary_unhex(p, &len);
+
+    if (!field || strlen(field) != len) return NULL;
+    if (last) return **p == '\n' || !**p ? field : NULL;
+    return *(*p)++ == ' ' ? field : NULL;
+}
+
+/* One "site" line of a dump (after "site "), merged into f's sites. */
+static int summary_merge_site(struct format_summary *f, char *line)
+{
+    unsigned long long count, lineno;
+    char *p, *klass, *path, *label;
+    int n = 0;
+
+    if (sscanf(line, "%llu %llu %n", &count, &lineno, &n) != 2 || !n)
+        return format_fail(&f->base, "a process's summary has a bad allocation site");
+    p = line + n;
+    if (!(klass = summary_site_field(&p, 0)) || !(path = summary_site_field(&p, 0)) ||
+        !(label = summary_site_field(&p, 1)))
+        return format_fail(&f->base, "a process's summary has a bad allocation site");
+    return alloc_report_add_site(&f->alloc, count, klass, path, lineno, label) == CLI_OK
+        ? CLI_OK
+        : format_fail(&f->base, "out of memory");
 }
 
 /* One "process" line, merged into f. */
@@ -491,11 +571,12 @@ int format_summary_merge(struct format *base, FILE *in)
 
     while (rc == CLI_OK && (n = getline(&line, &cap, in)) > 0) {
         if (lines++ == 0)
-            rc = strcmp(line, "rbtrace-summary 1\n") == 0
+            rc = strcmp(line, SUMMARY_DUMP_HEADER) == 0
                 ? CLI_OK
                 : format_fail(base, "a process's summary is not one");
         else if (strncmp(line, "process ", 8) == 0) rc = summary_merge_process(f, line + 8);
         else if (strncmp(line, "row ", 4) == 0) rc = summary_merge_row(f, line + 4);
+        else if (strncmp(line, "site ", 5) == 0) rc = summary_merge_site(f, line + 5);
         else rc = format_fail(base, "a process's summary has a line it does not know");
     }
     free(line);

@@ -292,7 +292,8 @@ static int multi_write_combined(const struct options *o, const char *text, size_
  * no process was traced. */
 static int multi_summary(const struct options *o, struct multi_child *kids, size_t n)
 {
-    struct format_opts fopts = { { 0, 0, 0, 0, 0, 0, 0, 0, 0 }, 0, o->sort };
+    /* --alloc: the alloc column and the sites, as one process's table has */
+    struct format_opts fopts = { { 0, 0, 0, 0, 0, 0, o->alloc, o->alloc_sample, 0 }, 0, o->sort };
     struct format *all = NULL;
     char *text = NULL;
     size_t len = 0, i, merged = 0;
