@@ -271,9 +271,14 @@ module RBTrace
     Selector.parse(text, check: check)
   end
 
+  # TracePoint#enable as Ruby defines it, taken at load: an app that
+  # redefines it or prepends a module to TracePoint later is not run.
+  TRACEPOINT_ENABLE = TracePoint.instance_method(:enable)
+  private_constant :TRACEPOINT_ENABLE
+
   # ext/rbtrace/trace.c: a TracePoint on one Ruby method's bytecode only.
   def self.enable_targeted(tracepoint, method)
-    tracepoint.enable(target: method)
+    TRACEPOINT_ENABLE.bind_call(tracepoint, target: method)
   end
 
   # --devmode (ext/rbtrace/devmode.c, through ext/rbtrace/selector.c): the

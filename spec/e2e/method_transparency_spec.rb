@@ -115,6 +115,29 @@ RSpec.describe 'traced methods are unchanged' do
     expect(out).not_to include('Probe#hi')
   end
 
+  # A Ruby method is traced by TracePoint#enable(target:): Ruby's own, taken
+  # when rbtrace was loaded, not one the app prepended since (it ran at
+  # every attach).
+  it 'never runs an app\'s redefinition of TracePoint#enable' do
+    app = start_target(<<~'RUBY').ready
+      module CountedEnable
+        CALLS = []
+        def enable(...) = (CALLS << 1; super)
+      end
+      TracePoint.prepend(CountedEnable)
+      class Probe
+        def greet(name) = "hi #{name}"
+      end
+      puts "ready"
+      loop { Probe.new.greet('x'); puts "enables #{CountedEnable::CALLS.size}"; sleep 0.05 }
+    RUBY
+    out = trace(app, '-m', 'Probe#greet', until_output: /^Probe#greet <\d+\.\d{6}>$/).stdout
+    expect(out).to match(/^Probe#greet <\d+\.\d{6}>$/)
+    seen = app.drain.size
+    app.wait_for(->(_) { app.lines.size > seen }) # a count made after the trace
+    expect(app.lines.drop(1).uniq).to eq(['enables 0'])
+  end
+
   it 'lets a traced recursive method go as deep in a thread as untraced (5000 levels, and the limit)' do
     app = start_target(<<~'RUBY').ready
       class Probe
