@@ -190,6 +190,119 @@ RSpec.describe 'containers' do
     expect(app.stderr).to be_empty
   end
 
+  # Issue 30, item 3: an app of an unprivileged user in its own mount
+  # namespace, but ours user namespace (Docker without userns-remap). The
+  # client, root, makes the socket's directory as the app's user (its uid,
+  # gid and groups): never where that user could not, and what the app puts
+  # in it goes with it.
+  describe "as the app's user, when the app is not root in a mount namespace of its own" do
+    # Groups of no user: one the client is given, one the app is.
+    ROOTS_GROUP = 4242
+    APPS_GROUP = 4343
+    # Directories in the container's /tmp (made as root before the app
+    # starts as the second user, in the group APPS_GROUP): root's 0755, a
+    # group's 0770 for root's group and for the app's.
+    CONTAINERS_DIRS = ['sh', '-c', <<~SH, 'sh'].freeze
+      mkdir -m 0755 /tmp/rootonly && mkdir -m 0770 /tmp/rootsgroup /tmp/appsgroup &&
+        chgrp #{ROOTS_GROUP} /tmp/rootsgroup && chgrp #{APPS_GROUP} /tmp/appsgroup && exec "$@"
+    SH
+    # An app that never answers (its SIGURG taken), so the client waits
+    # with its directory made, until its --timeout.
+    STUBBORN_APP = "trap('URG') {}\nputs 'ready'\nsleep"
+
+    def start_app(tmpdir, code = CONTAINERS_APP)
+      user = ['setpriv', "--reuid=#{second_user.uid}", "--regid=#{second_user.gid}", "--groups=#{APPS_GROUP}"]
+      start_target(code, env: { 'TMPDIR' => tmpdir },
+                         prefix: [*CONTAINERS_UNSHARE, *CONTAINERS_TMPFS, *CONTAINERS_DIRS, *user])
+    end
+
+    # The client's directories in the app's /tmp and below, as the host sees them.
+    def socket_dirs(pid)
+      Dir.glob("/proc/#{pid}/root/tmp/{,rootonly/,rootsgroup/,appsgroup/}rbtrace-*").reject { |d| File.basename(d) == CONTAINERS_CHECKOUT }
+    end
+
+    # Where a client that waits for a stubborn app (TMPDIR tmpdir) makes
+    # its directory, as the app sees it; the client run with groups.
+    def dir_made(tmpdir, groups: [])
+      pid = host_pid(start_app(tmpdir, STUBBORN_APP))
+      args = ['-p', pid, '--timeout', '3', '-e', '1']
+      client = if groups.empty?
+                 start_client(*args, env: { 'TMPDIR' => client_tmp })
+               else
+                 start_client("--groups=#{groups.join(',')}", RBTraceSpec::CLIENT, *args,
+                              client: '/usr/bin/setpriv', env: { 'TMPDIR' => client_tmp })
+               end
+      dirs = []
+      Timeout.timeout(10) { sleep 0.01 while (dirs = socket_dirs(pid)).empty? }
+      expect(dirs.size).to eq(1)
+      expect(File.stat(dirs.first).uid).to eq(second_user.uid)
+      expect(client.wait.exitstatus).to eq(1)
+      expect(client.stderr).not_to include('could not remove')
+      expect(leftovers(pid)).to be_empty
+      File.dirname(dirs.first.delete_prefix("/proc/#{pid}/root"))
+    end
+
+    it "makes no directory in a TMPDIR its user cannot write: it uses the app's /tmp, as Ruby's Dir.tmpdir" do
+      expect(dir_made('/tmp/rootonly')).to eq('/tmp')
+      pid = host_pid(app = start_app('/tmp/rootonly'))
+      r = rbtrace_host('-p', pid, '-e', 'Process.euid')
+      expect(r.stdout).to end_with("=> #{second_user.uid}\n")
+      expect(r.exitstatus).to eq(0)
+      expect(Dir.children("/proc/#{pid}/root/tmp/rootonly")).to be_empty
+      expect(leftovers(pid)).to be_empty
+      expect(app.stderr).to be_empty
+    end
+
+    it 'says what to do when neither TMPDIR nor /tmp will do' do
+      read_only = ['sh', '-c', 'mount -o remount,ro /tmp && exec "$@"', 'sh']
+      app = start_target(CONTAINERS_APP, env: { 'TMPDIR' => '/nonexistent' },
+                                         prefix: [*CONTAINERS_UNSHARE, *CONTAINERS_TMPFS, *read_only,
+                                                  *as(second_user)])
+      pid = host_pid(app)
+      r = rbtrace_host('-p', pid, '-e', '1')
+      expect(r.stderr).to eq("rbtrace: could not create a directory, as the app's user, in the temporary " \
+                             "directory of process #{pid} (/nonexistent, in its container; from the host " \
+                             "/proc/#{pid}/root/nonexistent): No such file or directory, nor in its /tmp: " \
+                             'Read-only file system (give the app a TMPDIR its user can write, or run ' \
+                             "rbtrace inside the container)\n")
+      expect(r.exitstatus).to eq(1)
+      expect(leftovers(pid)).to be_empty
+    end
+
+    it "takes the app's groups, not root's" do
+      expect(dir_made('/tmp/rootsgroup', groups: [ROOTS_GROUP])).to eq('/tmp')
+      expect(dir_made('/tmp/appsgroup')).to eq('/tmp/appsgroup')
+    end
+
+    it 'removes what the app put in the directory with it, following no link' do
+      # The app fills each directory of the client's it sees with a file, a
+      # link to a file of its own and an empty directory, until the client
+      # gave up waiting (the app never answers).
+      pid = host_pid(app = start_app('/tmp', <<~RUBY))
+        trap('URG') {}
+        File.write('/tmp/mine', 'kept')
+        puts 'ready'
+        loop do
+          Dir.glob('/tmp/rbtrace-*/').each do |d|
+            File.write("\#{d}file", 'x')
+            File.symlink('/tmp/mine', "\#{d}link")
+            Dir.mkdir("\#{d}dir")
+            puts 'dropped'
+          rescue SystemCallError
+            nil
+          end
+          sleep 0.01
+        end
+      RUBY
+      r = rbtrace_host('-p', pid, '--timeout', '2', '-e', '1')
+      expect(app.wait_for('dropped')).to eq('dropped')
+      expect(r.exitstatus).to eq(1)
+      expect(r.stderr).not_to include('could not remove')
+      expect(leftovers(pid)).to be_empty
+      expect(File.read("/proc/#{pid}/root/tmp/mine")).to eq('kept')
+    end
+  end
+
   describe 'with a user namespace of its own, made by an unprivileged user' do
     # Root inside is the second user outside: our root is nobody there.
     def start_userns

@@ -12,6 +12,7 @@
  * keyed by its own pid, our socket in its $TMPDIR.
  */
 #define _GNU_SOURCE /* accept4, pipe2, struct ucred */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -67,6 +68,7 @@ void attach_init(struct attach *a, pid_t pid, int timeout_ms, volatile sig_atomi
     a->listen_fd = -1;
     a->conn_fd = -1;
     a->dir_fd = -1;
+    a->cdir.root_fd = -1;
     a->cdir.parent_fd = -1;
     a->cdir.dir_fd = -1;
     a->qid = -1;
@@ -211,16 +213,18 @@ static int attach_share_dir(struct attach *a)
     return CLI_OK;
 }
 
-/* Our directory in the target's container, in its $TMPDIR (opened by
- * attach_listen: container.c); we bind through our fd of it, and send the
- * path the target sees. */
+/* Our directory in the target's container, in its $TMPDIR (its root
+ * opened by attach_listen: container.c); we bind through our fd of it, and
+ * send the path the target sees. a->dir is where the host sees it, for
+ * messages (removed through a->cdir's fds). */
 static int attach_make_container_dir(struct attach *a)
 {
     struct container_dir *d = &a->cdir;
     struct sockaddr_un sun;
+    int rc = container_make_dir(a->pid, d, a->errstr, sizeof(a->errstr));
 
-    if (container_make_dir(a->pid, d, a->errstr, sizeof(a->errstr)) != 0) return CLI_ERR;
-    snprintf(a->dir, sizeof(a->dir), "%s", d->host_path);
+    if (d->name[0]) snprintf(a->dir, sizeof(a->dir), "/proc/%d/root%s", (int)a->pid, d->app_path);
+    if (rc != 0) return CLI_ERR;
     a->dir_fd = d->dir_fd;
     d->dir_fd = -1; /* a->dir_fd's now */
     snprintf(a->bind_path, sizeof(a->bind_path), "/proc/self/fd/%d/" ATTACH_SOCK_NAME, a->dir_fd);
@@ -285,16 +289,17 @@ static int attach_bind_listen(struct attach *a)
 }
 
 /*
- * For a target in a container, its $TMPDIR is opened first, as root (the
- * walk through /proc/PID/root); in another user namespace the rest is done
- * as the app's user (container_become: listen(2) records who listens,
- * which the app's SO_PEERCRED shows, translated into its namespace).
+ * For a target in a container, its root is opened first, as root
+ * (/proc/PID/root); the rest is done as the app's user (container_become):
+ * the directory only where that user may make one, and in another user
+ * namespace listen(2), which records who listens for the app's SO_PEERCRED,
+ * translated into its namespace.
  */
 int attach_listen(struct attach *a)
 {
-    int become = a->ct.user_ns && geteuid() == 0, rc;
+    int become = (a->ct.mnt_ns || a->ct.user_ns) && geteuid() == 0, rc;
 
-    if (a->ct.mnt_ns && container_open_tmpdir(a->pid, &a->cdir, a->errstr, sizeof(a->errstr)) != 0)
+    if (a->ct.mnt_ns && container_open_root(a->pid, &a->cdir, a->errstr, sizeof(a->errstr)) != 0)
         return CLI_ERR;
     if (become && container_become(a->pid, a->errstr, sizeof(a->errstr)) != 0) return CLI_ERR;
     rc = attach_bind_listen(a);
@@ -755,6 +760,30 @@ static void attach_warn(const char *what, const char *path)
         fprintf(stderr, "rbtrace: could not remove %s %s: %s\n", what, path, strerror(errno));
 }
 
+/*
+ * Removes what else is in our directory, through its fd (no path walked, no
+ * link followed): the target's user owns it and may have put something
+ * there. One level: a directory with something in it stays, and the rmdir
+ * that follows says so (as it says what these unlinkat could not remove).
+ */
+static void attach_empty_dir(struct attach *a)
+{
+    int fd = fcntl(a->dir_fd, F_DUPFD_CLOEXEC, 0);
+    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+    struct dirent *e;
+
+    if (!dir) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    while ((e = readdir(dir)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (unlinkat(a->dir_fd, e->d_name, 0) < 0 && errno == EISDIR)
+            (void)unlinkat(a->dir_fd, e->d_name, AT_REMOVEDIR);
+    }
+    closedir(dir);
+}
+
 void attach_remove_socket(struct attach *a)
 {
     if (a->listen_fd >= 0) {
@@ -766,6 +795,7 @@ void attach_remove_socket(struct attach *a)
         a->sock_path[0] = '\0';
     }
     if (a->dir_fd >= 0) {
+        if (a->dir[0]) attach_empty_dir(a);
         close(a->dir_fd);
         a->dir_fd = -1;
     }
@@ -781,6 +811,11 @@ void attach_remove_socket(struct attach *a)
         close(a->cdir.parent_fd);
         a->cdir.parent_fd = -1;
     }
+    if (a->cdir.root_fd >= 0) {
+        close(a->cdir.root_fd);
+        a->cdir.root_fd = -1;
+    }
+    a->cdir.name[0] = '\0';
 }
 
 void attach_close(struct attach *a)

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE /* setns, CLONE_NEWIPC */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h> /* setgroups */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,145 +228,227 @@ static void container_show(const char *tmp, char *out, size_t size)
 }
 
 /*
- * tmp (an absolute path as pid sees it) opened under root_fd, one
- * directory at a time, following no symbolic link and no "..". The fd, or
- * -1 with a message in errstr. root_fd is closed either way.
+ * tmp (an absolute path as pid sees it) opened under root_fd (which stays
+ * open), one directory at a time, following no symbolic link and no "..".
+ * The fd, or -1 with errno (ELOOP for a link or "..").
  */
-static int container_walk(int root_fd, pid_t pid, const char *tmp, char *errstr, size_t size)
+static int container_walk(int root_fd, const char *tmp)
 {
-    char copy[CONTAINER_TMPDIR_MAX + 1], shown[CONTAINER_TMPDIR_MAX * ESCAPE_MAX_PER_BYTE + 1];
-    char *part, *save = NULL;
+    char copy[CONTAINER_TMPDIR_MAX + 1], *part, *save = NULL;
     int fd = root_fd;
 
     snprintf(copy, sizeof(copy), "%s", tmp);
     for (part = strtok_r(copy, "/", &save); part; part = strtok_r(NULL, "/", &save)) {
-        int next;
+        int next, err;
 
         if (!strcmp(part, ".")) continue;
         next = strcmp(part, "..")
             ? openat(fd, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            : -1;
+            : (errno = ELOOP, -1);
+        err = errno;
+        if (fd != root_fd) close(fd);
         if (next < 0) {
-            int err = strcmp(part, "..") ? errno : ELOOP;
-
-            close(fd);
-            container_show(tmp, shown, sizeof(shown));
-            if (err == ELOOP || err == ENOTDIR)
-                snprintf(
-                    errstr, size,
-                    "the temporary directory of process %d (%s, in its container) "
-                    "is reached through a symbolic link or \"..\", which rbtrace does not follow "
-                    "inside a container: give the app a TMPDIR that is a real directory, or run "
-                    "rbtrace inside the container",
-                    (int)pid, shown);
-            else
-                snprintf(errstr, size,
-                         "could not open the temporary directory of process %d (%s, "
-                         "in its container, from the host /proc/%d/root%s): %s",
-                         (int)pid, shown, (int)pid, shown, strerror(err));
+            errno = err == ENOTDIR ? ELOOP : err;
             return -1;
         }
-        close(fd);
         fd = next;
     }
-    return fd;
+    return fd == root_fd ? fcntl(root_fd, F_DUPFD_CLOEXEC, 0) : fd;
 }
 
-int container_open_tmpdir(pid_t pid, struct container_dir *d, char *errstr, size_t size)
+int container_open_root(pid_t pid, struct container_dir *d, char *errstr, size_t size)
 {
     char root[64];
-    int root_fd;
 
-    d->parent_fd = d->dir_fd = -1;
-    d->name[0] = d->host_path[0] = d->app_path[0] = '\0';
+    d->root_fd = d->parent_fd = d->dir_fd = -1;
+    d->name[0] = d->app_path[0] = '\0';
     container_tmpdir(pid, d->tmp, sizeof(d->tmp));
     snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
-    if ((root_fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+    if ((d->root_fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
         snprintf(errstr, size, "could not open the root of process %d (%s): %s", (int)pid, root,
                  strerror(errno));
         return -1;
     }
-    d->parent_fd = container_walk(root_fd, pid, d->tmp, errstr, size);
-    return d->parent_fd < 0 ? -1 : 0;
+    return 0;
+}
+
+/* mkdtemp in tmp (reached from d->root_fd), through its fd: its random
+ * name, made only if nothing is there, as for a target beside us. 0 (d's
+ * parent_fd, name and app_path set), or -1 with errno. */
+static int container_mkdtemp(struct container_dir *d, const char *tmp)
+{
+    char templ[64];
+    int fd = container_walk(d->root_fd, tmp), err;
+
+    if (fd < 0) return -1;
+    snprintf(templ, sizeof(templ), "/proc/self/fd/%d/rbtrace-XXXXXX", fd);
+    if (!mkdtemp(templ)) {
+        err = errno;
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    d->parent_fd = fd;
+    snprintf(d->name, sizeof(d->name), "%s", strrchr(templ, '/') + 1);
+    snprintf(d->app_path, sizeof(d->app_path), "%s%s%s", tmp,
+             tmp[strlen(tmp) - 1] == '/' ? "" : "/", d->name);
+    return 0;
+}
+
+/* Where Ruby's Dir.tmpdir goes on from a TMPDIR it cannot use. */
+static int container_unusable(int err)
+{
+    return err == EACCES || err == EPERM || err == EROFS || err == ENOENT;
 }
 
 int container_make_dir(pid_t pid, struct container_dir *d, char *errstr, size_t size)
 {
-    char shown[CONTAINER_TMPDIR_MAX * ESCAPE_MAX_PER_BYTE + 1], templ[64];
-    const char *tmp = d->tmp;
-    int err;
+    char shown[CONTAINER_TMPDIR_MAX * ESCAPE_MAX_PER_BYTE + 1], also[128] = "";
+    int err = 0, rc = container_mkdtemp(d, d->tmp);
 
-    /* mkdtemp through the directory's fd: its random name, made only if
-     * nothing is there, as for a target beside us. */
-    snprintf(templ, sizeof(templ), "/proc/self/fd/%d/rbtrace-XXXXXX", d->parent_fd);
-    if (!mkdtemp(templ)) {
-        err = errno;
-        container_show(tmp, shown, sizeof(shown));
-        snprintf(errstr, size,
-                 "could not create a directory in the temporary directory of process "
-                 "%d (%s, in its container; from the host /proc/%d/root%s): %s (give the app a "
-                 "writable TMPDIR, or run rbtrace inside the container)",
-                 (int)pid, shown, (int)pid, shown, strerror(err));
+    if (rc < 0) err = errno;
+    /* A TMPDIR the app's user cannot write (we act as that user): /tmp,
+     * as the app's own Dir.tmpdir does. A link is refused, not skipped. */
+    if (rc < 0 && container_unusable(err) && strcmp(d->tmp, "/tmp") != 0) {
+        if ((rc = container_mkdtemp(d, "/tmp")) < 0)
+            snprintf(also, sizeof(also), ", nor in its /tmp: %s", strerror(errno));
+    }
+    close(d->root_fd);
+    d->root_fd = -1;
+    if (rc < 0) {
+        container_show(d->tmp, shown, sizeof(shown));
+        if (err == ELOOP)
+            snprintf(errstr, size,
+                     "the temporary directory of process %d (%s, in its container) "
+                     "is reached through a symbolic link or \"..\", which rbtrace does not follow "
+                     "inside a container: give the app a TMPDIR that is a real directory, or run "
+                     "rbtrace inside the container",
+                     (int)pid, shown);
+        else
+            snprintf(errstr, size,
+                     "could not create a directory, as the app's user, in the temporary directory "
+                     "of process %d (%s, in its container; from the host /proc/%d/root%s): %s%s "
+                     "(give the app a TMPDIR its user can write, or run rbtrace inside the "
+                     "container)",
+                     (int)pid, shown, (int)pid, shown, strerror(err), also);
         return -1;
     }
-    snprintf(d->name, sizeof(d->name), "%s", strrchr(templ, '/') + 1);
+    /* On failure d->name stays: the caller removes the directory. */
     d->dir_fd = openat(d->parent_fd, d->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (d->dir_fd < 0) {
-        err = errno;
-        unlinkat(d->parent_fd, d->name, AT_REMOVEDIR);
-        d->name[0] = '\0';
         snprintf(errstr, size, "could not open the socket directory in process %d's container: %s",
-                 (int)pid, strerror(err));
+                 (int)pid, strerror(errno));
         return -1;
     }
-    snprintf(d->app_path, sizeof(d->app_path), "%s%s%s", tmp,
-             tmp[strlen(tmp) - 1] == '/' ? "" : "/", d->name);
-    snprintf(d->host_path, sizeof(d->host_path), "/proc/%d/root%s", (int)pid, d->app_path);
     return 0;
 }
 
 /* ---- acting as the app's user ---- */
 
-/* Our effective gid before container_become. */
+/* Our effective gid and groups before container_become. */
 static gid_t container_saved_egid;
+static gid_t *container_saved_groups;
+static int container_saved_ngroups;
 
-/* pid's effective uid and gid, as we see them; -1 if /proc does not say. */
-static int container_ids(pid_t pid, uid_t *uid, gid_t *gid)
+/* The groups of a "Groups:" line's rest, into *groups (malloc'd; NULL for
+ * none) and *n. 0, or -1 (errno). */
+static int container_groups(const char *p, gid_t **groups, int *n)
 {
-    char path[64], line[256];
+    const char *q;
+    char *end;
+    int count = 0;
+
+    for (q = p; strtoul(q, &end, 10), end != q; q = end) count++;
+    *n = 0;
+    *groups = NULL;
+    if (count == 0) return 0;
+    if (!(*groups = malloc((size_t)count * sizeof(**groups)))) return -1;
+    for (q = p; *n < count; q = end) (*groups)[(*n)++] = (gid_t)strtoul(q, &end, 10);
+    return 0;
+}
+
+/* pid's effective uid and gid and its supplementary groups, as we see them
+ * (*groups malloc'd, *n of them); -1 (errno) if /proc does not say. */
+static int container_ids(pid_t pid, uid_t *uid, gid_t *gid, gid_t **groups, int *n)
+{
+    char path[64], *line = NULL;
+    size_t cap = 0;
     unsigned long r, e;
     int found = 0;
     FILE *f;
 
+    *groups = NULL;
+    *n = 0;
     snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
     if ((f = fopen(path, "re")) == NULL) return -1;
-    while (found != 3 && fgets(line, sizeof(line), f)) {
+    errno = ENODATA; /* if the lines are not there */
+    while (found != 7 && getline(&line, &cap, f) > 0) {
         if (sscanf(line, "Uid: %lu %lu", &r, &e) == 2) {
             *uid = (uid_t)e;
             found |= 1;
         } else if (sscanf(line, "Gid: %lu %lu", &r, &e) == 2) {
             *gid = (gid_t)e;
             found |= 2;
+        } else if (!strncmp(line, "Groups:", sizeof("Groups:") - 1)) {
+            if (container_groups(line + sizeof("Groups:") - 1, groups, n) < 0) break;
+            found |= 4;
         }
     }
+    free(line);
     fclose(f);
-    return found == 3 ? 0 : -1;
+    if (found == 7) return 0;
+    free(*groups);
+    *groups = NULL;
+    return -1;
+}
+
+/* Our groups into container_saved_groups. 0, or -1 (errno). */
+static int container_save_groups(void)
+{
+    int n = getgroups(0, NULL);
+
+    container_saved_groups = NULL;
+    container_saved_ngroups = 0;
+    if (n <= 0) return n;
+    if (!(container_saved_groups = malloc((size_t)n * sizeof(gid_t)))) return -1;
+    if ((container_saved_ngroups = getgroups(n, container_saved_groups)) < 0) {
+        free(container_saved_groups);
+        container_saved_groups = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 int container_become(pid_t pid, char *errstr, size_t size)
 {
-    uid_t uid;
-    gid_t gid;
+    uid_t uid = 0;
+    gid_t gid = 0, *groups = NULL;
+    int n = 0;
 
-    if (container_ids(pid, &uid, &gid) != 0) {
+    if (container_ids(pid, &uid, &gid, &groups, &n) != 0) {
         snprintf(errstr, size, "could not read the user of process %d: %s", (int)pid,
                  strerror(errno));
         return -1;
     }
     container_saved_egid = getegid();
+    if (container_save_groups() != 0) {
+        snprintf(errstr, size, "could not read our groups: %s", strerror(errno));
+        free(groups);
+        return -1;
+    }
+    /* The groups first: changing them takes root (CAP_SETGID). */
+    if (setgroups((size_t)n, groups) < 0) {
+        snprintf(errstr, size, "could not take the groups of process %d: %s", (int)pid,
+                 strerror(errno));
+        free(groups);
+        container_unbecome();
+        return -1;
+    }
+    free(groups);
     if (setresgid((gid_t)-1, gid, (gid_t)-1) < 0) {
         snprintf(errstr, size, "could not take the group of process %d (gid %u): %s", (int)pid,
                  (unsigned)gid, strerror(errno));
+        container_unbecome();
         return -1;
     }
     if (setresuid((uid_t)-1, uid, (uid_t)-1) < 0) {
@@ -382,8 +465,12 @@ void container_unbecome(void)
     /* Root's real and saved ids remain: this cannot fail; if it did, we
      * would go on as another user: stop there. */
     if (setresuid((uid_t)-1, 0, (uid_t)-1) < 0 ||
-        setresgid((gid_t)-1, container_saved_egid, (gid_t)-1) < 0) {
+        setresgid((gid_t)-1, container_saved_egid, (gid_t)-1) < 0 ||
+        setgroups((size_t)container_saved_ngroups, container_saved_groups) < 0) {
         fprintf(stderr, "rbtrace: could not become root again: %s\n", strerror(errno));
         abort();
     }
+    free(container_saved_groups);
+    container_saved_groups = NULL;
+    container_saved_ngroups = 0;
 }
