@@ -90,7 +90,18 @@ int attach_target_alive(const struct attach *a)
     return procfs_alive(a->pid);
 }
 
-/* Whether queue ds is one of rbtrace's, ours, and its target is gone. */
+/*
+ * Whether queue ds is one of rbtrace's, ours, and proved stale: its target
+ * is gone. The key's pid is no proof: it is the pid the target saw, in a
+ * PID namespace that may not be ours (docker --ipc=host, unshare --pid
+ * share our IPC namespace), where it names another process or none. The
+ * proof is the queue's last reader (lrpid), which only its target can be
+ * (it marks the queue as it makes it: channel.c): the kernel shows it as
+ * our PID namespace sees it, whichever it lived in, and while that number
+ * names no process here, that process is gone. A reader we cannot see
+ * (lrpid 0: a target in a PID namespace beside or above ours) proves
+ * nothing, and its queue stays.
+ */
 static int attach_queue_is_stale(const struct msqid_ds *ds)
 {
     key_t key = ds->msg_perm.__key;
@@ -99,7 +110,7 @@ static int attach_queue_is_stale(const struct msqid_ds *ds)
     if (pid == 0 || RBTRACE_QUEUE_KEY(pid) != key) return 0;
     if (ds->msg_perm.uid != geteuid() || ds->msg_perm.cuid != geteuid()) return 0;
     if ((ds->msg_perm.mode & 0777) != 0600) return 0;
-    return kill(pid, 0) < 0 && errno == ESRCH;
+    return ds->msg_lrpid > 0 && kill(ds->msg_lrpid, 0) < 0 && errno == ESRCH;
 }
 
 /*
@@ -533,7 +544,8 @@ static int attach_send_message(struct attach *a, const struct rbtrace_msg *msg, 
         if (errno == EIDRM || errno == EINVAL)
             return attach_fail(a,
                                "the message queue of process %d (id %d) was removed (%s) while "
-                               "in use: something else removed it (ipcrm?); run rbtrace again",
+                               "in use: something else removed it (ipcrm?); the process makes a "
+                               "new one when signalled again: run rbtrace again",
                                (int)a->pid, a->qid, errno == EIDRM ? "EIDRM" : "EINVAL");
         if (errno != EAGAIN) return attach_fail_errno(a, "could not send a command");
         if (cli_now_ms() >= deadline)
