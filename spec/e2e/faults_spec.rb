@@ -259,8 +259,9 @@ RSpec.describe 'faults' do
   end
 
   # What a target killed with SIGKILL while nobody traced it left: its
-  # queue, last read by a process now gone (docs/DESIGN.md, "Detaching and
-  # faults"). Issue 30, item 2: only such a queue is swept.
+  # queue, last read by a process now gone, which is proof that it is stale
+  # (docs/DESIGN.md, "Detaching and faults"). Issue 30, item 2: only such a
+  # queue is swept.
   describe 'a target killed with SIGKILL while untraced' do
     it 'leaves its queue, which the next rbtrace run, against any process, removes' do
       app = start_target("puts 'ready'\nsleep").ready
