@@ -34,6 +34,8 @@
  * is read only while its owner and creator are our euid and it grants
  * nothing to others. If another user's queue already sits under our key,
  * we never read it: a private queue serves instead (channel_queue_private).
+ * Its whole life, from its making to its removal, is one section below
+ * (channel_queue).
  */
 #include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "channel.h"

@@ -738,8 +738,11 @@ int attach_accept(struct attach *a)
 /*
  * A target killed with SIGKILL cannot remove its queue, and nobody would
  * until the next rbtrace run swept it: remove the one we used, once the
- * target is gone, if it is still that target's (under its key, or the
- * private one it read last). The exiting target may beat us to it.
+ * target is gone, if it is still that target's: under its key or private,
+ * and last read by it (it marks its queue as it makes it: channel.c), not
+ * by another process of the same key since (an app of the same pid in
+ * another PID namespace that shares this IPC namespace). The exiting
+ * target may beat us to it.
  */
 static void attach_remove_dead_queue(struct attach *a)
 {
@@ -748,9 +751,9 @@ static void attach_remove_dead_queue(struct attach *a)
     if (a->qid < 0 || attach_target_alive(a)) return;
     if (msgctl(a->qid, IPC_STAT, &ds) < 0) return; /* removed already */
     if (!attach_queue_trusted(a, &ds)) return;
-    if (ds.msg_perm.__key != RBTRACE_QUEUE_KEY(a->ct.ns_pid) &&
-        !(ds.msg_perm.__key == IPC_PRIVATE && ds.msg_lrpid == a->pid))
+    if (ds.msg_perm.__key != RBTRACE_QUEUE_KEY(a->ct.ns_pid) && ds.msg_perm.__key != IPC_PRIVATE)
         return;
+    if (ds.msg_lrpid != a->pid) return;
     if (msgctl(a->qid, IPC_RMID, NULL) < 0 && errno != EIDRM && errno != EINVAL)
         fprintf(stderr,
                 "rbtrace: could not remove the message queue of process %d (0x%x): %s "
