@@ -34,6 +34,8 @@
  * is read only while its owner and creator are our euid and it grants
  * nothing to others. If another user's queue already sits under our key,
  * we never read it: a private queue serves instead (channel_queue_private).
+ * Its whole life, from its making to its removal, is one section below
+ * (channel_queue).
  */
 #include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "channel.h"
@@ -72,72 +74,22 @@ static void channel_sigurg(int sig, siginfo_t *info, void *ctx)
     errno = saved;
 }
 
-/* ---- the queue ---- */
-
-static int channel_queue_trusted(int qid)
-{
-    struct msqid_ds ds;
-    uid_t me = geteuid();
-
-    if (msgctl(qid, IPC_STAT, &ds) != 0) return 0;
-    return ds.msg_perm.uid == me && ds.msg_perm.cuid == me && (ds.msg_perm.mode & 077) == 0;
-}
+/* ---- the queue: its whole life, here alone ---- */
 
 /*
- * Someone else's queue sits under our key: a private queue (IPC_PRIVATE)
- * instead, marked as ours by taking one message from it, which makes the
- * kernel name us as its last reader (lrpid): the client looks for a queue
- * that our euid created and we read last, which nobody else can forge.
+ * Made at the first signal, keyed by our pid (or private, when someone
+ * else's sits under our key). Checked at each signal after: a queue removed
+ * under us (ipcrm) is gone, one that is no longer ours (its owner or mode
+ * changed, its id someone else's) is left alone, and either way a new one
+ * serves, so that a client is always answered. Forgotten in a forked child
+ * (a new pid, a new queue); removed, if still ours, by the process that
+ * made it, when it exits and before it execs.
  */
-static int channel_queue_private(void)
-{
-    struct rbtrace_msg marker;
-    int qid = msgget(IPC_PRIVATE, IPC_CREAT | 0600);
-
-    if (qid < 0) return -1;
-    marker.mtype = RBTRACE_MSG_TYPE;
-    marker.mtext[0] = 0;
-    if (msgsnd(qid, &marker, 1, IPC_NOWAIT) != 0 ||
-        msgrcv(qid, &marker, sizeof(marker.mtext), 0, IPC_NOWAIT | MSG_NOERROR) < 0) {
-        int err = errno;
-        msgctl(qid, IPC_RMID, NULL);
-        errno = err;
-        return -1;
-    }
-    return qid;
-}
-
-/* Creates (or adopts a stale one of our own) the queue keyed by our pid. */
-static int channel_queue_open(void)
-{
-    key_t key = RBTRACE_QUEUE_KEY(getpid());
-    int qid = msgget(key, IPC_CREAT | IPC_EXCL | 0600);
-
-    if (qid < 0 && errno == EEXIST) {
-        /* Left by an earlier process with our pid, or planted by someone. */
-        qid = msgget(key, 0);
-        if (qid < 0 || !channel_queue_trusted(qid)) {
-            if (!rbtrace.queue_refused) {
-                fprintf(stderr,
-                        "rbtrace: ignoring message queue 0x%08x under the key of process "
-                        "%d: it was created by another user or is open to others; commands "
-                        "come through a private queue instead (remove it: ipcrm -Q 0x%08x)\n",
-                        (unsigned)key, (int)getpid(), (unsigned)key);
-                rbtrace.queue_refused = 1;
-            }
-            qid = channel_queue_private();
-        }
-    }
-    if (qid < 0) {
-        if (!rbtrace.queue_refused)
-            fprintf(stderr, "rbtrace: cannot create message queue 0x%08x: %s\n", (unsigned)key,
-                    strerror(errno));
-        rbtrace.queue_refused = 1;
-        return -1;
-    }
-    rbtrace.queue_pid = getpid();
-    return qid;
-}
+static struct {
+    int id;      /* the queue we read, or -1 */
+    pid_t pid;   /* the process that made or adopted it */
+    int refused; /* a foreign queue under our key was reported */
+} channel_q = { -1, 0, 0 };
 
 /* An unexpected failure of the queue, said once on stderr. */
 static void channel_report_errno(const char *what)
@@ -148,6 +100,121 @@ static void channel_report_errno(const char *what)
     reported = 1;
     fprintf(stderr, "rbtrace: %s on message queue of process %d: %s\n", what, (int)getpid(),
             strerror(errno));
+}
+
+enum channel_queue_state { CHANNEL_QUEUE_OURS, CHANNEL_QUEUE_GONE, CHANNEL_QUEUE_FOREIGN };
+
+/* What queue qid is to us: ours (owner and creator our euid, nothing
+ * granted to others), gone (removed), or someone else's. */
+static enum channel_queue_state channel_queue_state(int qid)
+{
+    struct msqid_ds ds;
+    uid_t me = geteuid();
+
+    if (msgctl(qid, IPC_STAT, &ds) != 0)
+        return errno == EIDRM || errno == EINVAL ? CHANNEL_QUEUE_GONE : CHANNEL_QUEUE_FOREIGN;
+    if (ds.msg_perm.uid == me && ds.msg_perm.cuid == me && (ds.msg_perm.mode & 077) == 0)
+        return CHANNEL_QUEUE_OURS;
+    return CHANNEL_QUEUE_FOREIGN;
+}
+
+/*
+ * Sends ourselves a marker and takes it back, by its own type (an ATTACH
+ * already waiting stays), so that the kernel names us the queue's last
+ * reader (lrpid). Only our euid can read a queue of ours, and only our pid
+ * be its last reader: the client finds our private queue by it, and takes
+ * a queue for stale only once that reader is gone (attach.c). 0, or -1.
+ */
+static int channel_queue_mark(int qid)
+{
+    struct rbtrace_msg marker;
+
+    marker.mtype = RBTRACE_MARK_TYPE;
+    marker.mtext[0] = 0;
+    if (msgsnd(qid, &marker, 1, IPC_NOWAIT) != 0) return -1;
+    if (msgrcv(qid, &marker, sizeof(marker.mtext), RBTRACE_MARK_TYPE, IPC_NOWAIT | MSG_NOERROR) < 0)
+        return -1;
+    return 0;
+}
+
+/* Someone else's queue sits under our key: a private queue (IPC_PRIVATE)
+ * instead, marked, as the client looks for it by its last reader. */
+static int channel_queue_private(void)
+{
+    int qid = msgget(IPC_PRIVATE, IPC_CREAT | 0600);
+
+    if (qid >= 0 && channel_queue_mark(qid) != 0) {
+        int err = errno;
+        msgctl(qid, IPC_RMID, NULL);
+        errno = err;
+        return -1;
+    }
+    return qid;
+}
+
+/* Creates the queue keyed by our pid, or adopts one of ours left there by
+ * an earlier process of our pid; else a private one. -1 when none can be
+ * made (said once). */
+static int channel_queue_open(void)
+{
+    key_t key = RBTRACE_QUEUE_KEY(getpid());
+    int qid = msgget(key, IPC_CREAT | IPC_EXCL | 0600), keyed = 1;
+
+    if (qid < 0 && errno == EEXIST) {
+        qid = msgget(key, 0);
+        if (qid < 0 || channel_queue_state(qid) != CHANNEL_QUEUE_OURS) {
+            keyed = 0;
+            if (!channel_q.refused)
+                fprintf(stderr,
+                        "rbtrace: ignoring message queue 0x%08x under the key of process "
+                        "%d: it was created by another user or is open to others; commands "
+                        "come through a private queue instead (remove it: ipcrm -Q 0x%08x)\n",
+                        (unsigned)key, (int)getpid(), (unsigned)key);
+            channel_q.refused = 1;
+            qid = channel_queue_private();
+        }
+    }
+    /* Best effort for the keyed queue: reading its first ATTACH marks it too. */
+    if (qid >= 0 && keyed) (void)channel_queue_mark(qid);
+    if (qid < 0) {
+        if (!channel_q.refused)
+            fprintf(stderr, "rbtrace: cannot create message queue 0x%08x: %s\n", (unsigned)key,
+                    strerror(errno));
+        channel_q.refused = 1;
+        return -1;
+    }
+    channel_q.pid = getpid();
+    return qid;
+}
+
+/* The queue to read at a signal: the one we have while it is ours, else a
+ * new one (the first signal; ours removed or taken). -1 if none. */
+static int channel_queue(void)
+{
+    if (channel_q.id >= 0 && channel_queue_state(channel_q.id) != CHANNEL_QUEUE_OURS)
+        channel_q.id = -1; /* gone, or someone else's: never read (nor removed) again */
+    if (channel_q.id < 0) channel_q.id = channel_queue_open();
+    return channel_q.id;
+}
+
+/* A forked child: a new pid, so a new queue, made at its first signal. */
+static void channel_queue_forget(void)
+{
+    channel_q.id = -1;
+    channel_q.pid = 0;
+    channel_q.refused = 0;
+}
+
+/* The queue this process made, removed if it is still ours, and forgotten:
+ * at exit, and before exec (which runs neither end procs nor atexit; if
+ * the exec fails, the next signal makes a new one). */
+static void channel_queue_remove(void)
+{
+    if (channel_q.id >= 0 && channel_q.pid == getpid() &&
+        channel_queue_state(channel_q.id) == CHANNEL_QUEUE_OURS &&
+        msgctl(channel_q.id, IPC_RMID, NULL) != 0 && errno != EIDRM && errno != EINVAL)
+        channel_report_errno("msgctl(IPC_RMID)");
+    channel_q.id = -1;
 }
 
 /* ---- the attached client's socket ---- */
@@ -272,12 +339,13 @@ static void channel_drain(void)
     for (;;) {
         /* MSG_NOERROR: an oversized message is cut (and then fails to
          * decode) rather than blocking the head of the queue for good. */
-        n = msgrcv(rbtrace.queue_id, &msg, sizeof(msg.mtext), RBTRACE_MSG_TYPE,
+        n = msgrcv(channel_q.id, &msg, sizeof(msg.mtext), RBTRACE_MSG_TYPE,
                    IPC_NOWAIT | MSG_NOERROR);
         if (n < 0) {
             if (errno == EINTR) continue;
-            if (errno == EIDRM || errno == EINVAL) rbtrace.queue_id = -1;
-            else if (errno != ENOMSG) channel_report_errno("msgrcv");
+            /* Removed meanwhile: the next signal makes a new one. */
+            if (errno != ENOMSG && errno != EIDRM && errno != EINVAL)
+                channel_report_errno("msgrcv");
             return;
         }
         /* A part of a longer command (protocol 3's chunks) is not one. */
@@ -295,8 +363,7 @@ static VALUE channel_service_body(VALUE unused)
     }
     if (rbtrace.pending) {
         rbtrace.pending = 0;
-        if (rbtrace.queue_id < 0) rbtrace.queue_id = channel_queue_open();
-        if (rbtrace.queue_id >= 0 && channel_queue_trusted(rbtrace.queue_id)) channel_drain();
+        if (channel_queue() >= 0) channel_drain();
     }
     return Qnil;
 }
@@ -343,8 +410,8 @@ static int channel_work_waiting(void)
         (rbtrace.attached && (rbtrace.peer_gone || rbtrace.sock_readable)))
         return 1;
     if (!rbtrace.pending) return 0;
-    if (rbtrace.queue_id < 0) return 1; /* the first signal: the queue is made */
-    if (msgctl(rbtrace.queue_id, IPC_STAT, &ds) != 0) return 1; /* service says why */
+    if (channel_q.id < 0) return 1; /* the first signal: the queue is made */
+    if (msgctl(channel_q.id, IPC_STAT, &ds) != 0) return 1; /* gone: a new one is made */
     return ds.msg_qnum > 0;
 }
 
@@ -427,30 +494,12 @@ VALUE rbtrace_channel_handler_before(void)
 /* Removes our queue when the process that created it exits. Both an end
  * proc (Ruby runs those before re-raising a fatal signal such as SIGTERM,
  * which skips atexit) and atexit (exits that bypass Ruby's cleanup). */
-static void channel_atexit(void)
-{
-    if (rbtrace.queue_id >= 0 && rbtrace.queue_pid == getpid())
-        msgctl(rbtrace.queue_id, IPC_RMID, NULL);
-}
-
 static void channel_end_proc(VALUE unused)
 {
-    channel_atexit();
-    rbtrace.queue_id = -1;
+    channel_queue_remove();
 }
 
 /* ---- exec ---- */
-
-/* The queue this process made, removed: the process is about to be
- * replaced (exec), which runs neither end procs nor atexit. If the exec
- * fails, the next signal makes a new one. */
-static void channel_queue_remove(void)
-{
-    if (rbtrace.queue_id >= 0 && rbtrace.queue_pid == getpid() &&
-        msgctl(rbtrace.queue_id, IPC_RMID, NULL) != 0 && errno != EIDRM && errno != EINVAL)
-        channel_report_errno("msgctl(IPC_RMID) before exec");
-    rbtrace.queue_id = -1;
-}
 
 /*
  * Kernel#exec, Kernel.exec and Process.exec, in place of Ruby's own: the
@@ -502,9 +551,7 @@ static void channel_exec_install(void)
 /* A forked child: a new pid, so a new queue, created on its first signal. */
 void rbtrace_channel_after_fork(void)
 {
-    rbtrace.queue_id = -1;
-    rbtrace.queue_pid = 0;
-    rbtrace.queue_refused = 0;
+    channel_queue_forget();
     rbtrace.pending = 0;
     rbtrace.servicing = 0;
     rbtrace_channel_reset_socket();
@@ -516,12 +563,11 @@ void rbtrace_channel_init(void)
 {
     struct sigaction sa, before;
 
-    rbtrace.queue_id = -1;
     if (sem_init(&rbtrace.wake, 0, 0) != 0) rb_sys_fail("rbtrace: sem_init");
 #ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
     channel_job = rb_postponed_job_preregister(0, channel_job_i, NULL);
 #endif
-    if (atexit(channel_atexit) != 0) rb_raise(rb_eRuntimeError, "rbtrace: atexit failed");
+    if (atexit(channel_queue_remove) != 0) rb_raise(rb_eRuntimeError, "rbtrace: atexit failed");
     rb_set_end_proc(channel_end_proc, Qnil);
 
     rbtrace_handoff_install();

@@ -277,26 +277,14 @@ static VALUE command_selectors(const struct rbtrace_command *cmd)
     return list;
 }
 
-/* A command and where it came from. */
-struct command_dispatch_arg {
-    const struct rbtrace_command *cmd;
-    int from_socket;
-};
-
-/*
- * Only the attached client steers the session, and only through its
- * socket: the queue, which any process of our user can write, carries an
- * ATTACH and nothing else (a command there naming the client's pid is not
- * the client's). A socket's ATTACH means nothing.
- */
-static void command_dispatch(const struct rbtrace_command *cmd, int from_socket)
+/* Carries out a command: an ATTACH from the queue, any other from the
+ * attached client's socket (rbtrace_command_execute sorts them). */
+static void command_dispatch(const struct rbtrace_command *cmd)
 {
-    if (!from_socket) {
-        if (cmd->type == RBTRACE_CMD_ATTACH) command_attach(cmd);
-        return;
-    }
-    if (!rbtrace.attached) return;
     switch (cmd->type) {
+    case RBTRACE_CMD_ATTACH:
+        command_attach(cmd);
+        break;
     case RBTRACE_CMD_DETACH:
         rbtrace_command_detach(1);
         break;
@@ -341,11 +329,9 @@ static void command_dispatch(const struct rbtrace_command *cmd, int from_socket)
     }
 }
 
-static VALUE command_dispatch_i(VALUE p)
+static VALUE command_dispatch_i(VALUE cmd)
 {
-    const struct command_dispatch_arg *arg = (const struct command_dispatch_arg *)p;
-
-    command_dispatch(arg->cmd, arg->from_socket);
+    command_dispatch((const struct rbtrace_command *)cmd);
     return Qnil;
 }
 
@@ -355,8 +341,9 @@ static VALUE command_dispatch_i(VALUE p)
  * Timeout) and nothing may wait. It carries out only a first ATTACH, which
  * is plain C; an ATTACH while attached (refused: a connect, which may
  * wait), and any after one that was left, go to the helper thread in
- * order. The queue brings no other command (rbtrace_command_execute).
- * Whether cmd is one to leave so (command_defer leaves it).
+ * order. Only the queue is read in a job (channel.c), and it brings no other
+ * command (rbtrace_command_execute). Whether cmd is one to leave so
+ * (command_defer leaves it).
  */
 static int command_must_defer(const struct rbtrace_command *cmd)
 {
@@ -406,13 +393,18 @@ void rbtrace_command_drop_deferred(void)
     }
 }
 
-/* Decodes and carries out one whole command, from the attached client's
- * socket or (from_socket 0) from the queue. A malformed one is the
- * client's to hear of only when it came on its socket. */
+/*
+ * Decodes and carries out one whole command, from the attached client's
+ * socket or (from_socket 0) from the queue. Only the attached client steers
+ * the session, and only through its socket: the queue, which any process of
+ * our user can write, carries an ATTACH and nothing else (a command there
+ * naming the client's pid is not the client's); a socket's ATTACH means
+ * nothing. Decided here, once. A malformed command is the client's to hear
+ * of only when it came on its socket.
+ */
 void rbtrace_command_execute(const char *buf, size_t len, int from_socket)
 {
     static struct rbtrace_command cmd; /* large; the GVL serialises use */
-    struct command_dispatch_arg arg = { &cmd, from_socket };
     char err[RBTRACE_ERRLEN];
     msgpack_zone zone;
     int state = 0;
@@ -424,12 +416,14 @@ void rbtrace_command_execute(const char *buf, size_t len, int from_socket)
             rbtrace_emit_message(RBTRACE_EV_ERROR, "malformed command: %s", err);
         goto destroy_zone;
     }
-    if (!from_socket && cmd.type != RBTRACE_CMD_ATTACH) goto destroy_zone; /* not the client's */
-    if (!from_socket && command_must_defer(&cmd)) {
+    if (from_socket ? !rbtrace.attached || cmd.type == RBTRACE_CMD_ATTACH
+                    : cmd.type != RBTRACE_CMD_ATTACH)
+        goto destroy_zone;
+    if (command_must_defer(&cmd)) {
         (void)command_defer(buf, len); /* -1: dropped, said by the client's time-out */
         goto destroy_zone;
     }
-    rbtrace_protect(command_dispatch_i, (VALUE)&arg, &state, &e);
+    rbtrace_protect(command_dispatch_i, (VALUE)&cmd, &state, &e);
     if (state) {
         if (rbtrace.attached) {
             VALUE msg = rbtrace_protect(rb_inspect, e, &state, NULL);

@@ -50,8 +50,12 @@
  */
 #define RBTRACE_QUEUE_KEY(pid) ((key_t)(0x52000000 | ((pid)&0x00ffffff)))
 
-/* Every queue message has this mtype. */
+/* Every queue message a client sends has this mtype. */
 #define RBTRACE_MSG_TYPE 1
+/* The target's own marker, read back at once when it makes or adopts a
+ * queue, so that the kernel names it the queue's last reader (lrpid: what
+ * proves a queue the target's, or stale once that pid is gone). */
+#define RBTRACE_MARK_TYPE 2
 
 /* Payload bytes in one queue message: well under Linux's MSGMAX (8192). */
 #define RBTRACE_MSG_PAYLOAD 2048

@@ -80,7 +80,6 @@ __attribute__((used)) static const char rbtrace_library_mark[] = RBTRACE_LIBRARY
 RUBY_FUNC_EXPORTED void Init_rbtrace(void)
 {
     rbtrace.sock = -1;
-    rbtrace.queue_id = -1;
     rbtrace_mRBTrace = rb_define_module("RBTrace");
     rbtrace_roots = TypedData_Wrap_Struct(0, &rbtrace_roots_type, &rbtrace);
     rb_global_variable(&rbtrace_roots);

@@ -82,9 +82,6 @@ struct rbtrace_state {
     /* command channel (channel.c) */
     sem_t wake;                        /* posted by the signal handler */
     volatile sig_atomic_t pending;     /* a signal arrived, not yet served */
-    int queue_id;                      /* our message queue, or -1 */
-    pid_t queue_pid;                   /* the process that created it */
-    int queue_refused;                 /* a foreign queue was reported */
     int servicing;                     /* a command is being carried out */
     uint64_t servicing_thread;         /* ... by this thread (rbtrace_thread_id), or 0 */
     uint64_t helper_thread;            /* the helper thread (rbtrace_thread_id), once it runs */

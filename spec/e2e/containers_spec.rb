@@ -303,6 +303,49 @@ RSpec.describe 'containers' do
     end
   end
 
+  # Issue 30, item 2: an app in a PID namespace of its own that shares our
+  # IPC namespace (docker --ipc=host, unshare --pid) keys its queue by the
+  # pid it sees, which names no process here. Its pid there is chosen free
+  # here (ns_last_pid): the sweep of stale queues that any rbtrace run makes
+  # took the key's pid for one of ours, found it gone and removed the live
+  # app's queue. It must leave it, and the app stay attachable.
+  describe 'an app in a PID namespace of its own, sharing our IPC namespace' do
+    # The pid the app will see, free here: the sweep would look it up here.
+    def free_pid
+      (30_000..32_000).to_a.reverse.find { |p| !File.exist?("/proc/#{p}") && !File.exist?("/proc/#{p - 1}") }
+    end
+
+    # The app as pid ns_pid of a new PID namespace (under a shell, its pid 1).
+    def start_pid_ns(ns_pid)
+      start_target(CONTAINERS_APP, prefix: ['unshare', '--kill-child', '--pid', '--fork', 'sh', '-c',
+                                            "echo #{ns_pid - 1} > /proc/sys/kernel/ns_last_pid; \"$@\" & wait",
+                                            'sh'])
+    end
+
+    def children(pid)
+      File.read("/proc/#{pid}/task/#{pid}/children").split.map(&:to_i)
+    end
+
+    it 'leaves its queue to it when rbtrace runs against another process, and it stays attachable' do
+      ns_pid = free_pid
+      app = start_pid_ns(ns_pid).ready
+      pid = children(children(app.pid).first).first
+      expect(File.read("/proc/#{pid}/status")[/^NSpid:.*$/].split.last).to eq(ns_pid.to_s)
+      expect(rbtrace_host('-p', pid, '-e', 'Process.pid').stdout).to end_with("=> #{ns_pid}\n")
+      queue = RBTraceSpec::Queues.of(ns_pid)
+      expect(queue.size).to eq(1)
+      other = start_target("puts 'ready'\nsleep").ready
+      expect(rbtrace('-p', other.pid, '-e', '1')).to be_success # sweeps the stale queues
+      expect(RBTraceSpec::Queues.of(ns_pid)).to eq(queue)
+      expect(rbtrace_host('-p', pid, '-e', 'Process.pid').stdout).to end_with("=> #{ns_pid}\n")
+      expect(RBTraceSpec::Queues.of(ns_pid)).to eq(queue)
+      expect(app.stderr).to be_empty
+    ensure
+      app&.kill
+      RBTraceSpec::Queues.remove_left_by(ns_pid) if ns_pid # keyed by a pid not of this namespace
+    end
+  end
+
   describe 'with a user namespace of its own, made by an unprivileged user' do
     # Root inside is the second user outside: our root is nobody there.
     def start_userns

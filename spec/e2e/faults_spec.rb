@@ -218,6 +218,63 @@ RSpec.describe 'faults' do
     end
   end
 
+  # Issue 30, item 1: a queue removed under the app (ipcrm, or another
+  # tool's cleanup) is made anew at the next signal, every time; before,
+  # the app kept the removed queue's id and never answered again.
+  describe 'its queue removed by someone else (ipcrm)' do
+    # The app's queues but planted, a queue someone else made under its key.
+    def served_by(app, planted)
+      queues_of(app.pid, born: app.started_at).reject { |_key, qid| qid == planted }
+    end
+
+    def removed_then_attached(app, planted: nil)
+      2.times do
+        queues = served_by(app, planted)
+        expect(queues.size).to eq(1)
+        expect(system('ipcrm', '-q', queues.first[1].to_s)).to be(true)
+        r = rbtrace('-p', app.pid, '-e', '1 + 1')
+        expect(r.stdout).to eq(">> 1 + 1\n=> 2\n"), r.stderr
+        expect(served_by(app, planted).size).to eq(1)
+        expect(served_by(app, planted)).not_to eq(queues)
+      end
+    end
+
+    it 'the app makes a new one at the next signal, and answers each attach after' do
+      app = start_target("puts 'ready'\nloop { Process.pid; sleep 0.02 }").ready
+      expect(rbtrace('-p', app.pid, '-e', '1')).to be_success # its queue exists from now on
+      removed_then_attached(app)
+      expect(app.stderr).to eq('')
+    end
+
+    it 'the same for the private queue it serves while someone else\'s sits under its key' do
+      app = start_target("puts 'ready'\nloop { Process.pid; sleep 0.02 }").ready
+      planted = RBTraceSpec::Queues.create(0x52000000 | app.pid, 0o666) # open to all: not the app's
+      expect(rbtrace('-p', app.pid, '-e', '1')).to be_success # through the private queue it made
+      removed_then_attached(app, planted: planted)
+      # said once, at the first signal: the planted queue is still there
+      expect(app.stderr.scan(/ignoring message queue/).size).to eq(1)
+    ensure
+      system('ipcrm', '-q', planted.to_s) if planted
+    end
+  end
+
+  # What a target killed with SIGKILL while nobody traced it left: its
+  # queue, last read by a process now gone, which is proof that it is stale
+  # (docs/DESIGN.md, "Detaching and faults"). Issue 30, item 2: only such a
+  # queue is swept.
+  describe 'a target killed with SIGKILL while untraced' do
+    it 'leaves its queue, which the next rbtrace run, against any process, removes' do
+      app = start_target("puts 'ready'\nsleep").ready
+      expect(rbtrace('-p', app.pid, '-e', '1')).to be_success # its queue exists from now on
+      expect(queues_of(app.pid, born: app.started_at).size).to eq(1)
+      Process.kill(:KILL, app.pid)
+      app.wait
+      other = start_target("puts 'ready'\nsleep").ready
+      expect(rbtrace('-p', other.pid, '-e', '1')).to be_success
+      expect(queues_of(app.pid, born: app.started_at)).to eq([])
+    end
+  end
+
   describe 'a thousand sessions against one process' do
     # One attach and detach by the real client: -e 1, or (wrapped, with
     # events) a -m trace stopped like ^C once it has shown a call.

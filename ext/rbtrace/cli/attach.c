@@ -92,7 +92,18 @@ int attach_target_alive(const struct attach *a)
     return procfs_alive(a->pid);
 }
 
-/* Whether queue ds is one of rbtrace's, ours, and its target is gone. */
+/*
+ * Whether queue ds is one of rbtrace's, ours, and proved stale: its target
+ * is gone. The key's pid is no proof: it is the pid the target saw, in a
+ * PID namespace that may not be ours (docker --ipc=host, unshare --pid
+ * share our IPC namespace), where it names another process or none. The
+ * proof is the queue's last reader (lrpid), which only its target can be
+ * (it marks the queue as it makes it: channel.c): the kernel shows it as
+ * our PID namespace sees it, whichever it lived in, and while that number
+ * names no process here, that process is gone. A reader we cannot see
+ * (lrpid 0: a target in a PID namespace beside or above ours) proves
+ * nothing, and its queue stays.
+ */
 static int attach_queue_is_stale(const struct msqid_ds *ds)
 {
     key_t key = ds->msg_perm.__key;
@@ -101,7 +112,7 @@ static int attach_queue_is_stale(const struct msqid_ds *ds)
     if (pid == 0 || RBTRACE_QUEUE_KEY(pid) != key) return 0;
     if (ds->msg_perm.uid != geteuid() || ds->msg_perm.cuid != geteuid()) return 0;
     if ((ds->msg_perm.mode & 0777) != 0600) return 0;
-    return kill(pid, 0) < 0 && errno == ESRCH;
+    return ds->msg_lrpid > 0 && kill(ds->msg_lrpid, 0) < 0 && errno == ESRCH;
 }
 
 /*
@@ -538,7 +549,8 @@ static int attach_send_message(struct attach *a, const struct rbtrace_msg *msg, 
         if (errno == EIDRM || errno == EINVAL)
             return attach_fail(a,
                                "the message queue of process %d (id %d) was removed (%s) while "
-                               "in use: something else removed it (ipcrm?); run rbtrace again",
+                               "in use: something else removed it (ipcrm?); the process makes a "
+                               "new one when signalled again: run rbtrace again",
                                (int)a->pid, a->qid, errno == EIDRM ? "EIDRM" : "EINVAL");
         if (errno != EAGAIN) return attach_fail_errno(a, "could not send a command");
         if (cli_now_ms() >= deadline)
@@ -731,8 +743,11 @@ int attach_accept(struct attach *a)
 /*
  * A target killed with SIGKILL cannot remove its queue, and nobody would
  * until the next rbtrace run swept it: remove the one we used, once the
- * target is gone, if it is still that target's (under its key, or the
- * private one it read last). The exiting target may beat us to it.
+ * target is gone, if it is still that target's: under its key or private,
+ * and last read by it (it marks its queue as it makes it: channel.c), not
+ * by another process of the same key since (an app of the same pid in
+ * another PID namespace that shares this IPC namespace). The exiting
+ * target may beat us to it.
  */
 static void attach_remove_dead_queue(struct attach *a)
 {
@@ -741,9 +756,9 @@ static void attach_remove_dead_queue(struct attach *a)
     if (a->qid < 0 || attach_target_alive(a)) return;
     if (msgctl(a->qid, IPC_STAT, &ds) < 0) return; /* removed already */
     if (!attach_queue_trusted(a, &ds)) return;
-    if (ds.msg_perm.__key != RBTRACE_QUEUE_KEY(a->ct.ns_pid) &&
-        !(ds.msg_perm.__key == IPC_PRIVATE && ds.msg_lrpid == a->pid))
+    if (ds.msg_perm.__key != RBTRACE_QUEUE_KEY(a->ct.ns_pid) && ds.msg_perm.__key != IPC_PRIVATE)
         return;
+    if (ds.msg_lrpid != a->pid) return;
     if (msgctl(a->qid, IPC_RMID, NULL) < 0 && errno != EIDRM && errno != EINVAL)
         fprintf(stderr,
                 "rbtrace: could not remove the message queue of process %d (0x%x): %s "
