@@ -588,6 +588,20 @@ void rbtrace_trace_raise(void)
     rbtrace_raise_start();
 }
 
+/*
+ * Whether the session traces anything: a selection, a wrapper, a watch
+ * (--firehose, --slow, --gc, --raise, --gvl, --alloc), or --devmode, which
+ * waits for its classes to be defined. SYNCED says it (protocol.h): a
+ * trace whose every selector failed has nothing to wait for.
+ * --thread-names alone only names the threads of the others.
+ */
+int rbtrace_trace_any(void)
+{
+    return rbtrace.n_selections > 0 || rbtrace_wrapper_any() || rbtrace.firehose || rbtrace.slow ||
+        rbtrace_gc_active() || rbtrace_raise_active() || rbtrace_gvl_active() ||
+        rbtrace_alloc_active() || rbtrace_devmode_active();
+}
+
 /* Removes every hook and the wrappers, and forgets every selection. */
 void rbtrace_trace_clear(void)
 {
