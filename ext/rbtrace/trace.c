@@ -545,15 +545,19 @@ void rbtrace_trace_add(VALUE selectors)
 
     for (k = 0; k < 2 * n; k++) {
         VALUE sel, err = Qnil;
+        int optional;
 
         i = k % n;
         if (rbtrace_selector_has_exprs(RARRAY_AREF(selectors, i)) != (k < n)) continue;
         sel = rb_str_new_frozen(RARRAY_AREF(selectors, i));
+        optional = rbtrace_selector_optional(&sel);
         if (rbtrace_devmode_watch(sel) == 0) {
             if (trace_add_one(sel, &err, &hook) == 0) rbtrace_devmode_traced(sel);
             else rbtrace_devmode_failed(sel, err);
         } else if (trace_add_one(sel, &err, &hook) != 0) {
-            rbtrace_selector_errors_add(errors, sel, err);
+            if (optional && rbtrace_selector_not_defined_p(err))
+                rbtrace_selector_report_absent(sel, err);
+            else rbtrace_selector_errors_add(errors, sel, err);
         }
     }
     rbtrace_selector_errors_report(errors);
