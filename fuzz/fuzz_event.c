@@ -175,7 +175,8 @@ static int event_pack(msgpack_packer *pk, const struct rbtrace_event *ev)
         rbtrace_event_pack_detached(pk);
         break;
     case RBTRACE_EV_SYNCED:
-        rbtrace_event_pack_synced(pk);
+        if (ev->number > UINT32_MAX) return 0;
+        rbtrace_event_pack_synced(pk, (uint32_t)ev->number);
         break;
     case RBTRACE_EV_METHOD:
         rbtrace_event_pack_method(pk, ev->method_id, ev->text.ptr, ev->text.len);

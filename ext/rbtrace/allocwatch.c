@@ -236,6 +236,11 @@ void rbtrace_alloc_stop(void)
     rbtrace_alloc_pending = 0;
 }
 
+int rbtrace_alloc_active(void)
+{
+    return alloc.hooked;
+}
+
 static int alloc_by_count(const void *a, const void *b)
 {
     uint64_t x = alloc.sites[*(const uint32_t *)a].count,

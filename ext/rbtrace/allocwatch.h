@@ -11,6 +11,7 @@
 
 void rbtrace_alloc_start(uint64_t sample);
 void rbtrace_alloc_stop(void);
+int rbtrace_alloc_active(void);
 void rbtrace_alloc_report(int send); /* the top sites as ALLOC_SITE events if send; forgets them */
 void rbtrace_alloc_mark(void);
 void Init_rbtrace_allocwatch(VALUE mod);

@@ -503,10 +503,11 @@ void rbtrace_event_pack_detached(msgpack_packer *pk)
     msgpack_pack_uint32(pk, RBTRACE_EV_DETACHED);
 }
 
-void rbtrace_event_pack_synced(msgpack_packer *pk)
+void rbtrace_event_pack_synced(msgpack_packer *pk, uint32_t tracing)
 {
-    msgpack_pack_array(pk, 1);
+    msgpack_pack_array(pk, 2);
     msgpack_pack_uint32(pk, RBTRACE_EV_SYNCED);
+    msgpack_pack_uint32(pk, tracing);
 }
 
 void rbtrace_event_pack_method(msgpack_packer *pk, uint64_t method_id, const char *name,
@@ -680,7 +681,6 @@ static int event_decode_fields(const msgpack_object_array *a, struct rbtrace_eve
         if (codec_uint(a, 2, &ev->pid, err) != RBTRACE_OK) return RBTRACE_ERR;
         return codec_str(a, 3, &ev->text, err);
     case RBTRACE_EV_DETACHED:
-    case RBTRACE_EV_SYNCED:
         return RBTRACE_OK;
     case RBTRACE_EV_METHOD:
         if (codec_uint(a, 1, &ev->method_id, err) != RBTRACE_OK) return RBTRACE_ERR;
@@ -695,6 +695,7 @@ static int event_decode_fields(const msgpack_object_array *a, struct rbtrace_eve
         return codec_uint(a, 2, &ev->method_id, err);
     case RBTRACE_EV_LOST:
     case RBTRACE_EV_FORGET:
+    case RBTRACE_EV_SYNCED:
         return codec_uint(a, 1, &ev->number, err);
     case RBTRACE_EV_EVAL_RESULT:
         if (codec_uint(a, 1, &ev->number, err) != RBTRACE_OK) return RBTRACE_ERR;

@@ -55,6 +55,7 @@ struct rbtrace_event {
     uint64_t time_ns;         /* CALL, RETURN, CALL_ARGS; _NEXT: delta_ns */
     uint64_t method_id;       /* METHOD, CALL, RETURN, CALL_ARGS, _NEXT */
     uint64_t number;          /* ATTACHED: protocol version; LOST: count;
+                                    SYNCED: tracing (0: nothing is traced);
                                     REFUSED: reason; EVAL_RESULT: eval id;
                                     RAISE: reraise (0: a first raise) */
     uint64_t pid;             /* ATTACHED: target pid; REFUSED: client pid */
@@ -122,7 +123,7 @@ void rbtrace_event_pack_attached_features(msgpack_packer *pk, uint32_t target_pi
 void rbtrace_event_pack_refused(msgpack_packer *pk, enum rbtrace_refusal reason,
                                 uint32_t client_pid, const char *message);
 void rbtrace_event_pack_detached(msgpack_packer *pk);
-void rbtrace_event_pack_synced(msgpack_packer *pk);
+void rbtrace_event_pack_synced(msgpack_packer *pk, uint32_t tracing);
 void rbtrace_event_pack_method(msgpack_packer *pk, uint64_t method_id, const char *name,
                                size_t name_len);
 void rbtrace_event_pack_call(msgpack_packer *pk, enum rbtrace_event_type type, uint64_t thread_id,

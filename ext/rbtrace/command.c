@@ -319,7 +319,7 @@ static void command_dispatch(const struct rbtrace_command *cmd)
         rbtrace.resumed = 1;
         break;
     case RBTRACE_CMD_SYNC:
-        rbtrace_emit_synced();
+        rbtrace_emit_synced(rbtrace_trace_any());
         break;
     case RBTRACE_CMD_EVAL:
         command_eval(cmd);

@@ -123,6 +123,11 @@ void rbtrace_devmode_stop(void)
     dev.entries = Qnil;
 }
 
+int rbtrace_devmode_active(void)
+{
+    return dev.active;
+}
+
 void rbtrace_devmode_mark(void)
 {
     rb_gc_mark(dev.entries);

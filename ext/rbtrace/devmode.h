@@ -11,6 +11,7 @@ int rbtrace_devmode_watch(VALUE selector);
 void rbtrace_devmode_traced(VALUE selector);
 void rbtrace_devmode_failed(VALUE selector, VALUE error);
 void rbtrace_devmode_stop(void);
+int rbtrace_devmode_active(void);
 void rbtrace_devmode_mark(void);
 
 #endif

@@ -658,7 +658,7 @@ void rbtrace_emit_attached(uint32_t features)
  * "not traced" errors), and never dropped: the client says it is attached
  * only when it comes (protocol.h). From the helper thread, which may wait.
  */
-void rbtrace_emit_synced(void)
+void rbtrace_emit_synced(int tracing)
 {
     msgpack_sbuffer sb;
     msgpack_packer pk;
@@ -666,7 +666,7 @@ void rbtrace_emit_synced(void)
 
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    rbtrace_event_pack_synced(&pk);
+    rbtrace_event_pack_synced(&pk, tracing != 0);
     if (emit_sbuffer_push(&sb, &state) != 0) rb_jump_tag(state);
 }
 

@@ -63,7 +63,7 @@ int rbtrace_emit_thread_name(uint64_t thread, const char *name, size_t len);
 void rbtrace_emit_attached(uint32_t features);
 /* SYNCED: the commands before it are carried out (helper thread; waits for
  * room, re-raising an interrupt that ended the wait). */
-void rbtrace_emit_synced(void);
+void rbtrace_emit_synced(int tracing);
 int rbtrace_emit_detached(uint64_t other_gcs, int *state);
 void rbtrace_emit_end_calls(void);
 

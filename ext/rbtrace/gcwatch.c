@@ -230,6 +230,11 @@ void rbtrace_gc_stop(void)
     gcw.phase = GC_IDLE;
 }
 
+int rbtrace_gc_active(void)
+{
+    return gcw.active;
+}
+
 /* Collections run by other Ractors' threads since the last call, not seen. */
 uint64_t rbtrace_gc_take_other(void)
 {

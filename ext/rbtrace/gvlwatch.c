@@ -259,6 +259,11 @@ void rbtrace_gvl_stop(void)
     gvl.hook = NULL;
 }
 
+int rbtrace_gvl_active(void)
+{
+    return gvl.hook != NULL;
+}
+
 /*
  * call-seq: RBTrace.gvl_stats -> [hooked, runs, unmeasured]
  *
@@ -290,6 +295,11 @@ void rbtrace_gvl_start(void)
 }
 
 void rbtrace_gvl_stop(void) {}
+
+int rbtrace_gvl_active(void)
+{
+    return 0;
+}
 
 static VALUE gvl_stats_m(VALUE self)
 {

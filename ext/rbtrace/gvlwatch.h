@@ -9,6 +9,7 @@
 int rbtrace_gvl_supported(void); /* this build has the thread event hooks */
 void rbtrace_gvl_start(void);
 void rbtrace_gvl_stop(void);
+int rbtrace_gvl_active(void); /* the hook is in place */
 void Init_rbtrace_gvlwatch(VALUE mod);
 
 #endif

@@ -162,7 +162,11 @@ static void inplace_module_function(VALUE mod, const char *name, VALUE *instance
  * Puts the replacements in place. Kernel's trap is a global function:
  * Kernel#trap, asked of Object (what every object calls), and Kernel.trap,
  * each replaced apart. Marked Ractor-safe, as Ruby's own are: else a trap
- * in a non-main Ractor would raise Ractor::UnsafeError. $VERBOSE is off
+ * in a non-main Ractor would raise Ractor::UnsafeError. The Method objects
+ * they call are not shareable, but no Ruby code of another Ractor reaches
+ * them: the C call only reads them, and a trap there returns and raises as
+ * without rbtrace (spec/e2e/ractors_spec.rb, the same probe run with and
+ * without rbtrace). $VERBOSE is off
  * meanwhile: Ruby would warn "method redefined".
  */
 void rbtrace_inplace_install(void)

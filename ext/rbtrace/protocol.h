@@ -30,9 +30,10 @@
  * (the command and the event), ATTACHED's features. 7: ALLOC (the
  * command, the ALLOC and ALLOC_SITE events), THREAD_NAMES and THREAD_NAME.
  * 8: SYNC and SYNCED (a trace's client says "attached" once its modes are on).
+ * 9: SYNCED says whether anything is traced (a trace of nothing fails).
  * A target refuses an ATTACH of another version with
  * RBTRACE_REFUSED_VERSION, saying both versions. */
-#define RBTRACE_PROTOCOL_VERSION 8
+#define RBTRACE_PROTOCOL_VERSION 9
 
 /*
  * Text that the extension's library holds (rbtrace.c) and no other: the
@@ -239,8 +240,10 @@ enum rbtrace_event_type {
      * RBTRACE_THREAD_NAME_MAX bytes (cut, not necessarily at a character's
      * end). Not a call event (the _NEXT chain passes over it). */
     RBTRACE_EV_THREAD_NAME = 21,
-    /* [22]: the answer to SYNC (every command sent before it was carried
-     * out). */
+    /* [22, tracing(uint)]: the answer to SYNC (every command sent before it
+     * was carried out). tracing is 0 when the session traces nothing (every
+     * selector failed, and no other mode is on: no --gc, --raise, --gvl,
+     * --alloc, --slow, -f, and no --devmode waiting for its classes), else 1. */
     RBTRACE_EV_SYNCED = 22
 };
 

@@ -362,6 +362,11 @@ void rbtrace_raise_stop(void)
     raise_active = 0;
 }
 
+int rbtrace_raise_active(void)
+{
+    return raise_active;
+}
+
 /*
  * call-seq: RBTrace.class_path_of(obj) -> String
  *

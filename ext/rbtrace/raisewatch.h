@@ -8,6 +8,7 @@
 
 void rbtrace_raise_start(void);
 void rbtrace_raise_stop(void);
+int rbtrace_raise_active(void);
 void Init_rbtrace_raisewatch(VALUE mod);
 
 #endif

@@ -170,6 +170,28 @@ int rbtrace_selector_not_defined_p(VALUE error)
     return RTEST(rb_obj_is_kind_of(error, selector_class(id_NotDefined)));
 }
 
+int rbtrace_selector_optional(VALUE *text)
+{
+    long n = RSTRING_LEN(*text);
+
+    if (n < 2 || RSTRING_PTR(*text)[0] != '?') return 0;
+    *text = rb_str_new_frozen(rb_str_subseq(*text, 1, n - 1));
+    return 1;
+}
+
+void rbtrace_selector_report_absent(VALUE text, VALUE e)
+{
+    int state = 0;
+    VALUE msg = rbtrace_protect(rb_obj_as_string, e, &state, NULL);
+
+    if (state) msg = rb_str_new_cstr("not defined");
+    rbtrace_emit_message(RBTRACE_EV_NOTICE,
+                         "%.*s: %.*s: not traced (its line is for other versions of the "
+                         "library: not an error)",
+                         (int)RSTRING_LEN(text), RSTRING_PTR(text), (int)RSTRING_LEN(msg),
+                         RSTRING_PTR(msg));
+}
+
 /* errors maps a missing class's path to [note, selectors that name it...]:
  * the note ("Sidekiq is sidekiq 6.4.1", or nil) names the library of the
  * namespace that is defined (NotLoaded#note, lib/rbtrace/selector.rb). */

@@ -73,6 +73,15 @@ void rbtrace_report_selector_error(VALUE text, VALUE error);
  * --devmode waits for it). */
 int rbtrace_selector_not_defined_p(VALUE error);
 
+/* A selector that starts with '?' is optional: a tracer file's line for
+ * other versions of a library (redis.tracer's RedisClient, of redis-rb 5),
+ * whose class or method missing is a NOTICE, not an error. Returns 1 and
+ * sets *text to the selector without its '?', or returns 0. */
+int rbtrace_selector_optional(VALUE *text);
+
+/* An optional selector whose class or method is not defined (a NOTICE). */
+void rbtrace_selector_report_absent(VALUE text, VALUE error);
+
 /*
  * The errors of one command's selectors. A tracer file names classes of
  * libraries a process may not use (-c pg in an app without pg): one line

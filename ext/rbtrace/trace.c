@@ -545,15 +545,19 @@ void rbtrace_trace_add(VALUE selectors)
 
     for (k = 0; k < 2 * n; k++) {
         VALUE sel, err = Qnil;
+        int optional;
 
         i = k % n;
         if (rbtrace_selector_has_exprs(RARRAY_AREF(selectors, i)) != (k < n)) continue;
         sel = rb_str_new_frozen(RARRAY_AREF(selectors, i));
+        optional = rbtrace_selector_optional(&sel);
         if (rbtrace_devmode_watch(sel) == 0) {
             if (trace_add_one(sel, &err, &hook) == 0) rbtrace_devmode_traced(sel);
             else rbtrace_devmode_failed(sel, err);
         } else if (trace_add_one(sel, &err, &hook) != 0) {
-            rbtrace_selector_errors_add(errors, sel, err);
+            if (optional && rbtrace_selector_not_defined_p(err))
+                rbtrace_selector_report_absent(sel, err);
+            else rbtrace_selector_errors_add(errors, sel, err);
         }
     }
     rbtrace_selector_errors_report(errors);
@@ -586,6 +590,20 @@ void rbtrace_trace_gc(void)
 void rbtrace_trace_raise(void)
 {
     rbtrace_raise_start();
+}
+
+/*
+ * Whether the session traces anything: a selection, a wrapper, a watch
+ * (--firehose, --slow, --gc, --raise, --gvl, --alloc), or --devmode, which
+ * waits for its classes to be defined. SYNCED says it (protocol.h): a
+ * trace whose every selector failed has nothing to wait for.
+ * --thread-names alone only names the threads of the others.
+ */
+int rbtrace_trace_any(void)
+{
+    return rbtrace.n_selections > 0 || rbtrace_wrapper_any() || rbtrace.firehose || rbtrace.slow ||
+        rbtrace_gc_active() || rbtrace_raise_active() || rbtrace_gvl_active() ||
+        rbtrace_alloc_active() || rbtrace_devmode_active();
 }
 
 /* Removes every hook and the wrappers, and forgets every selection. */

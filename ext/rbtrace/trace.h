@@ -20,6 +20,7 @@ void rbtrace_trace_firehose(void);
 void rbtrace_trace_slow(uint64_t threshold_ns, int cpu, VALUE selectors);
 void rbtrace_trace_gc(void);
 void rbtrace_trace_raise(void);
+int rbtrace_trace_any(void);
 void rbtrace_trace_clear(void);
 void rbtrace_trace_after_fork(void);
 void rbtrace_trace_mark(void);

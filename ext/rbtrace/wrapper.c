@@ -261,6 +261,11 @@ void rbtrace_wrapper_clear(void)
     }
 }
 
+int rbtrace_wrapper_any(void)
+{
+    return n_wrappers > 0;
+}
+
 /* wrapper_find compares addresses: keep the modules and owners of active
  * wrappers pinned (rb_gc_mark, not rb_gc_mark_movable). A method name's
  * ID needs nothing (rbtrace_method_id_of). */

@@ -202,4 +202,59 @@ RSpec.describe 'errors' do
     expect(client.stdout).not_to include('GC')
     expect(app).to be_alive
   end
+
+  # A trace whose every mode came to nothing (a typo, a tracer of a gem the
+  # app lacks) fails at once, as --gvl alone on Ruby 3.1 does, rather than
+  # stay attached showing nothing until ^C and then exit 0. Not "nothing":
+  # another mode that runs (--gc), or --devmode, which waits for the class.
+  describe 'a trace with nothing to trace' do
+    let(:app) do
+      start_target(<<~'RUBY').ready
+        class Post; def headline; 'h'; end; end
+        puts 'ready'
+        loop { Post.new.headline; GC.start; sleep 0.05 }
+      RUBY
+    end
+
+    def expect_nothing(result, app)
+      expect(result.exitstatus).to eq(1), result.stderr
+      expect(result.stderr).to include("rbtrace: nothing to trace in process #{app.pid}: no selector could be " \
+                                       'traced (the errors above say why). Check the names; for a class the ' \
+                                       'app has not loaded yet')
+      expect(result.stderr).to include('--devmode traces it once it is defined')
+      expect(result.stderr).not_to include('*** attached')
+      expect(result.stderr).to end_with("*** detached from process #{app.pid}\n")
+      expect(result.stdout).to eq('')
+      expect(app).to be_alive
+    end
+
+    it 'a misspelt class: says so and exits 1, detached; the app takes the next trace' do
+      r = rbtrace('-p', app.pid, '-m', 'Psot#headline', timeout: 10)
+      expect(r.stderr).to include('*** error: Psot#headline: no such class or module Psot (not traced)')
+      expect_nothing(r, app)
+      # the detach was whole: the right name traces
+      again = trace(app, '-m', 'Post#headline', until_output: /^Post#headline </)
+      expect(again.status).to be_success, again.stderr
+    end
+
+    it 'a tracer of a library the app has not loaded (-c net_http): exits 1' do
+      r = rbtrace('-p', app.pid, '-c', 'net_http', timeout: 10, env: { 'RBTRACE_TRACERS_DIR' => nil })
+      expect(r.stderr).to include("*** error: Net::HTTP is not loaded in process #{app.pid}")
+      expect_nothing(r, app)
+    end
+
+    it 'a failed selector beside a mode that runs (--gc) traces the mode' do
+      r = trace(app, '-m', 'Psot#headline', '--gc', until_output: /^GC /)
+      expect(r.status).to be_success, r.stderr
+      expect(r.stderr).to include('Psot#headline: no such class or module Psot (not traced)')
+      expect(r.stderr).not_to include('nothing to trace')
+    end
+
+    it 'with --devmode, waits for the class to be defined' do
+      r = trace(app, '--devmode', '-m', 'Psot#headline', seconds: 0.3)
+      expect(r.status).to be_success, r.stderr
+      expect(r.stderr).to include('traced once it is defined')
+      expect(r.stderr).not_to include('nothing to trace')
+    end
+  end
 end

@@ -220,6 +220,18 @@ RSpec.describe 'GVL waits (--gvl)' do
       expect(app).to be_alive
     end
 
+    # --alloc was not counted as something else asked: the run failed
+    # "nothing to trace" while allocations could be counted.
+    it 'with --alloc, counts the allocations without gvl' do
+      app = start_app(spin: false)
+      res = trace(app, '--gvl', '--alloc', seconds: 0.3)
+      expect(res.status).to be_success, res.stderr
+      expect(res.stderr).to include('*** --gvl needs Ruby 3.2 or newer (its thread event hooks), and process ' \
+                                    "#{app.pid} runs an older Ruby: tracing without GVL waits")
+      expect(res.stderr).not_to include('nothing to trace')
+      expect(res.stderr).to include("*** attached to process #{app.pid}")
+    end
+
     it 'says so once and traces the rest, without gvl' do
       app = start_app(spin: false)
       res = trace(app, '-m', 'Worker#crunch(n)', '--gvl', until_output: calls_done(2))

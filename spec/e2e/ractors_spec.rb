@@ -126,4 +126,53 @@ RSpec.describe 'Ractors' do
     expect(Integer(counts.first)).to be >= 1
     expect(app).to be_alive
   end
+
+  # ext/rbtrace/inplace.c replaces trap (and channel.c exec) by C methods
+  # marked Ractor-safe, as Ruby's own are, which call Ruby's through Method
+  # objects no other Ractor could reach from Ruby. Each called from a
+  # non-main Ractor, in a process with rbtrace loaded and in one without:
+  # the app sees the same in both (what returned, what raised; exec runs
+  # its program). Process.daemon is not among them: Ruby 3.1 itself dies
+  # of it in a non-main Ractor ([BUG] rb_thread_terminate_all: called by
+  # child thread), with rbtrace or without.
+  RACTOR_PROBES = {
+    'Kernel#trap' => "trap('USR2') { }",
+    'Kernel.trap' => "Kernel.trap('USR2', 'IGNORE')",
+    'Signal.trap' => 'Signal.trap(:USR2) { }',
+    'Signal#trap' => "Signal.send(:trap, 'USR2', 'DEFAULT')",
+    'trap of URG' => "trap('URG') { }",
+    'a bad signal' => "trap('BOGUS') { }",
+    'a reserved signal' => "Signal.trap('SEGV') { }",
+    'no handler' => "trap('USR2')",
+    'exec' => "exec('/bin/echo', 'exec ran')",
+    'Kernel.exec' => "Kernel.exec('/bin/echo', 'exec ran')",
+    'Process.exec' => "Process.exec('/bin/echo exec ran')"
+  }.freeze
+
+  def ractor_probe(code, rbtrace:)
+    app = start_target(<<~RUBY, rbtrace: rbtrace)
+      Warning[:experimental] = false
+      r = Ractor.new do
+        "returned \#{(#{code}).inspect}"
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        "raised \#{e.class}: \#{e.message}"
+      end
+      puts r.take
+      puts 'done'
+    RUBY
+    app.wait_for(/\A(done|exec ran)\z/, timeout: 30)
+    app.wait
+    [app.lines, app.status.exitstatus]
+  end
+
+  RACTOR_PROBES.each do |name, code|
+    it "#{name} from a non-main Ractor: the same as without rbtrace" do
+      skip 'this Ruby has no Ractors' unless defined?(Ractor)
+      plain = ractor_probe(code, rbtrace: false)
+      traced = ractor_probe(code, rbtrace: true)
+      expect(traced).to eq(plain)
+      # not vacuous: the probe ran in the Ractor
+      expect(plain[0].first).to match(/\A(returned|raised|exec ran)/)
+    end
+  end
 end

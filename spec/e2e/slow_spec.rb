@@ -98,9 +98,11 @@ RSpec.describe 'slow calls (--slow, --slowcpu)' do
     expect(r.stdout).to match(/^Kernel#sleep <0\.1\d{5}>$/)
   end
 
-  it 'says so when no --slow-methods selector can be used' do
-    r = trace(app, '--slow', '100', '--slow-methods', 'NoSuchClass#x',
-              until_output: nil) { |c| c.wait_for(/no --slow-methods selector/, stream: :stderr) }
+  it 'says so when no --slow-methods selector can be used, and exits 1: nothing to trace' do
+    r = rbtrace('-p', app.pid, '--slow', '100', '--slow-methods', 'NoSuchClass#x', timeout: 10)
+    expect(r.stderr).to include('*** error: no --slow-methods selector could be used: slow calls are not watched')
+    expect(r.stderr).to include("rbtrace: nothing to trace in process #{app.pid}")
+    expect(r.exitstatus).to eq(1)
     expect(r.stdout).to eq('')
   end
 

@@ -135,6 +135,9 @@ RSpec.describe 'a Rails app under a Puma cluster' do
     # No selector of the three files failed to resolve on Rails 6.1.7,
     # Rack 2.2, Puma 5.6.5; no expression failed.
     expect(client.stderr.lines.grep(/error|no such|not loaded/)).to be_empty, client.stderr
+    # Ruby methods all, each traced by its TracePoints: no global VM hook
+    # (the tracers' headers say so).
+    expect(client.stderr).not_to include('global VM hooks')
     expect(out).not_to include('raised>')
     # Active Record: the statements this app runs, with their names.
     ar = 'ActiveRecord::ConnectionAdapters::AbstractAdapter#log'
@@ -262,5 +265,7 @@ RSpec.describe 'a Rails app under a Puma cluster' do
     paths = (RAILS_LOADED_PATHS | ['/posts']).map { |path| %("#{path}") }.join('|')
     expect(requests).to all(match(/handle_request\(client\.env\["REQUEST_METHOD"\]="GET", client\.env\["REQUEST_PATH"\]=(#{paths})\)/))
     expect(client.stderr.lines.grep(/error/)).to be_empty, client.stderr
+    # puma.tracer's lines are Ruby methods: no global VM hook
+    expect(client.stderr).not_to include('global VM hooks')
   end
 end

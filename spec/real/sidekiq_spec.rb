@@ -276,16 +276,22 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
     expect(client.stdout).to match(/^Redis#send_command\(command=\[:set, "rbtrace:plain", "x"\]\)\n  Redis::Client#connect <\d+\.\d{6}>\nRedis#send_command <\d+\.\d{6}>$/)
     expect(client.stdout).to match(/^Redis#pipelined\n  Redis::PipelinedConnection#send_command\(command=\[:rpush, "rbtrace:list", "item"\]\) <\d+\.\d{6}>\n  Redis::PipelinedConnection#send_blocking_command\(command=\[:blpop, \["rbtrace:list"\], 1\]\) <\d+\.\d{6}>\nRedis#pipelined <\d+\.\d{6}>$/)
     expect(client.stdout).not_to include('raised')
+    # redis-rb 4.8: the redis-client line (redis-rb 5's) is a note, not an
+    # error; every line a Ruby method's TracePoint, no global VM hook.
+    expect(client.stderr).not_to include('*** error'), client.stderr
+    expect(client.stderr).to include('*** RedisClient::Middlewares#call(command): no such class or module ' \
+                                     'RedisClient::Middlewares: not traced (its line is for other versions of ' \
+                                     'the library: not an error)')
+    expect(client.stderr).not_to include('global VM hooks')
   end
 
   it 'every selector of -c sidekiq redis resolves on Sidekiq 6.4.1 and redis-rb 4.8, but the redis-client one' do
     result, = trace_jobs('-c', 'sidekiq', 'redis', trace_done: SIDEKIQ_REDIS_DONE, idle: 0.5)
     expect(result.status).to be_success, result.stderr
-    errors = result.stderr.lines.grep(/\*\*\* error/)
-    # redis.tracer's line for redis-rb 5 and redis-client, documented as
-    # reported with redis-rb 4; nothing else.
-    expect(errors.size).to eq(1), errors.join
-    expect(errors.first).to match(/\A\*\*\* error: RedisClient::Middlewares\b.*\bnot (traced|loaded)\b/)
+    # redis.tracer's line for redis-rb 5 and redis-client ('?'): a note with
+    # redis-rb 4, not an error; nothing else.
+    expect(result.stderr.lines.grep(/\*\*\* error/)).to be_empty, result.stderr
+    expect(result.stderr.lines.grep(/RedisClient/).join).to match(/\A\*\*\* RedisClient::Middlewares#call\(command\): .*: not traced \(its line is for other versions of the library: not an error\)\n\z/)
     expect(result.stdout).not_to include('raised')
   end
 end

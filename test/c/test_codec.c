@@ -784,9 +784,16 @@ static void test_event_detached(struct ev_fixture *f)
 static void test_event_synced(struct ev_fixture *f)
 {
     evf_begin(f);
-    rbtrace_event_pack_synced(&f->pk);
+    rbtrace_event_pack_synced(&f->pk, 1);
     evf_decode(f);
     CHECK(f->ev.type == RBTRACE_EV_SYNCED);
+    CHECK(f->ev.number == 1);
+    evf_end(f);
+    evf_begin(f);
+    rbtrace_event_pack_synced(&f->pk, 0);
+    evf_decode(f);
+    CHECK(f->ev.type == RBTRACE_EV_SYNCED);
+    CHECK(f->ev.number == 0);
     evf_end(f);
 }
 

@@ -104,6 +104,10 @@ static void test_shape(void)
     CHECK(tracers_selector_shape_ok("A.b(x, y)"));
     CHECK(tracers_selector_shape_ok("Kernel#"));
     CHECK(tracers_selector_shape_ok("Net::HTTP#request(req.method, @address)"));
+    CHECK(tracers_selector_shape_ok("?RedisClient::Middlewares#call(command)"));
+    CHECK(!tracers_selector_shape_ok("?"));
+    CHECK(!tracers_selector_shape_ok("??A#b"));
+    CHECK(!tracers_selector_shape_ok("? A#b"));
     CHECK(!tracers_selector_shape_ok("two words"));
     CHECK(!tracers_selector_shape_ok("a#b"));
     CHECK(!tracers_selector_shape_ok("A:B#c"));

@@ -94,6 +94,8 @@ struct session {
     int detached;                /* DETACHED received */
     int say_attached_at_sync;    /* a trace: "attached" once SYNCED comes */
     int sync_wait_over;          /* SYNCED, or DETACHED before it, received */
+    int traces_nothing;          /* SYNCED said nothing is traced */
+    int gvl_unsupported;         /* --gvl asked of a target without its hooks */
     uint64_t features;           /* ATTACHED's: what the target can do */
     int stream_broken;           /* undecodable bytes: stop reading */
     int eval_done;               /* our EVAL_RESULT received */
@@ -286,11 +288,19 @@ static int session_on_attached(struct session *s, const struct rbtrace_event *ev
 /* SYNCED: what the app does from here on is traced; the user (or a script
  * that waits for the line) may go on. The trace's first lines may come
  * before it: an open one is left open (on a terminal, its text is still in
- * stdout's buffer and shows after this line, whole). */
-static int session_on_synced(struct session *s)
+ * stdout's buffer and shows after this line, whole). A trace of nothing
+ * says so instead, and fails (session_traces_nothing). */
+static int session_on_synced(struct session *s, const struct rbtrace_event *ev)
 {
     if (s->sync_wait_over) return CLI_OK;
     s->sync_wait_over = 1;
+    s->traces_nothing = ev->number == 0;
+    if (s->traces_nothing) return CLI_OK;
+    if (s->gvl_unsupported)
+        session_status(s,
+                       "*** --gvl needs Ruby 3.2 or newer (its thread event hooks), and process %d "
+                       "runs an older Ruby: tracing without GVL waits",
+                       (int)s->at.pid);
     fprintf(stderr, "*** attached to process %d\n", (int)s->at.pid);
     return CLI_OK;
 }
@@ -413,7 +423,7 @@ static int session_on_event(struct session *s, const struct rbtrace_event *ev)
         s->sync_wait_over = 1;
         return CLI_OK;
     case RBTRACE_EV_SYNCED:
-        return session_on_synced(s);
+        return session_on_synced(s, ev);
     case RBTRACE_EV_EVAL_RESULT:
         return session_on_eval_result(s, ev);
     case RBTRACE_EV_ERROR:
@@ -923,8 +933,8 @@ static void session_set_selectors(struct rbtrace_command *cmd, const char **sele
 
 /*
  * --gvl, where the target has the thread event hooks (Ruby 3.2+). Where it
- * has not, it is said once and the rest is traced; with nothing else
- * asked, the run fails (exit status 1) rather than wait for nothing.
+ * has not, it is said once SYNCED comes: the rest is traced, or, with
+ * nothing else traced, the run fails (session_traces_nothing).
  */
 static enum cli_exit session_send_gvl(struct session *s)
 {
@@ -932,17 +942,7 @@ static enum cli_exit session_send_gvl(struct session *s)
 
     if (o->gvl_ms < 0) return CLI_EXIT_OK;
     if (s->features & RBTRACE_FEATURE_GVL) return session_send_bare(s, RBTRACE_CMD_GVL);
-    if (o->mode == OPTIONS_MODE_NONE && o->slow_ms < 0 && !o->gc && !o->raises) {
-        session_status(s,
-                       "rbtrace: --gvl needs Ruby 3.2 or newer (its thread event hooks), and "
-                       "process %d runs an older Ruby: nothing to trace",
-                       (int)s->at.pid);
-        return CLI_EXIT_FAIL;
-    }
-    session_status(s,
-                   "*** --gvl needs Ruby 3.2 or newer (its thread event hooks), and process %d "
-                   "runs an older Ruby: tracing without GVL waits",
-                   (int)s->at.pid);
+    s->gvl_unsupported = 1;
     return CLI_EXIT_OK;
 }
 
@@ -1032,6 +1032,38 @@ static enum session_wait session_wait_synced(struct session *s)
     return session_wait(s, &s->sync_wait_over, -1);
 }
 
+/*
+ * SYNCED said nothing is traced: every selector failed (the errors before
+ * it say why) and no other mode is on. Waiting for ^C would show nothing:
+ * says so, detaches, fails (exit status 1). --devmode is never "nothing":
+ * it waits for its classes.
+ */
+static enum cli_exit session_traces_nothing(struct session *s)
+{
+    const struct options *o = s->opts;
+    int pid = (int)s->at.pid;
+
+    if (s->gvl_unsupported && o->mode == OPTIONS_MODE_NONE && o->slow_ms < 0 && !o->gc &&
+        !o->raises && !o->alloc)
+        session_status(s,
+                       "rbtrace: --gvl needs Ruby 3.2 or newer (its thread event hooks), and "
+                       "process %d runs an older Ruby: nothing to trace",
+                       pid);
+    else if (o->mode == OPTIONS_MODE_METHODS || o->n_slow_selectors)
+        session_status(s,
+                       "rbtrace: nothing to trace in process %d: no selector could be traced "
+                       "(the errors above say why)%s. Check the names; for a class the app has "
+                       "not loaded yet (a gem not required, a constant still to be autoloaded), "
+                       "--devmode traces it once it is defined",
+                       pid, s->gvl_unsupported ? ", and --gvl needs Ruby 3.2 or newer" : "");
+    else
+        session_status(s,
+                       "rbtrace: nothing to trace in process %d: none of the modes asked for "
+                       "could start (the errors above say why)",
+                       pid);
+    return session_detach(s, CLI_EXIT_FAIL);
+}
+
 /* -m, -f, --slow, --gc, --raise: render events until ^C or the target
  * goes away. */
 static enum cli_exit session_trace(struct session *s)
@@ -1048,6 +1080,7 @@ static enum cli_exit session_trace(struct session *s)
     free(cmd);
     if (rc != CLI_EXIT_OK) return session_detach(s, rc);
     w = session_wait_synced(s);
+    if (w == SESSION_DONE && s->traces_nothing) return session_traces_nothing(s);
     if (w == SESSION_DONE && !s->detached) w = session_wait(s, &s->detached, -1);
     if (w == SESSION_DONE) {
         /* The target detached on its own. */

@@ -25,7 +25,8 @@
 
 /* What the messages say a line should be. */
 #define TRACERS_SELECTOR_FORMS \
-    "meth, Class#meth, Class.meth, Class# or Class., optionally (expressions)"
+    "meth, Class#meth, Class.meth, Class# or Class., optionally (expressions), " \
+    "?Class#meth for other versions of a library"
 
 /* ---- the shipped directory ---- */
 
@@ -318,8 +319,13 @@ static int tracers_class_path_ok(const char *name, size_t len)
 
 int tracers_selector_shape_ok(const char *text)
 {
-    size_t len = strlen(text), i;
-    const char *open = strchr(text, '(');
+    size_t len, i;
+    const char *open;
+
+    /* ?Class#meth: a line for other versions of a library (selector.h) */
+    if (*text == '?') text++;
+    len = strlen(text);
+    open = strchr(text, '(');
 
     /* With expressions, the selector is what comes before them. */
     if (len > 0 && text[len - 1] == ')' && open) len = (size_t)(open - text);

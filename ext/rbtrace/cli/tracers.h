@@ -51,7 +51,8 @@ int tracers_dir(char *dir, size_t len, char *errstr, size_t errlen);
 /*
  * Whether text (one line, comment already removed) has the shape of a
  * selector: meth, Class#meth, Class.meth, Class#, Class., each optionally
- * followed by (expressions). Mirrors lib/rbtrace/selector.rb, which the
+ * followed by (expressions), and optionally after a '?' (a line for other
+ * versions of a library: ext/rbtrace/selector.h). Mirrors lib/rbtrace/selector.rb, which the
  * target applies; expressions are checked there.
  */
 int tracers_selector_shape_ok(const char *text);
