@@ -216,8 +216,9 @@ void rbtrace_gvl_stop(void)
  * call-seq: RBTrace.gvl_stats -> [hooked, runs, unmeasured]
  *
  * Whether the GVL hook is installed, how many times Ruby has called it
- * in this process, and the waits it could not measure (3.2's table
- * full). For the specs: after a detach the count stays still.
+ * in this process, and the waits it could not measure (their slot held
+ * by another waiting thread). For the specs: after a detach the count
+ * stays still.
  */
 static VALUE gvl_stats_m(VALUE self)
 {
