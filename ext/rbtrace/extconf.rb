@@ -62,11 +62,9 @@ if have_struct_member('rb_internal_thread_event_data_t', 'thread', 'ruby/thread.
   $defs << '-DRBTRACE_HAVE_MN_THREAD_HOOK'
 end
 
-# --gvl (gvlwatch.c): the thread event hooks' READY and RESUMED (Ruby 3.2+);
-# where each thread's READY time is kept, in its thread-specific slot (3.3+:
-# rb_internal_thread_specific_get/set and the event data's thread) or else
-# in a table keyed by the native thread (RBTRACE_GVL_TABLE=1: the table
-# everywhere, to test it on a newer Ruby).
+# --gvl (gvlwatch.c): the thread event hooks' READY and RESUMED (Ruby 3.2+).
+# Its table of READY times is keyed by the event data's thread where it has
+# one (3.3+: the check above) and by the native thread on 3.2.
 gvl_events_program = "#include <ruby.h>\n#include <ruby/thread.h>\n" \
                      'int main(void) { return (int)(RUBY_INTERNAL_THREAD_EVENT_READY | ' \
                      'RUBY_INTERNAL_THREAD_EVENT_RESUMED); }'
@@ -74,8 +72,6 @@ if have_func('rb_internal_thread_add_event_hook', 'ruby/thread.h') &&
    have_func('rb_internal_thread_remove_event_hook', 'ruby/thread.h') &&
    checking_for('RUBY_INTERNAL_THREAD_EVENT_READY and _RESUMED') { try_compile(gvl_events_program) }
   $defs << '-DRBTRACE_HAVE_GVL_HOOK'
-  have_func('rb_internal_thread_specific_get', 'ruby/thread.h')
-  $defs << '-DRBTRACE_GVL_TABLE' if ENV['RBTRACE_GVL_TABLE'] == '1'
 end
 
 # The hook's frame lookup for Ruby methods (trace.c) without the stack

@@ -10,27 +10,21 @@
  *
  * The hook runs outside Ruby's usual rules: READY on a thread that does
  * not hold the GVL (several at once), RESUMED on the thread that has just
- * taken it, before it runs any Ruby. So it calls no Ruby API (beyond the
- * thread-specific slots made for such hooks), allocates nothing and takes
- * no lock: it reads the clock, keeps READY's time per thread, and at
+ * taken it, before it runs any Ruby. So it calls no Ruby API, allocates nothing
+ * and takes no lock: it reads the clock, keeps READY's time per thread, and at
  * RESUMED encodes the event straight into the ring. RESUMED may write to
  * the ring because the thread then holds the GVL, which is what makes it
  * the ring's one producer (ring.h); and it does so before its thread's
  * next call event, so the stream's order says which calls a wait was in.
  *
- * Where READY's time is kept until RESUMED:
- *  - Ruby 3.3+ (rb_internal_thread_specific_get/set, feature-checked):
- *    in the Ruby thread's own slot, the time itself as the pointer (no
- *    memory of ours). Keyed by the Ruby thread, so right under M:N
- *    threads too. The key is made at the first --gvl and kept (a process
- *    may make only 8); from then on Ruby gives every new thread its
- *    slots (8 pointers).
- *  - Ruby 3.2: a fixed table keyed by the native thread (each Ruby
- *    thread has its own there), a slot claimed by a compare-and-swap at
- *    READY and given back at RESUMED. Only threads waiting at the same
- *    moment compete for slots; a wait whose slot is taken by another
- *    waiting thread is not measured (counted, RBTrace.gvl_stats).
- *    RBTRACE_GVL_TABLE=1 at build time uses it on 3.3+ too (to test it).
+ * Where READY's time is kept until RESUMED: a fixed table keyed by the
+ * waiting thread (gvl_waiter), a slot claimed by a compare-and-swap at
+ * READY and given back at RESUMED, on every Ruby with the hooks. Only
+ * threads waiting at the same moment compete for slots; a wait whose slot
+ * another waiting thread holds is not measured (counted, RBTrace.gvl_stats).
+ * Nothing of it outlives the session: Ruby 3.3+'s thread-specific slots
+ * would have served 3.3+ alone, and their key, once made, stays for the
+ * process's life (a process may make 8), with slots for every new thread.
  *
  * Ractors: another Ractor's threads hold a GVL of their own, and at
  * RESUMED would write into the ring beside the main Ractor's. The hook
@@ -49,11 +43,6 @@
 #include <unistd.h>
 
 #ifdef RBTRACE_HAVE_GVL_HOOK
-
-#if defined(HAVE_RB_INTERNAL_THREAD_SPECIFIC_GET) && \
-    defined(HAVE_RB_INTERNAL_THREAD_EVENT_DATA_T_THREAD) && !defined(RBTRACE_GVL_TABLE)
-#define GVL_THREAD_SPECIFIC 1
-#endif
 
 #define GVL_EVENTS (RUBY_INTERNAL_THREAD_EVENT_READY | RUBY_INTERNAL_THREAD_EVENT_RESUMED)
 
@@ -75,61 +64,32 @@ static inline uint64_t gvl_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-#ifdef GVL_THREAD_SPECIFIC
-static rb_internal_thread_specific_key_t gvl_key;
-static int gvl_key_made;
-
-static VALUE gvl_make_key_i(VALUE unused)
-{
-    (void)unused;
-    gvl_key = rb_internal_thread_specific_key_create();
-    return Qnil;
-}
-
-/* Makes the key, once (GVL held): 0, or -1 if Ruby refuses (it does while
- * other Ractors run: the first key must be made with the main Ractor alone). */
-static int gvl_slots_prepare(void)
-{
-    int state = 0;
-
-    if (gvl_key_made) return 0;
-    rbtrace_protect(gvl_make_key_i, Qnil, &state, NULL);
-    if (state) return -1;
-    gvl_key_made = 1;
-    return 0;
-}
-
-static inline void gvl_ready_note(const rb_internal_thread_event_data_t *data, uint64_t now)
-{
-    rb_internal_thread_specific_set(data->thread, gvl_key, (void *)(uintptr_t)now);
-}
-
-/* READY's time for this thread, and forgets it; 0 if none. */
-static inline uint64_t gvl_ready_take(const rb_internal_thread_event_data_t *data)
-{
-    uint64_t t = (uint64_t)(uintptr_t)rb_internal_thread_specific_get(data->thread, gvl_key);
-
-    if (t) rb_internal_thread_specific_set(data->thread, gvl_key, NULL);
-    return t;
-}
-#else
 /* Slots: far more than threads that wait at one moment (a power of two). */
 #define GVL_SLOTS 1024
 
 struct gvl_slot {
-    uint64_t thread; /* the native thread that claimed it, or 0 */
+    uint64_t thread; /* the waiting thread that claimed it (gvl_waiter), or 0 */
     uint64_t ready_ns;
 };
 
 static struct gvl_slot gvl_slots[GVL_SLOTS];
 
-/* The native thread: its thread pointer (state.h, rbtrace_thread_id). */
-static inline uint64_t gvl_native_thread(void)
+/* The thread waiting for the GVL, the slots' key. Ruby 3.3+: the Ruby
+ * thread the event names, for READY may run on another native thread than
+ * the waiting one's (the one that wakes it from a Queue#pop or a sleep, or
+ * creates it; under M:N the scheduler's). Ruby 3.2 names none, and runs
+ * both events on the waiting thread itself: its native thread. */
+static inline uint64_t gvl_waiter(const rb_internal_thread_event_data_t *data)
 {
+#ifdef HAVE_RB_INTERNAL_THREAD_EVENT_DATA_T_THREAD
+    return (uint64_t)data->thread;
+#else
+    (void)data;
 #ifdef RBTRACE_HAVE_THREAD_POINTER
     return (uint64_t)(uintptr_t)__builtin_thread_pointer();
 #else
     return (uint64_t)pthread_self();
+#endif
 #endif
 }
 
@@ -138,19 +98,11 @@ static inline struct gvl_slot *gvl_slot_of(uint64_t thread)
     return &gvl_slots[(thread * 0x9E3779B97F4A7C15ull) >> 54 & (GVL_SLOTS - 1)];
 }
 
-static int gvl_slots_prepare(void)
-{
-    /* No hook runs now: slots left claimed by the last session are freed. */
-    memset(gvl_slots, 0, sizeof(gvl_slots));
-    return 0;
-}
-
 static inline void gvl_ready_note(const rb_internal_thread_event_data_t *data, uint64_t now)
 {
-    uint64_t self = gvl_native_thread(), owner = 0;
+    uint64_t self = gvl_waiter(data), owner = 0;
     struct gvl_slot *s = gvl_slot_of(self);
 
-    (void)data;
     if (__atomic_compare_exchange_n(&s->thread, &owner, self, 0, __ATOMIC_ACQUIRE,
                                     __ATOMIC_RELAXED) ||
         owner == self) {
@@ -160,18 +112,17 @@ static inline void gvl_ready_note(const rb_internal_thread_event_data_t *data, u
     __atomic_fetch_add(&gvl.unmeasured, 1, __ATOMIC_RELAXED);
 }
 
+/* READY's time for this thread, and gives its slot back; 0 if none. */
 static inline uint64_t gvl_ready_take(const rb_internal_thread_event_data_t *data)
 {
-    uint64_t self = gvl_native_thread(), t;
+    uint64_t self = gvl_waiter(data), t;
     struct gvl_slot *s = gvl_slot_of(self);
 
-    (void)data;
     if (__atomic_load_n(&s->thread, __ATOMIC_RELAXED) != self) return 0;
     t = s->ready_ns;
     __atomic_store_n(&s->thread, 0, __ATOMIC_RELEASE);
     return t;
 }
-#endif
 
 /* The thread an event is of, as the call events name it (state.h). */
 static inline uint64_t gvl_thread_id(const rb_internal_thread_event_data_t *data)
@@ -229,7 +180,7 @@ int rbtrace_gvl_supported(void)
 void rbtrace_gvl_start(void)
 {
     if (gvl.hook) return;
-    if (gvl_other_ractors() || gvl_slots_prepare() != 0) {
+    if (gvl_other_ractors()) {
         rbtrace_emit_message(RBTRACE_EV_ERROR,
                              "--gvl: process %d runs Ractors besides the main "
                              "one, whose threads rbtrace cannot tell apart in the GVL's hook: "
@@ -237,6 +188,8 @@ void rbtrace_gvl_start(void)
                              (int)getpid());
         return;
     }
+    /* No hook runs now: slots left claimed by the last session are freed. */
+    memset(gvl_slots, 0, sizeof(gvl_slots));
     gvl.since_ns = gvl_now_ns();
     gvl.hook = rb_internal_thread_add_event_hook(gvl_hook_i, GVL_EVENTS, NULL);
     if (gvl.hook == NULL) {
@@ -268,8 +221,9 @@ int rbtrace_gvl_active(void)
  * call-seq: RBTrace.gvl_stats -> [hooked, runs, unmeasured]
  *
  * Whether the GVL hook is installed, how many times Ruby has called it
- * in this process, and the waits it could not measure (3.2's table
- * full). For the specs: after a detach the count stays still.
+ * in this process, and the waits it could not measure (their slot held
+ * by another waiting thread). For the specs: after a detach the count
+ * stays still.
  */
 static VALUE gvl_stats_m(VALUE self)
 {

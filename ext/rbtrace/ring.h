@@ -16,7 +16,12 @@
 /* head and tail live on cache lines of their own, and the producer keeps
  * its own copy of tail, re-read only when the ring looks full: otherwise
  * every event would bounce one cache line between the app's core and the
- * writer's. */
+ * writer's. Two values the producer could work out each time are kept:
+ * tail_seen, that copy, and reserve_limit, from it and the ring's end, so
+ * that the hot path's test is one compare. Without the limit (a compare
+ * against the ring's end and one against tail_seen) a -f call cost 18
+ * more of rbtrace's instructions, 190.7 -> 208.7 (bench/RESULTS.md,
+ * "The ring's cached limit"). */
 #define RBTRACE_CACHE_LINE 64
 
 struct rbtrace_ring {
@@ -25,9 +30,10 @@ struct rbtrace_ring {
     uint64_t head __attribute__((aligned(RBTRACE_CACHE_LINE)));
     /* bytes ever pushed (producer-owned) */
     uint64_t tail_seen; /* the producer's last look at tail */
+    /* head may grow up to here without a wrap or an overrun: the lesser of
+     * the ring's end and tail_seen a lap on (rbtrace_ring_reserve_again;
+     * 0: work it out again) */
     uint64_t reserve_limit;
-    /* head may grow up to here without a wrap or an
-                           overrun (rbtrace_ring_reserve; 0: look again) */
     uint64_t tail __attribute__((aligned(RBTRACE_CACHE_LINE)));
     /* bytes ever consumed (consumer-owned) */
     char pad[RBTRACE_CACHE_LINE - sizeof(uint64_t)];
@@ -57,7 +63,9 @@ static inline int rbtrace_ring_fits_quick(const struct rbtrace_ring *ring, size_
     return ring->head + len <= ring->reserve_limit;
 }
 
-/* Where the next bytes go, once rbtrace_ring_fits_quick said they fit. */
+/* Where the next bytes go, once rbtrace_ring_fits_quick said they fit.
+ * Apart from it, not one call that gives the place or NULL: the firehose's
+ * way then tests no pointer (folded, a -f call cost 2 more instructions). */
 static inline char *rbtrace_ring_at_head(const struct rbtrace_ring *ring)
 {
     return ring->buf + (size_t)(ring->head & (ring->size - 1));

@@ -54,6 +54,26 @@ RSpec.describe 'GVL waits (--gvl)' do
     end
   RUBY
 
+  # A thread that takes work from a Queue, woken by the main thread, which
+  # then runs on for a while: the woken one waits for the GVL meanwhile.
+  APP_QUEUE = <<~'RUBY'.freeze
+    class Waiter
+      def take(queue) = queue.pop
+    end
+    queue = Queue.new
+    Thread.new do
+      waiter = Waiter.new
+      loop { waiter.take(queue) }
+    end
+    puts "ready"
+    loop do
+      queue << 1
+      t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      x = 0
+      x += 1 while Process.clock_gettime(Process::CLOCK_MONOTONIC) - t < 0.3
+    end
+  RUBY
+
   let(:secs) { '(\d+\.\d{6})' }
 
   def start_app(spin:)
@@ -128,6 +148,23 @@ RSpec.describe 'GVL waits (--gvl)' do
       # rbtrace's helper thread, which the app's thread may wait for (over
       # 1 ms on a loaded machine: seen in CI under YJIT).
       expect(out[/^Worker#crunch.*/m]).not_to match(/GVL wait/)
+    end
+
+    # Ruby 3.3+ says a thread woken from Queue#pop is ready from the thread
+    # that woke it (and under M:N from the scheduler's): a READY time kept
+    # by native thread would be the waker's, and the woken one's wait lost.
+    it "measures the wait of a thread woken by another (Queue#pop) in the woken one's call" do
+      app = start_target(APP_QUEUE).ready
+      take = /^(?:\[t\d+\] )?Waiter#take <#{secs}> gvl <#{secs}>$/
+      out = trace(app, '-m', 'Waiter#take', '--gvl', '1000',
+                  until_output: ->(o) { o.scan(take).size >= 6 }).stdout
+      seen = out.scan(take).map { |d, g| [Float(d), Float(g)] }
+      expect(seen.size).to be >= 6
+      seen.each { |d, g| expect(g).to be <= d }
+      # Each push leaves the woken thread waiting until the main thread's
+      # time slice ends (0 to 100 ms on), within its 300 ms of work: about
+      # a sixth of each take's time on average (0 where the wait was lost).
+      expect(seen.sum(&:last)).to be > 0.05 * seen.sum(&:first)
     end
 
     it 'shows the waits longer than MS on lines of their own, of each thread' do
