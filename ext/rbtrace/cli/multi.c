@@ -269,10 +269,11 @@ static int multi_write_combined(const struct options *o, const char *text, size_
 {
     FILE *out = stdout;
     const char *line = text, *nl;
+    char errstr[CLI_ERRLEN];
 
-    if (o->output_path && !(out = fopen(o->output_path, o->append ? "ae" : "we"))) {
-        fprintf(stderr, "rbtrace: could not open %s for the combined summary: %s\n", o->output_path,
-                strerror(errno));
+    if (o->output_path &&
+        !(out = cli_open_output(o->output_path, o->append, errstr, sizeof(errstr)))) {
+        fprintf(stderr, "rbtrace: the combined summary: %s\n", errstr);
         return CLI_ERR;
     }
     for (; line < text + len; line = nl + 1) {

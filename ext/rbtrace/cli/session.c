@@ -671,11 +671,8 @@ static int session_open_output(struct session *s)
         s->out = stdout;
         return session_buffer_output(s);
     }
-    s->out = fopen(o->output_path, o->append ? "ae" : "we");
-    if (s->out) return session_buffer_output(s);
-    snprintf(s->errstr, sizeof(s->errstr), "could not open %s: %s", o->output_path,
-             strerror(errno));
-    return CLI_ERR;
+    s->out = cli_open_output(o->output_path, o->append, s->errstr, sizeof(s->errstr));
+    return s->out ? session_buffer_output(s) : CLI_ERR;
 }
 
 static int session_alloc(struct session *s)
