@@ -1,9 +1,36 @@
 require_relative '../spec_helper'
 require_relative '../faults_helper'
+require 'tempfile'
 
 # Each error: a clear message and a non-zero exit, within the timeout.
 RSpec.describe 'errors' do
   let(:app) { start_target("puts 'ready'\nloop { Process.pid; sleep 0.02 }").ready }
+
+  # rbtrace ... | head -2: the reader goes away; the client says so once
+  # (not again when it finishes the format at the end), and detaches.
+  it 'a closed pipe on stdout is said once; the client detaches and exits 1' do
+    busy = start_target("class Job; def run; 1; end; end\nputs 'ready'\nloop { Job.new.run; sleep 0.001 }").ready
+    err = Tempfile.new('rbtrace-epipe')
+    rd, wr = IO.pipe
+    pid = Process.spawn(RBTraceSpec::SPAWN_ENV, RBTraceSpec::CLIENT, '-p', busy.pid.to_s, '-m', 'Job#run',
+                        out: wr, err: err.path)
+    wr.close
+    begin
+      2.times { expect(rd.gets).to match(/^Job#run </) }
+      rd.close
+      _, status = Timeout.timeout(20) { Process.wait2(pid) }
+      pid = nil
+      expect(status.exitstatus).to eq(1)
+      stderr = File.read(err.path)
+      expect(stderr.scan('could not write the output: Broken pipe').size).to eq(1), stderr
+      expect(stderr).to include("*** detached from process #{busy.pid}")
+      expect(busy).to be_alive
+    ensure
+      Process.kill(:KILL, pid) if pid
+      Process.wait(pid) if pid
+      err.close!
+    end
+  end
 
   it 'no such pid' do
     r = rbtrace('-p', '4194300', '-e', '1')

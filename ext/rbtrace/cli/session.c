@@ -722,7 +722,10 @@ static enum cli_exit session_close(struct session *s, enum cli_exit rc)
     /* The output whole, however the trace ended (chrome closes its
      * document, folded writes its stacks). */
     if (s->format && format_finish(s->format) != CLI_OK) {
-        fprintf(stderr, "rbtrace: %s\n", s->format->errstr);
+        /* An output that failed during the trace (a closed pipe: | head)
+         * fails again here: said once (the session's errstr was said). */
+        if (strcmp(s->errstr, s->format->errstr) != 0)
+            fprintf(stderr, "rbtrace: %s\n", s->format->errstr);
         if (rc == CLI_EXIT_OK) rc = CLI_EXIT_FAIL;
     }
     /* -p PID PID --summary: multi.c combines the tables of the processes
