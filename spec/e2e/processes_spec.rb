@@ -104,6 +104,8 @@ RSpec.describe 'choosing processes (-p PID..., --ps, --exec, --wait)' do
       expect(r.stderr).to include("no process matching '#{marker}' has loaded rbtrace (1 matches but did not load it")
       r = rbtrace('--ps', '(unclosed', '-e', '1')
       expect(r.stderr).to include("--ps: bad pattern '(unclosed'")
+      expect(r.stderr).to include('give an extended regular expression')
+      expect(r.exitstatus).to eq(2) # a bad command line
     end
   end
 
