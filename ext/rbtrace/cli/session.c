@@ -383,6 +383,10 @@ static int session_on_eval_result(struct session *s, const struct rbtrace_event 
         session_status_text(s, 1, ev->text, "rbtrace: syntax error in the code: ");
         return CLI_OK;
     case RBTRACE_EVAL_TIMEOUT:
+        /* The code's line, as with a result: which code it was (the
+         * output may be a file, the status goes to the terminal). */
+        fprintf(s->out, ">> %s\n", s->opts->eval_code);
+        if (session_flush(s) != CLI_OK) return CLI_ERR;
         session_status(s,
                        "rbtrace: the code did not finish within %g s; it was stopped in the "
                        "process",
