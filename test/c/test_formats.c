@@ -718,6 +718,42 @@ static char *summary_alloc_merged(char **dumps)
     return out;
 }
 
+/* Past 2^32 calls in one bucket (two processes of 5e9 calls each: 6e9 of
+ * ~1 us, bucket 63, and 4e9 of ~0.15 s, bucket 200): p50 is the 1 us
+ * bucket's, p99 the other's; the combined dump keeps the count whole. */
+static void test_summary_big_counts(void)
+{
+    char one[] = "rbtrace-summary 2\nprocess 1 0 0 1 2\n"
+                 "row 5000000000 1 1 200000000 0 0 466f6f2361 63:3000000000 200:2000000000\n";
+    char two[sizeof(one)];
+    struct format_opts opts;
+    struct format *all;
+    char *out = NULL, *dump = NULL, name[64], p50[32], p99[32];
+    size_t out_len = 0, dump_len = 0;
+    FILE *mem = open_memstream(&out, &out_len), *dmem = open_memstream(&dump, &dump_len);
+    unsigned long long calls = 0;
+    const char *row;
+
+    memcpy(two, one, sizeof(one));
+    memset(&opts, 0, sizeof(opts));
+    if (!mem || !dmem || format_open(OPTIONS_FORMAT_SUMMARY, mem, &opts, &all) != CLI_OK) exit(2);
+    merge_dump(all, one);
+    merge_dump(all, two);
+    CHECK(format_summary_dump(all, dmem) == CLI_OK);
+    fclose(dmem);
+    CHECK(strstr(dump, " 63:6000000000 200:4000000000\n") != NULL);
+    CHECK(format_finish(all) == CLI_OK);
+    format_close(all);
+    fclose(mem);
+    row = strstr(out, "\nFoo#a ");
+    CHECK(row && sscanf(row, " %63s %llu %*s %*s %*s %31s %31s", name, &calls, p50, p99) == 4);
+    CHECK(calls == 10000000000ULL);
+    CHECK_STR(p50, "0.000001");
+    CHECK_STR(p99, "0.150995");
+    free(out);
+    free(dump);
+}
+
 /* A dump line merged alone: CLI_ERR with errstr as said. */
 static void check_bad_dump(const char *text, const char *errstr)
 {
@@ -808,5 +844,6 @@ int main(void)
     test_summary_gvl();
     test_summary_merge();
     test_summary_merge_alloc();
+    test_summary_big_counts();
     return check_report();
 }

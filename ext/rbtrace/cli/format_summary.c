@@ -54,7 +54,8 @@ struct summary_row {
     uint64_t method_id;
     uint64_t calls, total_ns, self_ns, max_ns, raises;
     uint64_t alloc;      /* --alloc: objects allocated inside its calls */
-    uint32_t *histogram; /* SUMMARY_BUCKETS counts, made at the first call */
+    uint64_t *histogram; /* SUMMARY_BUCKETS counts, made at the first call (64-bit as
+                            calls: past 2^32 calls in a bucket, p50/p99 stay right) */
 };
 
 struct format_summary {
@@ -132,15 +133,12 @@ static struct summary_row *summary_row(struct format_summary *f, uint64_t id)
 static int summary_add(struct format_summary *f, uint64_t method_id, uint64_t dur, uint64_t self)
 {
     struct summary_row *r = summary_row(f, method_id);
-    uint32_t *count;
-
     if (!r) return format_fail(&f->base, "out of memory");
     r->calls++;
     r->total_ns += dur;
     r->self_ns += self;
     if (dur > r->max_ns) r->max_ns = dur;
-    count = &r->histogram[summary_bucket(dur)];
-    if (*count < UINT32_MAX) (*count)++;
+    r->histogram[summary_bucket(dur)]++;
     return CLI_OK;
 }
 
@@ -496,7 +494,7 @@ int format_summary_dump(const struct format *base, FILE *out)
         name = calls_name(&f->calls, r->method_id); /* never named: "-", "(unknown)" */
         summary_dump_hex(out, name ? name->text : "", name ? name->len : 0);
         for (b = 0; b < SUMMARY_BUCKETS; b++)
-            if (r->histogram[b]) fprintf(out, " %zu:%lu", b, (unsigned long)r->histogram[b]);
+            if (r->histogram[b]) fprintf(out, " %zu:%llu", b, (unsigned long long)r->histogram[b]);
         fputc('\n', out);
     }
     summary_dump_sites(&f->alloc, out);
@@ -583,8 +581,7 @@ static int summary_merge_row(struct format_summary *f, char *line)
         unsigned long long b, count;
         if (sscanf(p, " %llu:%llu%n", &b, &count, &n) != 2 || b >= SUMMARY_BUCKETS)
             return format_fail(&f->base, "a process's summary has a bad histogram");
-        count += r->histogram[b];
-        r->histogram[b] = count < UINT32_MAX ? (uint32_t)count : UINT32_MAX;
+        r->histogram[b] += count;
         p += n;
     }
     return CLI_OK;
