@@ -754,6 +754,32 @@ static void test_summary_big_counts(void)
     free(dump);
 }
 
+/* 1000 threads, their calls interleaved (each call returns after the
+ * others' calls began): every thread found again (calls.c's hash, grown
+ * several times), every call whole. */
+static void feed_many_threads(struct format *f)
+{
+    uint64_t t;
+
+    feed(f, RBTRACE_EV_METHOD, 0, 0, 1, "W#a");
+    for (t = 0; t < 1000; t++) feed(f, RBTRACE_EV_CALL, t << 32 | 7, 100 + t, 1, NULL);
+    for (t = 0; t < 1000; t++) feed(f, RBTRACE_EV_RETURN, t << 32 | 7, 2100 + t, 1, NULL);
+}
+
+static void test_summary_many_threads(void)
+{
+    struct format_opts opts;
+    char *out;
+
+    memset(&opts, 0, sizeof(opts));
+    out = summary_of(&opts, feed_many_threads);
+    CHECK(strncmp(out, "*** 1000 threads, 0.000003 s traced", 35) == 0);
+    CHECK(strstr(out,
+                 "\nW#a                                            1000   0.002000   0.002000") !=
+          NULL);
+    free(out);
+}
+
 /* A dump line merged alone: CLI_ERR with errstr as said. */
 static void check_bad_dump(const char *text, const char *errstr)
 {
@@ -845,5 +871,6 @@ int main(void)
     test_summary_merge();
     test_summary_merge_alloc();
     test_summary_big_counts();
+    test_summary_many_threads();
     return check_report();
 }
