@@ -55,6 +55,20 @@ struct multi_child {
 
 static int multi_wake[2] = { -1, -1 };
 static volatile sig_atomic_t multi_pending[NSIG];
+/* Our stdout failed (a closed pipe: | head): said once; the sessions are
+ * stopped as by ^C, their lines dropped, their status lines still shown. */
+static int multi_stdout_broken;
+
+/* Our stdout failed with err: says so, once, and stops the sessions. */
+static void multi_stdout_failed(int err)
+{
+    if (multi_stdout_broken) return;
+    fprintf(stderr, "rbtrace: could not write to stdout: %s\n", strerror(err));
+    multi_stdout_broken = 1;
+    multi_pending[SIGINT] = 1;             /* stop the sessions, as ^C (multi_forward) */
+    if (write(multi_wake[1], "", 1) < 0) { /* full: a wake-up is pending anyway */
+    }
+}
 
 static void multi_on_signal(int sig)
 {
@@ -86,6 +100,12 @@ static int multi_install_signals(void)
             fprintf(stderr, "rbtrace: cannot install a signal handler: %s\n", strerror(errno));
             return CLI_ERR;
         }
+    }
+    /* A closed stdout is an error to say (EPIPE), not a silent death. */
+    sa.sa_handler = SIG_IGN;
+    if (sigaction(SIGPIPE, &sa, NULL) != 0) {
+        fprintf(stderr, "rbtrace: cannot ignore SIGPIPE: %s\n", strerror(errno));
+        return CLI_ERR;
     }
     return CLI_OK;
 }
@@ -147,6 +167,10 @@ static void multi_emit_lines(struct multi_child *k, int flush_partial)
     struct multi_pipe *p = &k->out;
     size_t start = 0, i;
 
+    if (multi_stdout_broken) {
+        p->len = 0;
+        return;
+    }
     for (i = 0; i < p->len; i++) {
         if (p->line[i] != '\n') continue;
         printf("[%d] %.*s\n", (int)k->target, (int)(i - start), p->line + start);
@@ -156,6 +180,8 @@ static void multi_emit_lines(struct multi_child *k, int flush_partial)
         printf("[%d] %.*s\n", (int)k->target, (int)(p->len - start), p->line + start);
         start = p->len;
     }
+    /* a write stdio made on its own (its buffer full) failed: the errno is its */
+    if (ferror(stdout)) multi_stdout_failed(errno);
     memmove(p->line, p->line + start, p->len - start);
     p->len -= start;
 }
@@ -174,7 +200,7 @@ static void multi_emit_status(struct multi_child *k, int flush_partial)
         n = p->len;
     }
     if (!n) return;
-    fflush(stdout);
+    if (!multi_stdout_broken) fflush(stdout); /* a failure is seen in multi_loop */
     while (done < n) {
         ssize_t w = write(STDERR_FILENO, p->line + done, n - done);
         if (w < 0 && errno == EINTR) continue;
@@ -308,11 +334,7 @@ static enum cli_exit multi_loop(struct multi_child *kids, size_t n)
                 nfds++;
             }
         }
-        if (fflush(stdout) != 0) {
-            fprintf(stderr, "rbtrace: could not write to stdout: %s\n", strerror(errno));
-            free(fds);
-            return CLI_EXIT_FAIL;
-        }
+        if (!multi_stdout_broken && fflush(stdout) != 0) multi_stdout_failed(errno);
         if (poll(fds, nfds, 1000) < 0 && errno != EINTR) {
             fprintf(stderr, "rbtrace: poll: %s\n", strerror(errno));
             free(fds);
@@ -327,7 +349,7 @@ static enum cli_exit multi_loop(struct multi_child *kids, size_t n)
         }
     }
     free(fds);
-    return CLI_EXIT_OK;
+    return multi_stdout_broken ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }
 
 /* Writes text (the combined table) to FILE of -o, or to stdout with
@@ -474,7 +496,8 @@ enum cli_exit multi_run(const struct options *o)
     }
     if (multi_loop(kids, started) != CLI_EXIT_OK) rc = CLI_EXIT_FAIL;
     if (o->format == OPTIONS_FORMAT_SUMMARY && started == o->n_pids &&
-        multi_summary(o, kids, started) != CLI_OK && rc == CLI_EXIT_OK)
+        (o->output_path || !multi_stdout_broken) && multi_summary(o, kids, started) != CLI_OK &&
+        rc == CLI_EXIT_OK)
         rc = CLI_EXIT_FAIL;
     for (i = 0; i < o->n_pids; i++) {
         if (i < started && (enum cli_exit)kids[i].rc > rc) rc = (enum cli_exit)kids[i].rc;
