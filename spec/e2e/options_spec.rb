@@ -97,6 +97,12 @@ RSpec.describe 'client options' do
         expect(r.stderr).to include('has other hard links')
         expect(File.read(victim)).to eq("keep me\n")
 
+        fifo = File.join(dir, 'fifo')
+        File.mkfifo(fifo)
+        r = rbtrace('-p', app.pid, '-o', fifo, '-m', 'Job#step')
+        expect(r.exitstatus).to eq(1)
+        expect(r.stderr).to include('it is a FIFO that no process reads: start its reader first')
+
         # --convert -o likewise
         saved = File.join(dir, 'saved.txt')
         File.write(saved, "Job#step <0.000010>\n")

@@ -58,6 +58,11 @@ FILE *cli_open_output(const char *path, int append, char *errstr, size_t size)
                      "could not open %s: it is a symbolic link, and rbtrace writes a trace "
                      "only to the file itself: give the path it points to, or remove the link",
                      path);
+        else if (errno == ENXIO) /* O_NONBLOCK: a FIFO nobody reads */
+            snprintf(errstr, size,
+                     "could not open %s: it is a FIFO that no process reads: start its "
+                     "reader first",
+                     path);
         else snprintf(errstr, size, "could not open %s: %s", path, strerror(errno));
         return NULL;
     }
