@@ -732,7 +732,7 @@ static void test_summary_big_counts(void)
     size_t out_len = 0, dump_len = 0;
     FILE *mem = open_memstream(&out, &out_len), *dmem = open_memstream(&dump, &dump_len);
     unsigned long long calls = 0;
-    const char *row;
+    const char *row, *head;
 
     memcpy(two, one, sizeof(one));
     memset(&opts, 0, sizeof(opts));
@@ -748,6 +748,9 @@ static void test_summary_big_counts(void)
     row = strstr(out, "\nFoo#a ");
     CHECK(row && sscanf(row, " %63s %llu %*s %*s %*s %31s %31s", name, &calls, p50, p99) == 4);
     CHECK(calls == 10000000000ULL);
+    /* the calls column as wide as its 11 digits: the header as long as the row */
+    head = strstr(out, "method ");
+    CHECK(row && head && strchr(row + 1, '\n') - (row + 1) == strchr(head, '\n') - head);
     CHECK_STR(p50, "0.000001");
     CHECK_STR(p99, "0.150995");
     free(out);

@@ -351,7 +351,7 @@ static int summary_finish(struct format *base)
     struct summary_row **sorted;
     uint64_t span = f->first_ns == UINT64_MAX ? 0 : f->calls.last_time_ns - f->first_ns;
     char num[RENDER_SECONDS_MAX + 1];
-    size_t i, n = 0, column = SUMMARY_NAME_COLUMN;
+    size_t i, n = 0, column = SUMMARY_NAME_COLUMN, calls_w = 10;
 
     if (!(sorted = malloc((f->n_rows ? f->n_rows : 1) * sizeof(*sorted))))
         return format_fail(base, "out of memory");
@@ -377,9 +377,12 @@ static int summary_finish(struct format *base)
             return format_fail(base, "out of memory");
         }
         if (w > column) column = w;
+        /* calls past 10 digits (a merged table of days' traces) widen theirs */
+        w = (size_t)snprintf(num, sizeof(num), "%llu", (unsigned long long)sorted[i]->calls);
+        if (w > calls_w) calls_w = w;
     }
-    fprintf(base->out, "%-*s %10s %10s %10s %10s %10s %10s %10s %7s", (int)column, "method",
-            "calls", "total", "self", "mean", "p50", "p99", "max", "raises");
+    fprintf(base->out, "%-*s %*s %10s %10s %10s %10s %10s %10s %7s", (int)column, "method",
+            (int)calls_w, "calls", "total", "self", "mean", "p50", "p99", "max", "raises");
     fputs(base->opts.text.alloc ? "      alloc\n" : "\n", base->out);
     for (i = 0; i < n; i++) {
         const struct summary_row *r = sorted[i];
@@ -401,7 +404,7 @@ static int summary_finish(struct format *base)
         } else {
             fprintf(base->out, "%-*s", (int)column, "(unknown)");
         }
-        fprintf(base->out, " %10llu", (unsigned long long)r->calls);
+        fprintf(base->out, " %*llu", (int)calls_w, (unsigned long long)r->calls);
         summary_seconds(base->out, r->total_ns);
         summary_seconds(base->out, r->self_ns);
         summary_seconds(base->out, r->total_ns / r->calls);
