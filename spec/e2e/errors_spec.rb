@@ -1,9 +1,55 @@
 require_relative '../spec_helper'
 require_relative '../faults_helper'
+require 'tempfile'
 
 # Each error: a clear message and a non-zero exit, within the timeout.
 RSpec.describe 'errors' do
   let(:app) { start_target("puts 'ready'\nloop { Process.pid; sleep 0.02 }").ready }
+
+  BUSY_JOB = "class Job; def run; 1; end; end\nputs 'ready'\nloop { Job.new.run; sleep 0.001 }".freeze
+
+  # The client on targets with its stdout a pipe read for 2 lines, then
+  # closed (rbtrace ... | head -2): [exit status, stderr].
+  def head2(*targets)
+    err = Tempfile.new('rbtrace-epipe')
+    rd, wr = IO.pipe
+    pid = Process.spawn(RBTraceSpec::SPAWN_ENV, RBTraceSpec::CLIENT, '-p', *targets.map { |t| t.pid.to_s },
+                        '-m', 'Job#run', out: wr, err: err.path)
+    wr.close
+    begin
+      2.times { expect(rd.gets).to match(/^(\[\d+\] )?Job#run </) }
+      rd.close
+      _, status = Timeout.timeout(20) { Process.wait2(pid) }
+      pid = nil
+      [status, File.read(err.path)]
+    ensure
+      Process.kill(:KILL, pid) if pid
+      Process.wait(pid) if pid
+      err.close!
+    end
+  end
+
+  # rbtrace ... | head -2: the reader goes away; the client says so once
+  # (not again when it finishes the format at the end), and detaches.
+  it 'a closed pipe on stdout is said once; the client detaches and exits 1' do
+    busy = start_target(BUSY_JOB).ready
+    status, stderr = head2(busy)
+    expect(status.exitstatus).to eq(1)
+    expect(stderr.scan('could not write the output: Broken pipe').size).to eq(1), stderr
+    expect(stderr).to include("*** detached from process #{busy.pid}")
+    expect(busy).to be_alive
+  end
+
+  # The same with several processes: the client was killed by SIGPIPE
+  # (status 141 in a shell), silent, its sessions left to find out alone.
+  it 'a closed pipe on stdout with several processes: said once, each detached, exit 1' do
+    busy = [start_target(BUSY_JOB).ready, start_target(BUSY_JOB).ready]
+    status, stderr = head2(*busy)
+    expect(status.exitstatus).to eq(1), status.inspect
+    expect(stderr.scan('Broken pipe').size).to eq(1), stderr
+    busy.each { |t| expect(stderr).to include("*** detached from process #{t.pid}") }
+    expect(busy).to all(be_alive)
+  end
 
   it 'no such pid' do
     r = rbtrace('-p', '4194300', '-e', '1')

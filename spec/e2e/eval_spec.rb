@@ -48,6 +48,7 @@ RSpec.describe 'eval (-e)' do
   it 'stops code that never returns at the timeout; the app is not hung' do
     r = rbtrace('-p', app.pid, '--timeout', '1', '-e', 'loop { }')
     expect(r.stderr).to match(/did not finish within 1/)
+    expect(r.stdout).to eq(">> loop { }\n") # which code it was, as a result would show it
     expect(r).not_to be_success
     before = app.drain.size
     sleep 0.3

@@ -178,6 +178,26 @@ RSpec.describe 'GVL waits (--gvl)' do
       expect(waits.map(&:first).compact.uniq.sort).to eq(%w[1 2])
     end
 
+    # --summary with --gvl alone (and --alloc, as in the trial): the waits
+    # make the threads and the span, and a line counts the long ones (was
+    # "0 threads, 0.000000 s traced": the waits were dropped).
+    it '--summary without -m: the threads, the span and a line of the waits longer than MS' do
+      app = start_app(spin: true)
+      r = trace(app, '--gvl', '5', '--alloc', '--summary', seconds: 1.5)
+      expect(r).to be_success
+      head = r.stdout[/\A\*\*\* (\d+) threads?, #{secs} s traced.*\n/]
+      expect(head).not_to be_nil, r.stdout
+      threads, span = head.match(/(\d+) threads?, #{secs}/).captures
+      expect(Integer(threads)).to be >= 2 # both busy threads (rbtrace's own may wait too)
+      expect(Float(span)).to be > 0.5
+      waits = r.stdout.match(/^\*\*\* GVL waits longer than 5 ms: (\d+), #{secs} s in all, longest #{secs} s$/)
+      expect(waits).not_to be_nil, r.stdout
+      count, all, longest = waits.captures
+      expect(Integer(count)).to be >= 2
+      expect(Float(all)).to be >= Float(longest)
+      expect(Float(longest)).to be > 0.005
+    end
+
     it 'reaches --format json (a "gvl" per call, "gvl" lines) and chrome ("GVL wait" slices)' do
       require 'json'
       app = start_app(spin: true)

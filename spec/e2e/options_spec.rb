@@ -67,6 +67,62 @@ RSpec.describe 'client options' do
     end
   end
 
+  # A trace holds the app's argument values: -o makes a file only its user
+  # reads, and never writes through a symbolic link (one planted in /tmp
+  # would have rbtrace truncate its target).
+  it '-o FILE is created mode 0600, never through a symbolic link; an existing file of ours is overwritten' do
+    Dir.mktmpdir do |dir|
+      old_umask = File.umask(0o022)
+      begin
+        file = File.join(dir, 'trace.txt')
+        trace(app, '-o', file, '-m', 'Job#step') { sleep 0.3 }
+        expect(File.stat(file).mode & 0o777).to eq(0o600)
+
+        victim = File.join(dir, 'victim')
+        File.write(victim, "keep me\n")
+        link = File.join(dir, 'link.txt')
+        File.symlink(victim, link)
+        [['-a'], []].each do |append|
+          r = rbtrace('-p', app.pid, '-o', link, *append, '-m', 'Job#step')
+          expect(r.exitstatus).to eq(1)
+          expect(r.stderr).to include("could not open #{link}: it is a symbolic link")
+          expect(r.stderr).to include('give the path it points to, or remove the link')
+        end
+        expect(File.read(victim)).to eq("keep me\n")
+
+        hard = File.join(dir, 'hard.txt')
+        File.link(victim, hard)
+        r = rbtrace('-p', app.pid, '-o', hard, '-m', 'Job#step')
+        expect(r.exitstatus).to eq(1)
+        expect(r.stderr).to include('has other hard links')
+        expect(File.read(victim)).to eq("keep me\n")
+
+        fifo = File.join(dir, 'fifo')
+        File.mkfifo(fifo)
+        r = rbtrace('-p', app.pid, '-o', fifo, '-m', 'Job#step')
+        expect(r.exitstatus).to eq(1)
+        expect(r.stderr).to include('it is a FIFO that no process reads: start its reader first')
+
+        # --convert -o likewise
+        saved = File.join(dir, 'saved.txt')
+        File.write(saved, "Job#step <0.000010>\n")
+        r = rbtrace('--convert', 'json', saved, '-o', link)
+        expect(r.exitstatus).to eq(1)
+        expect(r.stderr).to include('is a symbolic link')
+        expect(File.read(victim)).to eq("keep me\n")
+        out = File.join(dir, 'out.jsonl')
+        File.write(out, 'x' * 10_000)
+        expect(rbtrace('--convert', 'json', saved, '-o', out)).to be_success
+        expect(File.read(out)).to start_with('{').and(end_with("}\n"))
+        r = rbtrace('--convert', 'json', saved, '-o', File.join(dir, 'new.jsonl'))
+        expect(r).to be_success
+        expect(File.stat(File.join(dir, 'new.jsonl')).mode & 0o777).to eq(0o600)
+      ensure
+        File.umask(old_umask)
+      end
+    end
+  end
+
   it 'SIGTERM detaches cleanly like Ctrl-C' do
     client = start_client('-p', app.pid, '-m', 'Job#run')
     client.attached

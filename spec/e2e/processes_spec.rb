@@ -30,6 +30,43 @@ RSpec.describe 'choosing processes (-p PID..., --ps, --exec, --wait)' do
       expect([a, b]).to all(be_alive)
     end
 
+    # stdout and stderr one file, as on a terminal: a status line of a
+    # session starts a line of its own, after every line of its process
+    # (the sessions' status lines came straight from them, the trace
+    # through us: "*** detached from process A[A] ..." and A's backlog after).
+    it 'status lines start lines of their own, after the lines of their process (stdout and stderr one file)' do
+      busy = "Item = Struct.new(:a)\nputs 'ready'\nloop { 50.times { Item.new(1) }; sleep 0.001 }"
+      w0 = start_target(busy).ready
+      w1 = start_target(busy).ready
+      rd, wr = IO.pipe
+      pid = Process.spawn(RBTraceSpec::SPAWN_ENV, RBTraceSpec::CLIENT, '-p', w0.pid.to_s, w1.pid.to_s, '-f',
+                          out: wr, err: wr)
+      wr.close
+      text = +''
+      begin
+        Timeout.timeout(20) do
+          text << rd.readpartial(65_536) until [w0, w1].all? { |t| text.include?("[#{t.pid}] ") } && text.size > 200_000
+        end
+        Process.kill(:INT, pid)
+        Timeout.timeout(30) { loop { text << rd.readpartial(65_536) } }
+      rescue EOFError
+        nil
+      ensure
+        Process.kill(:KILL, pid) if (Process.wait(pid, Process::WNOHANG) rescue pid).nil?
+        Process.wait(pid) rescue nil
+        rd.close
+      end
+      lines = text.lines
+      expect(lines.grep(/.\*\*\* /)).to eq([]) # a status line glued to a line before
+      expect(lines.grep(/\*\*\* .*\[\d+\] /)).to eq([]) # a line glued to a status line
+      [w0, w1].each do |t|
+        detached = lines.index("*** detached from process #{t.pid}\n")
+        expect(detached).not_to be_nil, text[-2000..]
+        expect(lines[detached..].grep(/\A\[#{t.pid}\] /)).to eq([])
+      end
+      expect([w0, w1]).to all(be_alive)
+    end
+
     it 'evaluates in each' do
       r = rbtrace('-p', a.pid, b.pid, '-e', 'Process.pid')
       expect(r.exitstatus).to eq(0)
@@ -104,6 +141,8 @@ RSpec.describe 'choosing processes (-p PID..., --ps, --exec, --wait)' do
       expect(r.stderr).to include("no process matching '#{marker}' has loaded rbtrace (1 matches but did not load it")
       r = rbtrace('--ps', '(unclosed', '-e', '1')
       expect(r.stderr).to include("--ps: bad pattern '(unclosed'")
+      expect(r.stderr).to include('give an extended regular expression')
+      expect(r.exitstatus).to eq(2) # a bad command line
     end
   end
 

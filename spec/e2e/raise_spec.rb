@@ -143,6 +143,20 @@ RSpec.describe 'exceptions (--raise)' do
       expect(out).not_to match(/^re-raise/)
     end
 
+    # --summary's raises: one exception raised once, in endpoint; its
+    # re-raises in the 4 middleware calls are not 4 more raises.
+    it '--summary counts an exception once, where it was first raised, not at each re-raise' do
+      out = trace(app, '-m', 'Object#endpoint', 'Object#middleware', 'Object#unrelated', '--raise', '--summary') do
+        app.wait_for(->(_) { app.lines.count('tick') >= 4 })
+      end.stdout
+      rows = out.lines.to_h { |l| [l[/\A\S+/], l.split.values_at(1, -1).map(&:to_i)] }
+      expect(rows['Object#endpoint'][0]).to be >= 2
+      expect(rows['Object#endpoint'][1]).to eq(rows['Object#endpoint'][0]), out # each call raised once
+      expect(rows['Object#unrelated'][1]).to eq(rows['Object#unrelated'][0]), out
+      expect(rows['Object#middleware'][0]).to be >= 8
+      expect(rows['Object#middleware'][1]).to eq(0), out
+    end
+
     it '--raise-all shows each re-raise on a line of its own, marked' do
       out = trace(app, '--raise-all', until_output: /(^(re-)?raise Boom.*\n){14}/).stdout
       lines = out.lines.grep(/Boom/)

@@ -163,6 +163,25 @@ static void test_times_threads(void)
               "return t44040193 m2 at 21000\n");
 }
 
+/* Threads 1 and 2^20 + 1 of one process, and process 1's thread 1 beside
+ * process 0's thread 2^20 + 1: four threads (they were keyed pid << 20 |
+ * ordinal & 0xfffff, and B's call fell on A's thread). */
+static void test_many_threads(void)
+{
+    CHECK_STR(convert_text("[t1] A\n"
+                           "[t1048577] B <0.000003>\n"
+                           "[t1] A <0.000020>\n"
+                           "[1] [t1] A <0.000001>\n"),
+              "method A 1\n"
+              "call t1 m1 at 0\n"
+              "method B 2\n"
+              "call t9223372036854775809 m2 at 0\n"
+              "return t9223372036854775809 m2 at 3000\n"
+              "return t1 m1 at 20000\n"
+              "call t1048577 m1 at 0\n"
+              "return t1048577 m1 at 1000\n");
+}
+
 /* --slow: deepest first, depth by indentation, [dN] past 40 levels. */
 static void test_slow(void)
 {
@@ -273,6 +292,7 @@ int main(void)
     test_calls();
     test_recursion();
     test_times_threads();
+    test_many_threads();
     test_slow();
     test_gc_raise_lost();
     test_original_gem();

@@ -459,6 +459,127 @@ static void test_alloc_formats(void)
     free(out);
 }
 
+/* A RAISE on thread 1 at time_ns; reraise: the codec's number (0: a first raise). */
+static void feed_raise(struct format *f, uint64_t time_ns, uint64_t reraise)
+{
+    struct rbtrace_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = RBTRACE_EV_RAISE;
+    ev.thread_id = 1;
+    ev.time_ns = time_ns;
+    ev.number = reraise;
+    ev.text.ptr = "E";
+    ev.text.len = 1;
+    CHECK(format_event(f, &ev) == CLI_OK);
+}
+
+/* The summary of what feed_fn feeds, with opts. */
+static char *summary_of(const struct format_opts *opts, void (*feed_fn)(struct format *))
+{
+    struct format *f;
+    char *out = NULL;
+    size_t out_len = 0;
+    FILE *mem = open_memstream(&out, &out_len);
+
+    if (!mem || format_open(OPTIONS_FORMAT_SUMMARY, mem, opts, &f) != CLI_OK) exit(2);
+    feed_fn(f);
+    CHECK(format_finish(f) == CLI_OK);
+    format_close(f);
+    fclose(mem);
+    return out;
+}
+
+#define LONG_NAME "ActiveRecord::ConnectionAdapters::AbstractAdapter#with_instrumenter"
+
+/* An exception raised in Inner, re-raised in Outer and again in Top (rescue
+ * => e; raise): one raise, Inner's; a name longer than the column. */
+static void feed_reraises(struct format *f)
+{
+    feed(f, RBTRACE_EV_METHOD, 0, 0, 1, "Top#run");
+    feed(f, RBTRACE_EV_METHOD, 0, 0, 2, LONG_NAME);
+    feed(f, RBTRACE_EV_METHOD, 0, 0, 3, "Inner#go");
+    feed(f, RBTRACE_EV_CALL, 1, 100, 1, NULL);
+    feed(f, RBTRACE_EV_CALL, 1, 200, 2, NULL);
+    feed(f, RBTRACE_EV_CALL, 1, 300, 3, NULL);
+    feed_raise(f, 400, 0);
+    feed(f, RBTRACE_EV_RETURN, 1, 500, 3, NULL);
+    feed_raise(f, 600, 1);
+    feed(f, RBTRACE_EV_RETURN, 1, 700, 2, NULL);
+    feed_raise(f, 800, 2);
+    feed(f, RBTRACE_EV_RETURN, 1, 900, 1, NULL);
+}
+
+/* The raises of name's row in a summary (its last column); -1 if none. */
+static long summary_raises(const char *out, const char *name)
+{
+    const char *row = out, *nl, *last;
+
+    for (; (nl = strchr(row, '\n')) != NULL; row = nl + 1) {
+        if (strncmp(row, name, strlen(name)) != 0 || row[strlen(name)] != ' ') continue;
+        for (last = nl; last > row && last[-1] != ' '; last--) {
+        }
+        return strtol(last, NULL, 10);
+    }
+    return -1;
+}
+
+/* --summary: a re-raise is not another raise; a name longer than the
+ * method column widens it for every row, the columns stay aligned. */
+static void test_summary_reraise_and_names(void)
+{
+    struct format_opts opts;
+    char *out, *line, *nl;
+    size_t width = 0;
+
+    memset(&opts, 0, sizeof(opts));
+    opts.text.prefix = 2;
+    out = summary_of(&opts, feed_reraises);
+    CHECK(summary_raises(out, "Inner#go") == 1);
+    CHECK(summary_raises(out, LONG_NAME) == 0);
+    CHECK(summary_raises(out, "Top#run") == 0);
+    /* every line after the first (the header, the rows) equally long */
+    line = strchr(out, '\n') + 1;
+    for (; (nl = strchr(line, '\n')) != NULL; line = nl + 1) {
+        if (!width) width = (size_t)(nl - line);
+        CHECK((size_t)(nl - line) == width);
+    }
+    CHECK(width == strlen(LONG_NAME) + 11 * 7 + 8); /* the name, 7 columns " %10s", " %7s" */
+    free(out);
+}
+
+/* --gvl 5 alone: waits of threads 7 (10 and 20 ms) and 8 (1 ms: short,
+ * of a thread never seen otherwise). */
+static void feed_gvl_only(struct format *f)
+{
+    feed(f, RBTRACE_EV_GVL, 7, 1000000000, 10000000, NULL);
+    feed(f, RBTRACE_EV_GVL, 8, 1100000000, 1000000, NULL);
+    feed(f, RBTRACE_EV_GVL, 7, 2000000000, 20000000, NULL);
+}
+
+/* --summary --gvl without -m: the threads and span of the waits, and a
+ * line of the waits longer than the threshold. */
+static void test_summary_gvl(void)
+{
+    struct format_opts opts;
+    char *out;
+
+    memset(&opts, 0, sizeof(opts));
+    opts.text.gvl = 1;
+    opts.text.gvl_threshold_ns = 5000000;
+    out = summary_of(&opts, feed_gvl_only);
+    {
+        char *table = strstr(out, "method ");
+
+        CHECK(table != NULL);
+        if (table) *table = '\0'; /* the lines before the table */
+    }
+    CHECK_STR(out,
+              "*** 1 thread, 1.020000 s traced, 0 events lost\n"
+              "*** GVL waits longer than 5 ms: 2, 0.030000 s in all, longest 0.020000 s\n");
+    free(out);
+}
+
 /* A summary of one process's calls, dumped as multi.c's sessions dump it. */
 static char *summary_dump_of(uint64_t wall_origin, int second)
 {
@@ -597,6 +718,71 @@ static char *summary_alloc_merged(char **dumps)
     return out;
 }
 
+/* Past 2^32 calls in one bucket (two processes of 5e9 calls each: 6e9 of
+ * ~1 us, bucket 63, and 4e9 of ~0.15 s, bucket 200): p50 is the 1 us
+ * bucket's, p99 the other's; the combined dump keeps the count whole. */
+static void test_summary_big_counts(void)
+{
+    char one[] = "rbtrace-summary 2\nprocess 1 0 0 1 2\n"
+                 "row 5000000000 1 1 200000000 0 0 466f6f2361 63:3000000000 200:2000000000\n";
+    char two[sizeof(one)];
+    struct format_opts opts;
+    struct format *all;
+    char *out = NULL, *dump = NULL, name[64], p50[32], p99[32];
+    size_t out_len = 0, dump_len = 0;
+    FILE *mem = open_memstream(&out, &out_len), *dmem = open_memstream(&dump, &dump_len);
+    unsigned long long calls = 0;
+    const char *row, *head;
+
+    memcpy(two, one, sizeof(one));
+    memset(&opts, 0, sizeof(opts));
+    if (!mem || !dmem || format_open(OPTIONS_FORMAT_SUMMARY, mem, &opts, &all) != CLI_OK) exit(2);
+    merge_dump(all, one);
+    merge_dump(all, two);
+    CHECK(format_summary_dump(all, dmem) == CLI_OK);
+    fclose(dmem);
+    CHECK(strstr(dump, " 63:6000000000 200:4000000000\n") != NULL);
+    CHECK(format_finish(all) == CLI_OK);
+    format_close(all);
+    fclose(mem);
+    row = strstr(out, "\nFoo#a ");
+    CHECK(row && sscanf(row, " %63s %llu %*s %*s %*s %31s %31s", name, &calls, p50, p99) == 4);
+    CHECK(calls == 10000000000ULL);
+    /* the calls column as wide as its 11 digits: the header as long as the row */
+    head = strstr(out, "method ");
+    CHECK(row && head && strchr(row + 1, '\n') - (row + 1) == strchr(head, '\n') - head);
+    CHECK_STR(p50, "0.000001");
+    CHECK_STR(p99, "0.150995");
+    free(out);
+    free(dump);
+}
+
+/* 1000 threads, their calls interleaved (each call returns after the
+ * others' calls began): every thread found again (calls.c's hash, grown
+ * several times), every call whole. */
+static void feed_many_threads(struct format *f)
+{
+    uint64_t t;
+
+    feed(f, RBTRACE_EV_METHOD, 0, 0, 1, "W#a");
+    for (t = 0; t < 1000; t++) feed(f, RBTRACE_EV_CALL, t << 32 | 7, 100 + t, 1, NULL);
+    for (t = 0; t < 1000; t++) feed(f, RBTRACE_EV_RETURN, t << 32 | 7, 2100 + t, 1, NULL);
+}
+
+static void test_summary_many_threads(void)
+{
+    struct format_opts opts;
+    char *out;
+
+    memset(&opts, 0, sizeof(opts));
+    out = summary_of(&opts, feed_many_threads);
+    CHECK(strncmp(out, "*** 1000 threads, 0.000003 s traced", 35) == 0);
+    CHECK(strstr(out,
+                 "\nW#a                                            1000   0.002000   0.002000") !=
+          NULL);
+    free(out);
+}
+
 /* A dump line merged alone: CLI_ERR with errstr as said. */
 static void check_bad_dump(const char *text, const char *errstr)
 {
@@ -683,7 +869,11 @@ int main(void)
     test_chrome();
     test_folded();
     test_summary();
+    test_summary_reraise_and_names();
+    test_summary_gvl();
     test_summary_merge();
     test_summary_merge_alloc();
+    test_summary_big_counts();
+    test_summary_many_threads();
     return check_report();
 }

@@ -1,6 +1,6 @@
 /*
  * cli.h - what every part of the rbtrace client shares: return codes,
- * exit codes and the clock helpers of util.c.
+ * exit codes, the clock helpers and the output file of util.c.
  *
  * The client's parts, one job per file:
  *   main.c     main(), usage
@@ -20,12 +20,14 @@
  *   multi.c    several pids: one session each in a child, output merged
  *   ps.c       --ps: processes by command line
  *   exec.c     --exec: start a program with rbtrace loaded
- *   util.c     monotonic clock, sleeping
+ *   util.c     monotonic clock, sleeping, -o FILE opened safely
  */
 #ifndef RBTRACE_CLI_H
 #define RBTRACE_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Return codes of the client's functions (hiredis style). */
 #define CLI_OK 0
@@ -48,5 +50,11 @@ int64_t cli_now_ms(void);
 
 /* Sleeps ms milliseconds (returns early on a signal). */
 void cli_sleep_ms(int ms);
+
+/* Opens -o FILE (append: -a) for writing: created mode 0600, never
+ * through a symbolic link; an existing file only if it is the user's
+ * own plain file with one link (truncated unless append), a FIFO of
+ * theirs or a device. The stream; NULL with errstr set (what to do). */
+FILE *cli_open_output(const char *path, int append, char *errstr, size_t size);
 
 #endif

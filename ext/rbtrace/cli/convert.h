@@ -44,7 +44,9 @@ struct convert_frame {
 };
 
 struct convert_thread {
-    uint64_t key; /* the [PID] and [tN] it came from */
+    uint64_t pid, ordinal; /* the [PID] and [tN] it came from */
+    uint64_t key;          /* its events' thread_id: PID << 20 | N where that
+                              fits (PID < 2^43, N < 2^20), else 2^63 | its index */
     struct convert_frame *frames;
     size_t depth, cap;
     uint64_t cursor_ns;  /* without -t: where the next call starts */
@@ -69,6 +71,8 @@ struct convert {
     size_t names_cap, names_count;
     struct convert_thread *threads;
     size_t n_threads, threads_cap;
+    size_t *thread_slots;  /* (PID, N) -> index + 1 (0: free), open addressing */
+    size_t slots_cap;      /* a power of two, at least twice n_threads */
     uint64_t line_no;      /* of the line being read, 1-based */
     int timed;             /* a -t time was seen: lines without one have
                                   16 blanks in its place */

@@ -11,7 +11,9 @@
  * p50 and p99 come from a histogram with 8 buckets per power of two: they
  * are the upper bound of their bucket, within 1/8 above the true value;
  * max is exact. raises counts the exceptions raised (--raise) while the
- * method was the innermost traced call on the raising thread. --slow
+ * method was the innermost traced call on the raising thread (a re-raise
+ * is not another). --gvl: a line before the table counts the waits longer
+ * than its threshold. The method column is as wide as the longest name. --slow
  * calls count as calls (their self time is their whole duration). Rows
  * are sorted by --sort (total, the default; calls, self, max), most first.
  * With --alloc, a column "alloc": the objects allocated inside the
@@ -35,6 +37,7 @@
  * HEX: the bytes in hex, so that any byte survives; "-" for none.
  */
 #define _GNU_SOURCE /* fwrite_unlocked */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "alloc_report.h"
@@ -51,7 +54,8 @@ struct summary_row {
     uint64_t method_id;
     uint64_t calls, total_ns, self_ns, max_ns, raises;
     uint64_t alloc;      /* --alloc: objects allocated inside its calls */
-    uint32_t *histogram; /* SUMMARY_BUCKETS counts, made at the first call */
+    uint64_t *histogram; /* SUMMARY_BUCKETS counts, made at the first call (64-bit as
+                            calls: past 2^32 calls in a bucket, p50/p99 stay right) */
 };
 
 struct format_summary {
@@ -67,6 +71,8 @@ struct format_summary {
     uint64_t longest_ns;            /* the longest span of one, when a wall origin is missing */
     int no_wall;                    /* a dump had no wall origin */
     struct alloc_report alloc;      /* --alloc: the sites, for after the table */
+    int gvl_live;                   /* --gvl: a GVL event came (the target measures them) */
+    uint64_t gvl_waits, gvl_ns, gvl_max_ns; /* --gvl: the waits longer than its threshold */
 };
 
 static size_t summary_bucket(uint64_t ns)
@@ -127,15 +133,12 @@ static struct summary_row *summary_row(struct format_summary *f, uint64_t id)
 static int summary_add(struct format_summary *f, uint64_t method_id, uint64_t dur, uint64_t self)
 {
     struct summary_row *r = summary_row(f, method_id);
-    uint32_t *count;
-
     if (!r) return format_fail(&f->base, "out of memory");
     r->calls++;
     r->total_ns += dur;
     r->self_ns += self;
     if (dur > r->max_ns) r->max_ns = dur;
-    count = &r->histogram[summary_bucket(dur)];
-    if (*count < UINT32_MAX) (*count)++;
+    r->histogram[summary_bucket(dur)]++;
     return CLI_OK;
 }
 
@@ -143,6 +146,25 @@ static void summary_note(struct format_summary *f, uint64_t t)
 {
     if (t < f->first_ns) f->first_ns = t;
     calls_note_time(&f->calls, t);
+}
+
+/* --gvl: a wait longer than the threshold is counted (a line before the
+ * table), its thread seen; any wait is part of the span. A short wait of
+ * a thread never seen adds no thread (as in the other formats). */
+static int summary_gvl(struct format_summary *f, const struct rbtrace_event *ev)
+{
+    int added;
+
+    f->gvl_live = 1;
+    summary_note(f, ev->time_ns);
+    calls_note_time(&f->calls, ev->time_ns + ev->duration_ns);
+    if (ev->duration_ns <= f->base.opts.text.gvl_threshold_ns) return CLI_OK;
+    if (calls_thread(&f->calls, ev->thread_id, &added) < 0)
+        return format_fail(&f->base, "out of memory");
+    f->gvl_waits++;
+    f->gvl_ns += ev->duration_ns;
+    if (ev->duration_ns > f->gvl_max_ns) f->gvl_max_ns = ev->duration_ns;
+    return CLI_OK;
 }
 
 static int summary_event(struct format *base, const struct rbtrace_event *ev)
@@ -169,6 +191,8 @@ static int summary_event(struct format *base, const struct rbtrace_event *ev)
     case RBTRACE_EV_ALLOC_SITE:
         return alloc_report_site(&f->alloc, ev) == CLI_OK ? CLI_OK
                                                           : format_fail(base, "out of memory");
+    case RBTRACE_EV_GVL: /* --gvl: no row, but part of the span; the long waits counted */
+        return summary_gvl(f, ev);
     case RBTRACE_EV_LOST:
     case RBTRACE_EV_FORGET: /* names kept: the table names every method at the end */
         calls_drop_all(&f->calls);
@@ -204,7 +228,10 @@ static int summary_event(struct format *base, const struct rbtrace_event *ev)
         struct calls_thread *t = &f->calls.threads[ti];
         struct summary_row *r;
 
-        if (!t->depth) return CLI_OK;
+        /* A re-raise (rescue => e; raise) is the same exception again: one
+         * raise, its first method's (a job failing through 3 layers of
+         * middleware is 1 raise, not 4). */
+        if (!t->depth || ev->number > 0) return CLI_OK;
         if (!(r = summary_row(f, t->frames[t->depth - 1].method_id)))
             return format_fail(base, "out of memory");
         r->raises++;
@@ -269,6 +296,46 @@ static void summary_seconds(FILE *out, uint64_t ns)
     fprintf(out, " %10s", num);
 }
 
+/* The method column: at least this wide, or as wide as the longest name
+ * (ActiveRecord's are longer), so that the columns stay aligned. */
+#define SUMMARY_NAME_COLUMN 40
+
+/* The columns escaped text takes on a terminal: one per character (UTF-8
+ * passes escaping as it is; the rest is ASCII). */
+static size_t summary_columns(const char *esc, size_t len)
+{
+    size_t i, n = 0;
+
+    for (i = 0; i < len; i++) n += ((unsigned char)esc[i] & 0xc0) != 0x80;
+    return n;
+}
+
+/* The columns the name of method id takes, escaped; SIZE_MAX when out of memory. */
+static size_t summary_name_width(const struct format_summary *f, uint64_t id)
+{
+    const struct calls_name *name = calls_name(&f->calls, id);
+    char *esc;
+    size_t w;
+
+    if (!name) return strlen("(unknown)");
+    if (!(esc = malloc(name->len * ESCAPE_MAX_PER_BYTE + 1))) return SIZE_MAX;
+    w = summary_columns(esc, escape_text(esc, name->text, name->len, 0));
+    free(esc);
+    return w;
+}
+
+/* --gvl: "*** GVL waits longer than 5 ms: 2, 0.030000 s in all, longest 0.020000 s". */
+static void summary_gvl_line(const struct format_summary *f)
+{
+    char all[RENDER_SECONDS_MAX + 1], longest[RENDER_SECONDS_MAX + 1];
+
+    all[render_format_seconds(all, f->gvl_ns)] = '\0';
+    longest[render_format_seconds(longest, f->gvl_max_ns)] = '\0';
+    fprintf(f->base.out, "*** GVL waits longer than %g ms: %llu, %s s in all, longest %s s\n",
+            (double)f->base.opts.text.gvl_threshold_ns / 1e6, (unsigned long long)f->gvl_waits, all,
+            longest);
+}
+
 /* A combined summary's span: first to last event of all on the wall
  * clock, or (a dump without its wall origin) the longest of one. */
 static uint64_t summary_merged_span(const struct format_summary *f)
@@ -284,7 +351,7 @@ static int summary_finish(struct format *base)
     struct summary_row **sorted;
     uint64_t span = f->first_ns == UINT64_MAX ? 0 : f->calls.last_time_ns - f->first_ns;
     char num[RENDER_SECONDS_MAX + 1];
-    size_t i, n = 0;
+    size_t i, n = 0, column = SUMMARY_NAME_COLUMN, calls_w = 10;
 
     if (!(sorted = malloc((f->n_rows ? f->n_rows : 1) * sizeof(*sorted))))
         return format_fail(base, "out of memory");
@@ -301,13 +368,25 @@ static int summary_finish(struct format *base)
     else fputs("*** ", base->out);
     fprintf(base->out, "%zu thread%s, %s s traced, %llu events lost\n", threads,
             threads == 1 ? "" : "s", num, (unsigned long long)base->lost);
-    fprintf(base->out, "%-40s %10s %10s %10s %10s %10s %10s %10s %7s", "method", "calls", "total",
-            "self", "mean", "p50", "p99", "max", "raises");
+    if (base->opts.text.gvl && f->gvl_live) summary_gvl_line(f);
+    for (i = 0; i < n; i++) {
+        size_t w = summary_name_width(f, sorted[i]->method_id);
+
+        if (w == SIZE_MAX) {
+            free(sorted);
+            return format_fail(base, "out of memory");
+        }
+        if (w > column) column = w;
+        /* calls past 10 digits (a merged table of days' traces) widen theirs */
+        w = (size_t)snprintf(num, sizeof(num), "%llu", (unsigned long long)sorted[i]->calls);
+        if (w > calls_w) calls_w = w;
+    }
+    fprintf(base->out, "%-*s %*s %10s %10s %10s %10s %10s %10s %7s", (int)column, "method",
+            (int)calls_w, "calls", "total", "self", "mean", "p50", "p99", "max", "raises");
     fputs(base->opts.text.alloc ? "      alloc\n" : "\n", base->out);
     for (i = 0; i < n; i++) {
         const struct summary_row *r = sorted[i];
         const struct calls_name *name = calls_name(&f->calls, r->method_id);
-        int width = 40;
 
         if (name) {
             /* the app's bytes, escaped as in the text format */
@@ -320,13 +399,12 @@ static int summary_finish(struct format *base)
             }
             len = escape_text(esc, name->text, name->len, 0);
             fwrite_unlocked(esc, 1, len, base->out);
-            width = len < 40 ? 40 - (int)len : 0;
+            fprintf(base->out, "%*s", (int)(column - summary_columns(esc, len)), "");
             free(esc);
-            fprintf(base->out, "%*s", width, "");
         } else {
-            fprintf(base->out, "%-40s", "(unknown)");
+            fprintf(base->out, "%-*s", (int)column, "(unknown)");
         }
-        fprintf(base->out, " %10llu", (unsigned long long)r->calls);
+        fprintf(base->out, " %*llu", (int)calls_w, (unsigned long long)r->calls);
         summary_seconds(base->out, r->total_ns);
         summary_seconds(base->out, r->self_ns);
         summary_seconds(base->out, r->total_ns / r->calls);
@@ -419,7 +497,7 @@ int format_summary_dump(const struct format *base, FILE *out)
         name = calls_name(&f->calls, r->method_id); /* never named: "-", "(unknown)" */
         summary_dump_hex(out, name ? name->text : "", name ? name->len : 0);
         for (b = 0; b < SUMMARY_BUCKETS; b++)
-            if (r->histogram[b]) fprintf(out, " %zu:%lu", b, (unsigned long)r->histogram[b]);
+            if (r->histogram[b]) fprintf(out, " %zu:%llu", b, (unsigned long long)r->histogram[b]);
         fputc('\n', out);
     }
     summary_dump_sites(&f->alloc, out);
@@ -506,8 +584,7 @@ static int summary_merge_row(struct format_summary *f, char *line)
         unsigned long long b, count;
         if (sscanf(p, " %llu:%llu%n", &b, &count, &n) != 2 || b >= SUMMARY_BUCKETS)
             return format_fail(&f->base, "a process's summary has a bad histogram");
-        count += r->histogram[b];
-        r->histogram[b] = count < UINT32_MAX ? (uint32_t)count : UINT32_MAX;
+        r->histogram[b] += count;
         p += n;
     }
     return CLI_OK;

@@ -202,15 +202,17 @@ static enum cli_exit main_convert(const struct options *opts)
     struct format *f = NULL;
     struct convert c;
     FILE *in = stdin, *out = stdout;
+    char errstr[CLI_ERRLEN];
     int rc = CLI_ERR;
 
-    if (opts->convert_path && !(in = fopen(opts->convert_path, "r"))) {
+    if (opts->convert_path && !(in = fopen(opts->convert_path, "re"))) {
         fprintf(stderr, "rbtrace: could not open %s: %s: give a saved text trace\n", name,
                 strerror(errno));
         return CLI_EXIT_FAIL;
     }
-    if (opts->output_path && !(out = fopen(opts->output_path, "w"))) {
-        fprintf(stderr, "rbtrace: could not create %s: %s\n", opts->output_path, strerror(errno));
+    if (opts->output_path &&
+        !(out = cli_open_output(opts->output_path, 0, errstr, sizeof(errstr)))) {
+        fprintf(stderr, "rbtrace: %s\n", errstr);
         if (in != stdin) fclose(in);
         return CLI_EXIT_FAIL;
     }

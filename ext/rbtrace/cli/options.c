@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <regex.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -151,7 +152,21 @@ int options_add_pid(struct options *o, pid_t pid)
 
 static int options_set_ps(struct options *o, const struct options_spec *spec, const char *value)
 {
+    regex_t re;
+    char why[128];
+    int err;
+
     if (*value == '\0') return options_bad_value(o, spec, value, "a pattern");
+    /* Compiled here too, so that a bad one is a bad command line (exit 2);
+     * ps.c compiles it again to use it. */
+    if ((err = regcomp(&re, value, REG_EXTENDED | REG_NOSUB)) != 0) {
+        regerror(err, &re, why, sizeof(why));
+        return options_fail(o,
+                            "--ps: bad pattern '%s': %s: give an extended regular expression "
+                            "(grep -E's), e.g. 'puma.*3000' or 'sidekiq\\('",
+                            value, why);
+    }
+    regfree(&re);
     o->ps_pattern = value;
     return CLI_OK;
 }

@@ -393,6 +393,10 @@ static int session_on_eval_result(struct session *s, const struct rbtrace_event 
         session_status_text(s, 1, ev->text, "rbtrace: syntax error in the code: ");
         return CLI_OK;
     case RBTRACE_EVAL_TIMEOUT:
+        /* The code's line, as with a result: which code it was (the
+         * output may be a file, the status goes to the terminal). */
+        fprintf(s->out, ">> %s\n", s->opts->eval_code);
+        if (session_flush(s) != CLI_OK) return CLI_ERR;
         session_status(s,
                        "rbtrace: the code did not finish within %g s; it was stopped in the "
                        "process",
@@ -681,11 +685,8 @@ static int session_open_output(struct session *s)
         s->out = stdout;
         return session_buffer_output(s);
     }
-    s->out = fopen(o->output_path, o->append ? "ae" : "we");
-    if (s->out) return session_buffer_output(s);
-    snprintf(s->errstr, sizeof(s->errstr), "could not open %s: %s", o->output_path,
-             strerror(errno));
-    return CLI_ERR;
+    s->out = cli_open_output(o->output_path, o->append, s->errstr, sizeof(s->errstr));
+    return s->out ? session_buffer_output(s) : CLI_ERR;
 }
 
 static int session_alloc(struct session *s)
@@ -735,7 +736,10 @@ static enum cli_exit session_close(struct session *s, enum cli_exit rc)
     /* The output whole, however the trace ended (chrome closes its
      * document, folded writes its stacks). */
     if (s->format && format_finish(s->format) != CLI_OK) {
-        fprintf(stderr, "rbtrace: %s\n", s->format->errstr);
+        /* An output that failed during the trace (a closed pipe: | head)
+         * fails again here: said once (the session's errstr was said). */
+        if (strcmp(s->errstr, s->format->errstr) != 0)
+            fprintf(stderr, "rbtrace: %s\n", s->format->errstr);
         if (rc == CLI_EXIT_OK) rc = CLI_EXIT_FAIL;
     }
     /* -p PID PID --summary: multi.c combines the tables of the processes
