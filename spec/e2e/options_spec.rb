@@ -68,9 +68,9 @@ RSpec.describe 'client options' do
   end
 
   # A trace holds the app's argument values: -o makes a file only its user
-  # reads, and never writes through a symbolic link (one planted in /tmp
-  # would have rbtrace truncate its target).
-  it '-o FILE is created mode 0600, never through a symbolic link; an existing file of ours is overwritten' do
+  # reads, and never writes through a symbolic link of another user's (one
+  # planted in /tmp would have rbtrace truncate its target).
+  it '-o FILE is created mode 0600, never through a symbolic link of another user; an existing file of ours is overwritten' do
     Dir.mktmpdir do |dir|
       old_umask = File.umask(0o022)
       begin
@@ -82,13 +82,23 @@ RSpec.describe 'client options' do
         File.write(victim, "keep me\n")
         link = File.join(dir, 'link.txt')
         File.symlink(victim, link)
+        other = RBTraceSpec.system_user('rbtrace-spec')
+        File.lchown(other.uid, other.gid, link) # planted by another user
         [['-a'], []].each do |append|
           r = rbtrace('-p', app.pid, '-o', link, *append, '-m', 'Job#step')
           expect(r.exitstatus).to eq(1)
-          expect(r.stderr).to include("could not open #{link}: it is a symbolic link")
+          expect(r.stderr).to include("could not open #{link}: it is a symbolic link of another user's")
           expect(r.stderr).to include('give the path it points to, or remove the link')
         end
         expect(File.read(victim)).to eq("keep me\n")
+
+        # A link of our own (or root's: /dev/stdout) is followed.
+        own = File.join(dir, 'own.txt')
+        File.symlink(file, own)
+        trace(app, '-o', own, '-m', 'Job#step') { sleep 0.3 }
+        expect(File.read(file)).to match(/\AJob#step <\d+\.\d{6}>\n/)
+        r = trace(app, '-o', '/dev/stdout', '-m', 'Job#step') { sleep 0.3 }
+        expect(r.stdout).to match(/^Job#step <\d+\.\d{6}>\n/)
 
         hard = File.join(dir, 'hard.txt')
         File.link(victim, hard)

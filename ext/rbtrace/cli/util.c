@@ -41,22 +41,34 @@ static const char *cli_output_refusal(int fd, struct stat *st)
     return NULL;
 }
 
+/* Whether the symbolic link at path was made by us or by root, and so may
+ * be followed: /dev/stdout, /dev/fd/N (a shell's >(cmd)), a link of the
+ * user's own. One someone else planted (in /tmp, say) is not. */
+static int cli_link_is_trusted(const char *path)
+{
+    struct stat st;
+
+    return lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && (st.st_uid == 0 || st.st_uid == geteuid());
+}
+
 FILE *cli_open_output(const char *path, int append, char *errstr, size_t size)
 {
-    /* Never through a symbolic link (one planted in /tmp would have us
-     * truncate its target); O_NONBLOCK so that a FIFO without a reader
-     * fails instead of hanging (cleared below). */
+    /* Never through a symbolic link of another user's (one planted in /tmp
+     * would have us truncate its target); O_NONBLOCK so that a FIFO
+     * without a reader fails instead of hanging (cleared below). */
     int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (append ? O_APPEND : 0);
     int fd = open(path, flags, 0600);
     const char *why;
     struct stat st;
     FILE *f;
 
+    if (fd < 0 && errno == ELOOP && cli_link_is_trusted(path)) fd = open(path, flags & ~O_NOFOLLOW, 0600);
     if (fd < 0) {
         if (errno == ELOOP)
             snprintf(errstr, size,
-                     "could not open %s: it is a symbolic link, and rbtrace writes a trace "
-                     "only to the file itself: give the path it points to, or remove the link",
+                     "could not open %s: it is a symbolic link of another user's, and rbtrace "
+                     "writes a trace only through links of its user or root: give the path it "
+                     "points to, or remove the link",
                      path);
         else if (errno == ENXIO) /* O_NONBLOCK: a FIFO nobody reads */
             snprintf(errstr, size,
