@@ -48,7 +48,8 @@ static int cli_link_is_trusted(const char *path)
 {
     struct stat st;
 
-    return lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && (st.st_uid == 0 || st.st_uid == geteuid());
+    return lstat(path, &st) == 0 && S_ISLNK(st.st_mode) &&
+        (st.st_uid == 0 || st.st_uid == geteuid());
 }
 
 FILE *cli_open_output(const char *path, int append, char *errstr, size_t size)
@@ -62,7 +63,8 @@ FILE *cli_open_output(const char *path, int append, char *errstr, size_t size)
     struct stat st;
     FILE *f;
 
-    if (fd < 0 && errno == ELOOP && cli_link_is_trusted(path)) fd = open(path, flags & ~O_NOFOLLOW, 0600);
+    if (fd < 0 && errno == ELOOP && cli_link_is_trusted(path))
+        fd = open(path, flags & ~O_NOFOLLOW, 0600);
     if (fd < 0) {
         if (errno == ELOOP)
             snprintf(errstr, size,
