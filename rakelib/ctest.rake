@@ -23,9 +23,9 @@ module CTest
     'test_clock' => %w[clock_tsc.c],
     'test_procfs' => %w[cli/procfs.c],
     'test_unfinished' => %w[cli/unfinished.c],
-    'test_convert' => %w[cli/convert.c],
+    'test_convert' => %w[cli/convert.c cli/id_index.c],
     'test_formats' => %w[cli/stream.c cli/format.c cli/format_text.c cli/format_json.c cli/format_chrome.c
-                         cli/format_folded.c cli/format_summary.c cli/calls.c cli/json.c cli/render.c
+                         cli/format_folded.c cli/format_summary.c cli/calls.c cli/id_index.c cli/json.c cli/render.c
                          cli/alloc_report.c cli/escape.c]
   }.freeze
 

@@ -27,11 +27,12 @@ module Fuzz
   HARNESSES = {
     'command' => [],
     'event' => %w[cli/stream.c cli/render.c cli/escape.c cli/format.c cli/format_text.c cli/format_json.c
-                  cli/format_chrome.c cli/format_folded.c cli/format_summary.c cli/calls.c cli/json.c
+                  cli/format_chrome.c cli/format_folded.c cli/format_summary.c cli/calls.c cli/id_index.c cli/json.c
                   cli/alloc_report.c],
     'escape' => %w[cli/escape.c],
     'convert' => %w[cli/convert.c cli/format.c cli/format_text.c cli/format_json.c cli/format_chrome.c
-                    cli/format_folded.c cli/format_summary.c cli/calls.c cli/json.c cli/render.c cli/escape.c
+                    cli/format_folded.c cli/format_summary.c cli/calls.c cli/id_index.c cli/json.c cli/render.c
+                    cli/escape.c
                     cli/alloc_report.c]
   }.freeze
 

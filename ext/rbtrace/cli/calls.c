@@ -40,7 +40,7 @@ void calls_free(struct calls *c)
         free(c->threads[i].frames);
     }
     free(c->threads);
-    free(c->thread_slots);
+    id_index_free(&c->thread_index);
     calls_init(c);
 }
 
@@ -117,47 +117,16 @@ int calls_forget(struct calls *c, uint64_t id)
 
 /* ---- threads and stacks ---- */
 
-/* The slot of thread id in thread_slots (slots_cap > 0): its own, or the
- * free one where it goes. Found by a hash: a --convert of a trace of many
- * threads looks one up per line. */
-static size_t calls_thread_slot(const struct calls *c, uint64_t id)
-{
-    uint64_t h = id * 0x9e3779b97f4a7c15ULL;
-    size_t mask = c->slots_cap - 1, i = (size_t)(h ^ (h >> 29)) & mask;
-
-    while (c->thread_slots[i] && c->threads[c->thread_slots[i] - 1].id != id) i = (i + 1) & mask;
-    return i;
-}
-
-/* thread_slots twice as big (or made), every thread placed again. */
-static int calls_grow_slots(struct calls *c)
-{
-    size_t cap = c->slots_cap ? c->slots_cap * 2 : CALLS_THREADS_MIN * 2, i;
-    size_t *old = c->thread_slots;
-
-    if (!(c->thread_slots = calloc(cap, sizeof(*c->thread_slots)))) {
-        c->thread_slots = old;
-        return CLI_ERR;
-    }
-    free(old);
-    c->slots_cap = cap;
-    for (i = 0; i < c->n_threads; i++)
-        c->thread_slots[calls_thread_slot(c, c->threads[i].id)] = i + 1;
-    return CLI_OK;
-}
-
 long calls_thread(struct calls *c, uint64_t id, int *added)
 {
     struct calls_thread *t;
-    size_t slot;
+    long found;
 
     *added = 0;
     if (c->n_threads && c->threads[c->last_thread].id == id) return (long)c->last_thread;
-    if ((c->n_threads + 1) * 2 > c->slots_cap && calls_grow_slots(c) != CLI_OK) return -1;
-    slot = calls_thread_slot(c, id);
-    if (c->thread_slots[slot]) {
-        c->last_thread = c->thread_slots[slot] - 1;
-        return (long)c->last_thread;
+    if ((found = id_index_get(&c->thread_index, id, 0)) >= 0) {
+        c->last_thread = (size_t)found;
+        return found;
     }
     if (c->n_threads == c->threads_cap) {
         size_t cap = c->threads_cap ? c->threads_cap * 2 : CALLS_THREADS_MIN;
@@ -166,12 +135,12 @@ long calls_thread(struct calls *c, uint64_t id, int *added)
         c->threads = t;
         c->threads_cap = cap;
     }
+    if (id_index_put(&c->thread_index, id, 0, c->n_threads) != CLI_OK) return -1;
     t = &c->threads[c->n_threads];
     memset(t, 0, sizeof(*t));
     t->id = id;
     t->ordinal = (unsigned)c->n_threads + 1;
     c->last_thread = c->n_threads;
-    c->thread_slots[slot] = c->n_threads + 1;
     *added = 1;
     return (long)c->n_threads++;
 }
@@ -250,11 +219,7 @@ void calls_add_gvl(struct calls *c, size_t ti, uint64_t wait_ns)
 
 long calls_thread_known(const struct calls *c, uint64_t id)
 {
-    size_t slot;
-
-    if (!c->slots_cap) return -1;
-    slot = calls_thread_slot(c, id);
-    return c->thread_slots[slot] ? (long)c->thread_slots[slot] - 1 : -1;
+    return id_index_get(&c->thread_index, id, 0);
 }
 
 void calls_drop_all(struct calls *c)

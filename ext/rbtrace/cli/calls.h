@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include "cli.h"
 #include "codec.h"
+#include "id_index.h"
 #include "format.h"
 
 struct calls_frame {
@@ -52,10 +53,9 @@ struct calls {
     size_t names_count;
     struct calls_thread *threads;
     size_t n_threads, threads_cap;
-    size_t *thread_slots;  /* thread id -> index + 1 (0: free), open addressing */
-    size_t slots_cap;      /* a power of two, at least twice n_threads, or 0 */
-    size_t last_thread;    /* the thread of the last event (a cache) */
-    uint64_t last_time_ns; /* the latest time any event carried */
+    struct id_index thread_index; /* thread id -> its index in threads */
+    size_t last_thread;           /* the thread of the last event (a cache) */
+    uint64_t last_time_ns;        /* the latest time any event carried */
 };
 
 void calls_init(struct calls *c);

@@ -82,7 +82,7 @@ void convert_free(struct convert *c)
         free(c->threads[i].slow_next);
     }
     free(c->threads);
-    free(c->thread_slots);
+    id_index_free(&c->thread_index);
     free(c->ev);
     memset(c, 0, sizeof(*c));
 }
@@ -269,55 +269,21 @@ static int convert_method(struct convert *c, const char *p, size_t len, uint64_t
     return CLI_OK;
 }
 
-/* The slot of (pid, ordinal) in thread_slots: its own, or the free one
- * where it goes. */
-static size_t convert_thread_slot(const struct convert *c, uint64_t pid, uint64_t ordinal)
-{
-    uint64_t h = (pid * 0x9e3779b97f4a7c15ULL) ^ (ordinal * 0xc2b2ae3d27d4eb4fULL);
-    size_t mask = c->slots_cap - 1, i = (size_t)(h ^ (h >> 29)) & mask;
-
-    for (;; i = (i + 1) & mask) {
-        const struct convert_thread *t;
-
-        if (!c->thread_slots[i]) return i;
-        t = &c->threads[c->thread_slots[i] - 1];
-        if (t->pid == pid && t->ordinal == ordinal) return i;
-    }
-}
-
-/* thread_slots twice as big (or made), every thread in it again. */
-static int convert_grow_slots(struct convert *c)
-{
-    size_t cap = c->slots_cap ? c->slots_cap * 2 : CONVERT_THREADS_MIN * 2, i;
-    size_t *old = c->thread_slots;
-
-    if (!(c->thread_slots = calloc(cap, sizeof(*c->thread_slots)))) {
-        c->thread_slots = old;
-        return CLI_ERR;
-    }
-    free(old);
-    c->slots_cap = cap;
-    for (i = 0; i < c->n_threads; i++)
-        c->thread_slots[convert_thread_slot(c, c->threads[i].pid, c->threads[i].ordinal)] = i + 1;
-    return CLI_OK;
-}
-
 /* The thread [PID] [tN], added if new; NULL when out of memory. Found by
  * a hash (a trace of many threads: a lookup per line). */
 static struct convert_thread *convert_thread(struct convert *c, uint64_t pid, uint64_t ordinal)
 {
     struct convert_thread *t;
-    size_t slot;
+    long found = id_index_get(&c->thread_index, pid, ordinal);
 
-    if ((c->n_threads + 1) * 2 > c->slots_cap && convert_grow_slots(c) != CLI_OK) return NULL;
-    slot = convert_thread_slot(c, pid, ordinal);
-    if (c->thread_slots[slot]) return &c->threads[c->thread_slots[slot] - 1];
+    if (found >= 0) return &c->threads[found];
     if (c->n_threads == c->threads_cap) {
         size_t cap = c->threads_cap ? c->threads_cap * 2 : CONVERT_THREADS_MIN;
         if (!(t = realloc(c->threads, cap * sizeof(*t)))) return NULL;
         c->threads = t;
         c->threads_cap = cap;
     }
+    if (id_index_put(&c->thread_index, pid, ordinal, c->n_threads) != CLI_OK) return NULL;
     t = &c->threads[c->n_threads];
     memset(t, 0, sizeof(*t));
     t->pid = pid;
@@ -326,7 +292,7 @@ static struct convert_thread *convert_thread(struct convert *c, uint64_t pid, ui
      * it is exact, else one of a space no such id reaches (bit 63). */
     t->key = pid < (1ULL << 43) && ordinal < (1ULL << 20) ? pid << 20 | ordinal
                                                           : 1ULL << 63 | c->n_threads;
-    c->thread_slots[slot] = ++c->n_threads;
+    c->n_threads++;
     return t;
 }
 

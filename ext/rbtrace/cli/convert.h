@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "codec.h"
+#include "id_index.h"
 
 /* Spaces per nesting level unless told (-r's default). */
 #define CONVERT_UNIT_DEFAULT 2
@@ -71,17 +72,16 @@ struct convert {
     size_t names_cap, names_count;
     struct convert_thread *threads;
     size_t n_threads, threads_cap;
-    size_t *thread_slots;  /* (PID, N) -> index + 1 (0: free), open addressing */
-    size_t slots_cap;      /* a power of two, at least twice n_threads */
-    uint64_t line_no;      /* of the line being read, 1-based */
-    int timed;             /* a -t time was seen: lines without one have
+    struct id_index thread_index; /* ([PID], [tN]) -> its index in threads */
+    uint64_t line_no;             /* of the line being read, 1-based */
+    int timed;                    /* a -t time was seen: lines without one have
                                   16 blanks in its place */
-    int slow;              /* a --slow trace (calls printed at their end) */
-    size_t unit;           /* spaces per nesting level: the trace's -r
+    int slow;                     /* a --slow trace (calls printed at their end) */
+    size_t unit;                  /* spaces per nesting level: the trace's -r
                                   (CONVERT_UNIT_DEFAULT; set after init) */
-    uint64_t day_ns;       /* -t: days passed (the clock wrapped at midnight) */
-    uint64_t origin_ns;    /* -t: the first time of the trace */
-    uint64_t last_wall_ns; /* -t: the last time of day read */
+    uint64_t day_ns;              /* -t: days passed (the clock wrapped at midnight) */
+    uint64_t origin_ns;           /* -t: the first time of the trace */
+    uint64_t last_wall_ns;        /* -t: the last time of day read */
     int have_origin;
     uint64_t calls;   /* calls read (whole, opened or slow) */
     char errstr[256]; /* "line N: what was expected" */
