@@ -498,6 +498,49 @@ static void test_interactive(void)
     refused(ARGC(with_output), with_output, "-o");
 }
 
+/* --duration SECS: a decimal number above 0, with a trace only. */
+static void test_duration(void)
+{
+    char *plain[] = { "rbtrace", "-p", "1", "-m", "A#a", "--duration", "10" };
+    char *inline_half[] = { "rbtrace", "-p", "1", "--gc", "--duration=0.5", "--summary" };
+    char *exec[] = { "rbtrace", "-f", "--duration", "2", "--exec", "ruby", "x.rb" };
+    char *zero[] = { "rbtrace", "-p", "1", "-f", "--duration", "0" };
+    char *negative[] = { "rbtrace", "-p", "1", "-f", "--duration", "-1" };
+    char *word[] = { "rbtrace", "-p", "1", "-f", "--duration", "10s" };
+    char *huge[] = { "rbtrace", "-p", "1", "-f", "--duration", "1e300" };
+    char *nan[] = { "rbtrace", "-p", "1", "-f", "--duration", "nan" };
+    char *missing[] = { "rbtrace", "-p", "1", "-f", "--duration" };
+    char *eval[] = { "rbtrace", "-p", "1", "-e", "1", "--duration", "1" };
+    char *interactive[] = { "rbtrace", "-p", "1", "-i", "--duration", "1" };
+    char *report[] = { "rbtrace", "-p", "1", "--heapdump", "--duration", "1" };
+    char *convert[] = { "rbtrace", "--convert", "json", "--duration", "1" };
+    struct options o;
+
+    CHECK(parse(&o, ARGC(plain), plain, NULL) == CLI_OK);
+    CHECK(o.duration_s == 10.0);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(inline_half), inline_half, NULL) == CLI_OK);
+    CHECK(o.duration_s == 0.5 && o.gc && o.summary);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(exec), exec, NULL) == CLI_OK);
+    CHECK(o.duration_s == 2.0 && o.exec_argv == exec + 5);
+    options_free(&o);
+    /* Not given: 0, until ^C. */
+    CHECK(parse(&o, ARGC(eval) - 2, eval, NULL) == CLI_OK);
+    CHECK(o.duration_s == 0);
+    options_free(&o);
+    refused(ARGC(zero), zero, "expected a number of seconds above 0 to trace for, e.g. 10 or 0.5");
+    refused(ARGC(negative), negative, "invalid value '-1' for --duration");
+    refused(ARGC(word), word, "invalid value '10s' for --duration");
+    refused(ARGC(huge), huge, "invalid value '1e300' for --duration");
+    refused(ARGC(nan), nan, "invalid value 'nan' for --duration");
+    refused(ARGC(missing), missing, "--duration needs a value");
+    refused(ARGC(eval), eval, "-e is not one, and ends by itself: drop --duration");
+    refused(ARGC(interactive), interactive, "-i is not one");
+    refused(ARGC(report), report, "--heapdump is not one");
+    refused(ARGC(convert), convert, "--convert FORMAT [FILE] reads a saved trace");
+}
+
 int main(void)
 {
     test_defaults();
@@ -518,5 +561,6 @@ int main(void)
     test_help_conflicts();
     test_inline_value_ends_option();
     test_interactive();
+    test_duration();
     return check_report();
 }

@@ -28,6 +28,8 @@
 #define OPTIONS_DEFAULT_TIMEOUT 5.0
 #define OPTIONS_MAX_PREFIX 64
 #define OPTIONS_MAX_TIMEOUT 86400.0
+/* --duration: a year at most (its milliseconds fit an int64 many times). */
+#define OPTIONS_MAX_DURATION (366 * 86400.0)
 #define OPTIONS_MAX_FRAMES 1000000
 #define OPTIONS_DEFAULT_GVL_MS 1.0
 /* --alloc's sample: the app keeps >= 0.5x of its untraced speed on an
@@ -181,6 +183,22 @@ static int options_set_wait(struct options *o, const struct options_spec *spec, 
     if (errno || end == value || *end || !isfinite(t) || t < 0 || t > OPTIONS_MAX_TIMEOUT)
         return options_bad_value(o, spec, value, "a number of seconds, 0 or more");
     o->wait_s = t;
+    return CLI_OK;
+}
+
+/* --duration SECS: seconds, decimals allowed; above 0. */
+static int options_set_duration(struct options *o, const struct options_spec *spec,
+                                const char *value)
+{
+    char *end;
+    double t;
+
+    errno = 0;
+    t = strtod(value, &end);
+    if (errno || end == value || *end || !isfinite(t) || t <= 0 || t > OPTIONS_MAX_DURATION)
+        return options_bad_value(o, spec, value,
+                                 "a number of seconds above 0 to trace for, e.g. 10 or 0.5");
+    o->duration_s = t;
     return CLI_OK;
 }
 
@@ -509,6 +527,7 @@ static const struct options_spec options_table[] = {
     { 0, "ps", OPTIONS_VALUE, options_set_ps, 0 },
     { 0, "exec", OPTIONS_REST, NULL, 0 },
     { 0, "wait", OPTIONS_VALUE, options_set_wait, 0 },
+    { 0, "duration", OPTIONS_VALUE, options_set_duration, 0 },
     { 'm', "methods", OPTIONS_LIST, options_add_selector, 0 },
     { 'c', "config", OPTIONS_LIST, options_add_tracer, 0 },
     { 'f', "firehose", OPTIONS_FLAG, options_set_firehose, 0 },
@@ -686,7 +705,8 @@ static int options_check_format(struct options *o)
 static int options_check_convert(struct options *o)
 {
     if (o->n_pids || o->ps_pattern || o->exec_argv || o->mode != OPTIONS_MODE_NONE ||
-        options_watches(o) || o->append || o->start_time || o->no_duration || o->stats)
+        options_watches(o) || o->append || o->start_time || o->no_duration || o->stats ||
+        o->duration_s > 0)
         return options_fail(o,
                             "--convert FORMAT [FILE] reads a saved trace, not a process: "
                             "it takes only -o FILE, -r N (and --sort with summary)");
@@ -724,6 +744,11 @@ static int options_check(struct options *o)
             "%s cannot be combined with --slow, --slowcpu, --gc, --raise, --gvl or --alloc: "
             "run them one after the other",
             options_mode_names[o->mode]);
+    if (o->duration_s > 0 && o->mode >= OPTIONS_MODE_EVAL)
+        return options_fail(o,
+                            "--duration SECS ends a trace (-m, -c, -f, --slow, --gc, --raise, "
+                            "--gvl, --alloc); %s is not one, and ends by itself: drop --duration",
+                            options_mode_names[o->mode]);
     if (o->mode == OPTIONS_MODE_INTERACTIVE && o->output_path)
         return options_fail(o, "-i shows its results on the terminal: -o applies to traces and -e");
     if (o->mode == OPTIONS_MODE_INTERACTIVE && (o->n_pids > 1 || o->exec_argv))

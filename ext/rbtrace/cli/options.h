@@ -55,6 +55,7 @@ struct options {
     const char *ps_pattern;      /* --ps: find the targets by command line */
     char **exec_argv;            /* --exec CMD ARG...: start the target; NULL-ended, in argv */
     double wait_s;               /* --wait: seconds to wait before attaching */
+    double duration_s;           /* --duration: seconds to trace from the attach; 0: until ^C */
     int resume;                  /* set by exec.c: the target waits for RESUME */
     enum options_mode mode;      /* set by -m, -c, -f, -e, -i or a report */
     const char **selectors;      /* -m, -c: method selectors, pointing into argv

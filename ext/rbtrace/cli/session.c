@@ -6,7 +6,7 @@
  * EVAL_RESULT, ERROR, NOTICE); the decoding is stream.c's. SIGINT, SIGTERM
  * and SIGHUP only count and write a byte to a self-pipe; the loop polls
  * that pipe with the socket, and every 200 ms checks that the target still
- * exists.
+ * exists. --duration SECS ends a trace as the first of those signals does.
  *
  * Every byte of the target's that is printed (trace events, results,
  * reports, notices, errors) is escaped (escape.h): the app must not write
@@ -1068,8 +1068,20 @@ static enum cli_exit session_traces_nothing(struct session *s)
     return session_detach(s, CLI_EXIT_FAIL);
 }
 
-/* -m, -f, --slow, --gc, --raise: render events until ^C or the target
- * goes away. */
+/* When the trace ends by itself: --duration SECS after the "attached"
+ * line (SYNCED: what the app does from then on is traced), or -1: never. */
+static int64_t session_deadline(const struct session *s)
+{
+    double secs = s->opts->duration_s;
+    int64_t ms;
+
+    if (secs <= 0) return -1;
+    ms = (int64_t)(secs * 1000 + 0.5);
+    return cli_now_ms() + (ms < 1 ? 1 : ms);
+}
+
+/* -m, -f, --slow, --gc, --raise: render events until ^C, --duration or
+ * the target goes away. */
 static enum cli_exit session_trace(struct session *s)
 {
     struct rbtrace_command *cmd = calloc(1, sizeof(*cmd));
@@ -1085,7 +1097,9 @@ static enum cli_exit session_trace(struct session *s)
     if (rc != CLI_EXIT_OK) return session_detach(s, rc);
     w = session_wait_synced(s);
     if (w == SESSION_DONE && s->traces_nothing) return session_traces_nothing(s);
-    if (w == SESSION_DONE && !s->detached) w = session_wait(s, &s->detached, -1);
+    if (w == SESSION_DONE && !s->detached) w = session_wait(s, &s->detached, session_deadline(s));
+    /* --duration is over: the end ^C makes (session_finish) */
+    if (w == SESSION_TIMEOUT) w = SESSION_SIGNAL;
     if (w == SESSION_DONE) {
         /* The target detached on its own. */
         session_final_status(s, "*** detached from process %d", (int)s->at.pid);
