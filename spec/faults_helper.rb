@@ -15,6 +15,20 @@ module FaultsSpec
 
   def rss_kb(pid); File.read("/proc/#{pid}/status")[/^VmRSS:\s+(\d+) kB/, 1].to_i; end
 
+  # pid's RSS once glibc has given back what its arenas keep free
+  # (malloc_trim(0), through an eval: itself one more session). Freed memory
+  # a thread's arena keeps is no leak, and Ruby 4.0's keeps ~1 kB of it a
+  # session, still growing past 1,500 (docs/rubies.md); what is live is not
+  # given back.
+  MALLOC_TRIM = 'require "fiddle"; Fiddle::Function.new(Fiddle::Handle::DEFAULT["malloc_trim"], ' \
+                '[Fiddle::TYPE_SIZE_T], Fiddle::TYPE_INT).call(0)'
+  def trimmed_rss_kb(pid)
+    out = rbtrace('-p', pid, '-e', MALLOC_TRIM).stdout
+    raise "malloc_trim failed in process #{pid}: #{out.inspect}" unless out.match?(/^=> [01]$/)
+
+    rss_kb(pid)
+  end
+
   # The size of YJIT's code region in pid (kB), 0 without YJIT.
   YJIT_CODE_KB = '(defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled? ? ' \
                  'RubyVM::YJIT.runtime_stats[:code_region_size].to_i / 1024 : 0)'

@@ -23,7 +23,7 @@
  * the main Ractor's.
  *
  * A finished Ractor switches the main Ractor's hooks off (Ruby's bug
- * https://bugs.ruby-lang.org/issues/19112, in 3.0 to 3.4 at least): when
+ * https://bugs.ruby-lang.org/issues/19112, in 3.0 to 3.4; fixed in 4.0): when
  * the GC frees a Ractor's object, Ruby cleans that Ractor's (empty) hook
  * list and sets the VM's global event flags from it, to nothing. The main
  * Ractor's hooks stay in its list, but the events those flags gate fire no

@@ -1,3 +1,5 @@
+require 'rbtrace/quiet_children'
+
 module RBTrace
   # The reports of `rbtrace -b`, `--backtrace`, `--memory`, `--heapdump`,
   # `--shapesdump` and `--fork`. The client runs each as an eval of one of
@@ -76,6 +78,10 @@ module RBTrace
 
     # rbtrace --fork: an idle copy of the process, for a debugger.
     def fork_copy
+      QuietChildren.around { fork_copy_quietly }
+    end
+
+    def fork_copy_quietly
       reader, writer = IO.pipe
       child = RBTrace.fork_without_helper { fork_grandchild(reader, writer) }
       writer.close
@@ -206,6 +212,10 @@ module RBTrace
     # reap ours before we do. If this thread is killed (the eval's
     # timeout), the child is killed too and its partial file removed.
     def dump_in_child(what, path, kind, &dump)
+      QuietChildren.around { dump_in_child_quietly(what, path, kind, &dump) }
+    end
+
+    def dump_in_child_quietly(what, path, kind, &dump)
       io, path = path ? [create_exclusive(path), path] : create_default(kind)
       reader, writer = IO.pipe
       started = clock

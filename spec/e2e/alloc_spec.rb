@@ -279,6 +279,32 @@ RSpec.describe 'Allocations (--alloc)' do
     expect(after).to eq(before)
   end
 
+  # Ruby 4.0 keeps an object's id in its shape: an object that was asked
+  # for its object_id gets a shape of its own (and object_id inside a NEWOBJ
+  # hook is unsafe there: Ruby's Bug #21710). The hook names no object: the
+  # objects made while every one is sampled have the shape of one made
+  # untraced. (Before 4.0 an id changes no shape: the same on any Ruby.)
+  it 'gives no object an id: the objects made while traced have the shape of one made untraced' do
+    app = start_target(<<~'RUBY').ready
+      require 'objspace'
+      class Item; end
+      class Keeper
+        def keep = ($kept << Item.new if RBTrace.attached? && $kept.size < 1000)
+      end
+      $kept = []
+      keeper = Keeper.new
+      puts "ready"
+      loop { keeper.keep; sleep 0.001 }
+    RUBY
+    trace(app, '-m', 'Keeper#keep', '--alloc-sample', '1', until_output: /(^Keeper#keep <.*> alloc 1\n){20}/)
+    shapes = '$kept.dup.map { |o| ObjectSpace.dump(o)[/"shape_id":(\d+)/, 1] }.tally'
+    r = rbtrace('-p', app.pid, '-e', "[#{shapes}, ObjectSpace.dump(Item.new)[/\"shape_id\":(\\d+)/, 1]]")
+    expect(r).to be_success, r.stderr
+    kept, fresh = eval(r.stdout[/^=> (.*)$/, 1]) # rubocop:disable Security/Eval: literals of ours
+    expect(kept.values.sum).to be >= 20
+    expect(kept).to eq(fresh => kept.values.sum)
+  end
+
   # The app sees no change: the same work, untraced and traced, gives the
   # same output (the objects made, their classes, contents and frozenness).
   it 'changes nothing the app sees (differential: the same output untraced and traced)' do

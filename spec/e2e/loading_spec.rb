@@ -28,4 +28,27 @@ RSpec.describe 'loading rbtrace' do
     app = start_target("puts 'ready'\nsleep", rbtrace: false, env: { 'RUBYOPT' => '-rrbtrace' }).ready
     expect(rbtrace('-p', app.pid, '-e', 'defined?(RBTrace::VERSION)').stdout).to eq(%(>> defined?(RBTrace::VERSION)\n=> "constant"\n))
   end
+
+  # Ruby 4.0's Ruby::Box (RUBY_BOX=1): the app's code runs in a box that
+  # loads its own copy of each extension, TMPDIR/_ruby_box_p<pid>_<n>_rbtrace+rbtrace.so,
+  # removed once loaded. The client took that deleted copy for the original
+  # rbtrace gem's library, and would not attach.
+  it 'attaches to an app run with RUBY_BOX=1 (Ruby 4.0), and traces it' do
+    skip "this Ruby (#{RUBY_VERSION}) has no Ruby::Box" unless defined?(Ruby::Box)
+    app = start_target(<<~'RUBY', env: { 'RUBY_BOX' => '1' }).ready
+      STDOUT.sync = true # in a box Kernel#puts writes to STDOUT, not to the box's $stdout (4.0.0)
+      class Work
+        def meth(x) = x * 2
+      end
+      puts "ready"
+      loop { Work.new.meth(2); (raise "boom" rescue nil); sleep 0.02 }
+    RUBY
+    r = rbtrace('-p', app.pid, '-e', '[Ruby::Box.enabled?, Ruby::Box.current.inspect[/main/]]')
+    expect(r.stdout).to eq(">> [Ruby::Box.enabled?, Ruby::Box.current.inspect[/main/]]\n=> [true, \"main\"]\n"), r.stderr
+    out = trace(app, '-m', 'Work#meth', until_output: /(^Work#meth <\d+\.\d{6}>\n){3}/).stdout
+    expect(out.lines).to all(match(/^Work#meth <\d+\.\d{6}>$/))
+    out = trace(app, '--raise', until_output: /(^raise RuntimeError: boom at .*\n){2}/).stdout
+    expect(out.lines).to all(match(/^raise RuntimeError: boom at -e:\d+$/))
+    expect(app).to be_alive
+  end
 end

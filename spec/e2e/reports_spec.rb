@@ -266,6 +266,24 @@ RSpec.describe 'reports' do
       @spec_processes << Stray.new(r.stdout[/pid (\d+)$/, 1].to_i)
     end
 
+    # Ruby 4.0.0's Bug #21812: any SIGCHLD ends the main thread's untimed
+    # sleep, and the app exits (lib/rbtrace/quiet_children.rb).
+    it 'leaves asleep an app whose main thread sleeps untimed, the dump\'s child and --fork\'s gone' do
+      sleeper = start_target(<<~'RUBY', env: { 'TMPDIR' => tmpdir }).ready
+        puts "ready"
+        sleep
+        puts "woke up"
+      RUBY
+      r = rbtrace('-p', sleeper.pid, '--heapdump', File.join(tmpdir, 'sleeper.json'))
+      expect(r).to be_success
+      r = rbtrace('-p', sleeper.pid, '--fork')
+      expect(r).to be_success
+      @spec_processes << Stray.new(r.stdout[/pid (\d+)$/, 1].to_i)
+      sleep 0.3 # a woken main thread prints and exits at once
+      expect(sleeper.drain).not_to include('woke up')
+      expect(sleeper).to be_alive
+    end
+
     it 'says why it cannot create the file' do
       r = rbtrace('-p', app.pid, '--heapdump', File.join(tmpdir, 'no-such-dir', 'heap.json'))
       expect(r.exitstatus).to eq(1)

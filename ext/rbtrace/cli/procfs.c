@@ -91,13 +91,20 @@ static int procfs_fd_has_mark(int fd)
  * ours is always loaded as ".../rbtrace/rbtrace.so" (require
  * 'rbtrace/rbtrace'), the original gem's as ".../rbtrace.so" straight in a
  * load path directory (require 'rbtrace.so'): the gem's lib/ or its
- * extension directory, named "rbtrace-0.5.x". */
+ * extension directory, named "rbtrace-0.5.x". Under Ruby::Box (Ruby 4.0,
+ * RUBY_BOX=1) each box loads a copy, TMPDIR/_ruby_box_pPID_N_NAME, NAME
+ * the feature with '+' for '/' ("rbtrace+rbtrace.so" for ours), removed
+ * once loaded: always a deleted file, never read. */
 static int procfs_path_is_ours(const char *path)
 {
     static const char ours[] = "/rbtrace/" PROCFS_LIB_SUFFIX;
+    static const char boxed[] = "_rbtrace+" PROCFS_LIB_SUFFIX, box_prefix[] = "/_ruby_box_p";
     size_t len = strlen(path);
+    const char *base = strrchr(path, '/');
 
-    return len >= sizeof(ours) - 1 && !strcmp(path + len - (sizeof(ours) - 1), ours);
+    if (len >= sizeof(ours) - 1 && !strcmp(path + len - (sizeof(ours) - 1), ours)) return 1;
+    return base && !strncmp(base, box_prefix, sizeof(box_prefix) - 1) && len >= sizeof(boxed) - 1 &&
+        !strcmp(path + len - (sizeof(boxed) - 1), boxed);
 }
 
 /* Whether the library mapped from path in pid is this rbtrace's: by its
