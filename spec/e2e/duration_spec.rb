@@ -9,7 +9,7 @@ require 'json'
 RSpec.describe '--duration SECS' do
   # Each tick says whether a client is attached (RBTrace.attached?), so the
   # spec sees the app go on, untraced, after the trace.
-  APP = <<~'RUBY'.freeze
+  DURATION_APP = <<~'RUBY'.freeze
     class Shop
       def buy(n); n * 2; end
     end
@@ -22,7 +22,7 @@ RSpec.describe '--duration SECS' do
     end
   RUBY
 
-  let(:app) { start_target(APP).ready }
+  let(:app) { start_target(DURATION_APP).ready }
 
   # Runs the client to its end, which --duration alone brings; returns the
   # Result and the seconds it ran. Generous bound: a loaded machine.
@@ -85,7 +85,7 @@ RSpec.describe '--duration SECS' do
   end
 
   it 'ends every session of -p PID PID, each after its own attach' do
-    other = start_target(APP).ready
+    other = start_target(DURATION_APP).ready
     r, secs = timed('-p', app.pid, other.pid, '-m', 'Shop#buy', '--duration', '1')
     expect(r.exitstatus).to eq(0), r.stderr
     expect(secs).to be >= 1.0
