@@ -107,6 +107,8 @@ struct session {
     enum session_wait end_wait;  /* how its last wait ended */
     int64_t quiet_since_ms;      /* when the socket was last found empty with a
                                   raise line held, or 0: the quiet's start */
+    int out_failed;              /* the output could not be written (a closed
+                                  pipe: | head): said once, written no more */
     char errstr[CLI_ERRLEN];     /* why the session failed (SESSION_FAILED) */
 };
 
@@ -216,6 +218,17 @@ static void session_status_text(struct session *s, int lines, struct rbtrace_str
     fputc('\n', stderr);
 }
 
+/* The output failed (errno set, or the format's errstr given): the
+ * session fails with why, once; from then on nothing is written to it, so
+ * that the detach that follows cannot fail, and say so, again. CLI_ERR. */
+static int session_output_failed(struct session *s, const char *format_errstr)
+{
+    if (format_errstr) snprintf(s->errstr, sizeof(s->errstr), "%s", format_errstr);
+    else snprintf(s->errstr, sizeof(s->errstr), "could not write the output: %s", strerror(errno));
+    s->out_failed = 1;
+    return CLI_ERR;
+}
+
 /*
  * A result the user asked for (-e, a report) on the output, escaped as
  * multi-line text (escape.h), after ESCAPE_BODY_NOTE on stderr if it had to
@@ -228,8 +241,7 @@ static int session_print_body(struct session *s, struct rbtrace_str text)
         fprintf(stderr, "%s\n", ESCAPE_BODY_NOTE);
     }
     if (escape_fwrite_body(s->out, text.ptr, text.len) == 0) return CLI_OK;
-    snprintf(s->errstr, sizeof(s->errstr), "could not write the output: %s", strerror(errno));
-    return CLI_ERR;
+    return session_output_failed(s, NULL);
 }
 
 /* The session's last status line: the open line ends, wherever it is. */
@@ -253,9 +265,8 @@ static void session_final_status(struct session *s, const char *fmt, ...)
 
 static int session_flush(struct session *s)
 {
-    if (fflush(s->out) == 0) return CLI_OK;
-    snprintf(s->errstr, sizeof(s->errstr), "could not write the output: %s", strerror(errno));
-    return CLI_ERR;
+    if (s->out_failed || fflush(s->out) == 0) return CLI_OK;
+    return session_output_failed(s, NULL);
 }
 
 static double session_timeout_s(const struct session *s)
@@ -409,10 +420,9 @@ static int session_on_eval_result(struct session *s, const struct rbtrace_event 
 
 static int session_render(struct session *s, const struct rbtrace_event *ev)
 {
-    if (!s->attached) return CLI_OK;
+    if (!s->attached || s->out_failed) return CLI_OK;
     if (format_event(s->format, ev) == CLI_OK) return CLI_OK;
-    snprintf(s->errstr, sizeof(s->errstr), "%s", s->format->errstr);
-    return CLI_ERR;
+    return session_output_failed(s, s->format->errstr);
 }
 
 static int session_on_event(struct session *s, const struct rbtrace_event *ev)
@@ -590,8 +600,8 @@ static enum session_wait session_poll(struct session *s, struct pollfd *fds, int
         n = ppoll(fds, 2, &ts, outside);
         if (n == 0 && raise_open && cli_now_ms() - s->quiet_since_ms >= SESSION_RERAISE_MS) {
             s->quiet_since_ms = 0;
-            if (format_end_line(s->format) != CLI_OK) {
-                snprintf(s->errstr, sizeof(s->errstr), "%s", s->format->errstr);
+            if (!s->out_failed && format_end_line(s->format) != CLI_OK) {
+                session_output_failed(s, s->format->errstr);
                 return SESSION_FAILED;
             }
             if (session_flush(s) != CLI_OK) return SESSION_FAILED;
@@ -737,9 +747,8 @@ static enum cli_exit session_close(struct session *s, enum cli_exit rc)
      * document, folded writes its stacks). */
     if (s->format && format_finish(s->format) != CLI_OK) {
         /* An output that failed during the trace (a closed pipe: | head)
-         * fails again here: said once (the session's errstr was said). */
-        if (strcmp(s->errstr, s->format->errstr) != 0)
-            fprintf(stderr, "rbtrace: %s\n", s->format->errstr);
+         * fails again here: said once, then. */
+        if (!s->out_failed) fprintf(stderr, "rbtrace: %s\n", s->format->errstr);
         if (rc == CLI_EXIT_OK) rc = CLI_EXIT_FAIL;
     }
     /* -p PID PID --summary: multi.c combines the tables of the processes
