@@ -207,8 +207,9 @@ RSpec.describe 'containers' do
         chgrp #{ROOTS_GROUP} /tmp/rootsgroup && chgrp #{APPS_GROUP} /tmp/appsgroup && exec "$@"
     SH
     # An app that never answers (its SIGURG taken), so the client waits
-    # with its directory made, until its --timeout.
-    STUBBORN_APP = "trap('URG') {}\nputs 'ready'\nsleep"
+    # with its directory made, until its --timeout. It sleeps in a loop: on
+    # Ruby 4.0.0 a trapped signal ends an untimed sleep (Bug #21812).
+    STUBBORN_APP = "trap('URG') {}\nputs 'ready'\nloop { sleep }"
 
     def start_app(tmpdir, code = CONTAINERS_APP)
       user = ['setpriv', "--reuid=#{second_user.uid}", "--regid=#{second_user.gid}", "--groups=#{APPS_GROUP}"]
