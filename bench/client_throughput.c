@@ -241,6 +241,35 @@ static void pack_detached(msgpack_packer *pk, void *arg)
     rbtrace_event_pack_detached(pk);
 }
 
+static void pack_synced(msgpack_packer *pk, void *arg)
+{
+    (void)arg;
+    rbtrace_event_pack_synced(pk, 1);
+}
+
+/* What an app does between the attach and the trace: the client sends its
+ * modes (METHODS, answered with the methods' names; THREAD_NAMES, which a
+ * fake app with one thread leaves unanswered), then SYNC, answered SYNCED
+ * with something traced (protocol 9). */
+static void serve_until_synced(struct bench *b, char *buf, size_t size, struct rbtrace_command *cmd)
+{
+    int methods = 0;
+
+    for (;;) {
+        receive_frame(b, buf, size, cmd);
+        if (cmd->type == RBTRACE_CMD_METHODS) {
+            send_packed(b, pack_methods, NULL);
+            methods = 1;
+        } else if (cmd->type == RBTRACE_CMD_SYNC) {
+            if (!methods) fail("expected METHODS before SYNC");
+            send_packed(b, pack_synced, NULL);
+            return;
+        } else if (cmd->type != RBTRACE_CMD_THREAD_NAMES) {
+            fail("expected METHODS, THREAD_NAMES or SYNC");
+        }
+    }
+}
+
 /* BLOCK_EVENTS events: flat (CALL 1, RETURN 1) or nested (CALL 1, CALL 2,
  * RETURN 2, RETURN 1), with times rising by hundreds of ns, and now and
  * then by up to a second (durations of every size). */
@@ -315,9 +344,7 @@ int main(int argc, char **argv)
     if (cmd->type != RBTRACE_CMD_ATTACH) fail("expected ATTACH");
     connect_back(&b, cmd);
     send_packed(&b, pack_attached, NULL);
-    receive_frame(&b, cmdbuf, sizeof(cmdbuf), cmd);
-    if (cmd->type != RBTRACE_CMD_METHODS) fail("expected METHODS");
-    send_packed(&b, pack_methods, NULL);
+    serve_until_synced(&b, cmdbuf, sizeof(cmdbuf), cmd);
 
     t0 = now_s();
     for (sent = 0; sent < b.events; sent += BLOCK_EVENTS) write_all(b.conn, block, block_len);
