@@ -15,12 +15,15 @@ module FaultsSpec
 
   def rss_kb(pid); File.read("/proc/#{pid}/status")[/^VmRSS:\s+(\d+) kB/, 1].to_i; end
 
-  # pid's RSS once glibc has given back what its arenas keep free
-  # (malloc_trim(0), through an eval: itself one more session). Freed memory
-  # a thread's arena keeps is no leak, and Ruby 4.0's keeps ~1 kB of it a
-  # session, still growing past 1,500 (docs/rubies.md); what is live is not
-  # given back.
-  MALLOC_TRIM = 'require "fiddle"; Fiddle::Function.new(Fiddle::Handle::DEFAULT["malloc_trim"], ' \
+  # pid's RSS once a full GC has freed its garbage and glibc has given back
+  # what its arenas keep free (GC.start, then malloc_trim(0), through an
+  # eval: itself one more session). What is live is not given back: a leak
+  # is counted. Garbage is not: on Ruby 3.3+ each dead Thread keeps its VM
+  # stack (malloc'd, ~15 kB of it resident) until the GC frees the Thread,
+  # and each eval runs in a Thread of its own, so a trim alone counted the
+  # dead eval threads not yet swept (0 to 34, up to 1.2 MB: docs/limits.md).
+  MALLOC_TRIM = 'require "fiddle"; GC.start; ' \
+                'Fiddle::Function.new(Fiddle::Handle::DEFAULT["malloc_trim"], ' \
                 '[Fiddle::TYPE_SIZE_T], Fiddle::TYPE_INT).call(0)'
   def trimmed_rss_kb(pid)
     out = rbtrace('-p', pid, '-e', MALLOC_TRIM).stdout

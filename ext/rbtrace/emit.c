@@ -346,6 +346,8 @@ void rbtrace_emit_call_args(VALUE klass, ID mid, uint64_t now, VALUE exprs, VALU
     long i, n = RARRAY_LEN(exprs);
 
     if (rbtrace.calls_ended || now < rbtrace.clock_origin_ns) return;
+    /* first: before the scratch is ours, and the method's id taken after */
+    if (rbtrace.thread_names && rbtrace.attached && rbtrace_emit_thread_name_before(now)) return;
     if (rbtrace_alloc_pending)
         rbtrace_emit_alloc_pending(); /* --alloc: the objects before it, first */
     id = rbtrace.attached ? rbtrace_emit_method_id(klass, mid) : 0;
@@ -354,7 +356,6 @@ void rbtrace_emit_call_args(VALUE klass, ID mid, uint64_t now, VALUE exprs, VALU
         return;
     }
     if (n > RBTRACE_EXPRS_MAX) n = RBTRACE_EXPRS_MAX;
-    if (rbtrace.thread_names) rbtrace_emit_thread_name_due(); /* before the scratch is ours */
     emit_begin();
     rbtrace_event_pack_call_args(&scratch_pk, thread, time, id, (uint32_t)n);
     for (i = 0; i < n; i++) {
@@ -370,18 +371,37 @@ void rbtrace_emit_call_args(VALUE klass, ID mid, uint64_t now, VALUE exprs, VALU
     if (emit_commit() == 0) rbtrace_call_chain_note(&rbtrace.chain, thread, time);
 }
 
+/* A call event preceded by its thread's name: the checks and the method's
+ * id once more after it (rbtrace_emit_thread_name_before). Out of line:
+ * a few per GVL hand-off, and only with --thread-names. */
+void rbtrace_emit_call_named(rb_event_flag_t event, VALUE klass, ID mid, uint64_t now)
+{
+    uint32_t id;
+
+    if (rbtrace_emit_thread_name_before(now)) return;
+    if (rbtrace_emit_call_refused() || (id = rbtrace_emit_method_id(klass, mid)) == 0) {
+        rbtrace.lost++;
+        return;
+    }
+    rbtrace_emit_call_of(event, id, now);
+}
+
 /* A call slower than the --slow threshold (slow.c). */
 void rbtrace_emit_slow(VALUE klass, ID mid, uint64_t start_ns, uint64_t duration_ns, uint32_t depth)
 {
     uint32_t id;
 
     if (rbtrace.calls_ended) return;
+    /* first: the method's id is taken after it (rbtrace_emit_thread_name_before) */
+    if (rbtrace.thread_names && rbtrace.attached) {
+        rbtrace_thread_name_note(rbtrace_thread_id());
+        if (rbtrace.calls_ended) return;
+    }
     id = rbtrace.attached ? rbtrace_emit_method_id(klass, mid) : 0;
     if (id == 0) {
         rbtrace.lost++;
         return;
     }
-    if (rbtrace.thread_names) rbtrace_thread_name_note(rbtrace_thread_id());
     emit_begin();
     rbtrace_event_pack_slow(&scratch_pk, rbtrace_thread_id(), start_ns - rbtrace.clock_origin_ns,
                             id, duration_ns, depth);

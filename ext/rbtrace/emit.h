@@ -156,25 +156,48 @@ static inline void rbtrace_emit_thread_name_due(void)
     if (thread != rbtrace.chain.thread_id) rbtrace_thread_name_note(thread);
 }
 
+/* Whether a call event would be refused: no session, a big event or the
+ * seal on, or no room in the ring (an unallocated ring has none). */
+static inline int rbtrace_emit_call_refused(void)
+{
+    const size_t room = RBTRACE_CALL_EVENT_MAX + RBTRACE_LOST_EVENT_MAX;
+
+    return !rbtrace.attached || rbtrace.big_event || rbtrace.sealed ||
+        rbtrace_ring_space(&rbtrace.ring, room) < room;
+}
+
+/* --thread-names: the name of the current thread, due before a call event
+ * at now; nonzero when the event is no longer wanted. Thread#name may let
+ * other threads run (Ruby checks interrupts as it returns): meanwhile the
+ * session may have ended (its ring freed) or another begun (its method
+ * ids and clock afresh), so what the caller tested before is tested again
+ * after this, and a method's id taken again. */
+static inline int rbtrace_emit_thread_name_before(uint64_t now)
+{
+    rbtrace_emit_thread_name_due();
+    return rbtrace.calls_ended || now < rbtrace.clock_origin_ns;
+}
+
+/* rbtrace_emit_call's way for a call event that its thread's name
+ * precedes (emit.c). */
+void rbtrace_emit_call_named(rb_event_flag_t event, VALUE klass, ID mid, uint64_t now);
+
 /* A CALL (event RUBY_EVENT_CALL or _C_CALL) or RETURN of (klass, mid) at
  * now (rbtrace_clock_ns), of the current thread. */
 static inline __attribute__((always_inline)) void
 rbtrace_emit_call(rb_event_flag_t event, VALUE klass, ID mid, uint64_t now)
 {
-    const size_t room = RBTRACE_CALL_EVENT_MAX + RBTRACE_LOST_EVENT_MAX;
     uint32_t id;
 
     if (rbtrace.calls_ended) return;
-    /* A full ring (a client that stopped reading) costs no naming. An
-     * unallocated ring has no space. */
-    if (!rbtrace.attached || rbtrace.big_event || rbtrace.sealed ||
-        rbtrace_ring_space(&rbtrace.ring, room) < room ||
-        (id = rbtrace_emit_method_id(klass, mid)) == 0) {
+    /* A full ring (a client that stopped reading) costs no naming. */
+    if (rbtrace_emit_call_refused() || (id = rbtrace_emit_method_id(klass, mid)) == 0) {
         rbtrace.lost++;
         return;
     }
-    if (__builtin_expect(rbtrace.thread_names, 0)) rbtrace_emit_thread_name_due();
-    rbtrace_emit_call_of(event, id, now);
+    if (__builtin_expect(rbtrace.thread_names, 0) && rbtrace_thread_id() != rbtrace.chain.thread_id)
+        rbtrace_emit_call_named(event, klass, mid, now);
+    else rbtrace_emit_call_of(event, id, now);
 }
 
 /*

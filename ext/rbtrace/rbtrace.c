@@ -56,6 +56,7 @@ static VALUE rbtrace_after_fork_child_m(VALUE self)
 {
     rbtrace_command_after_fork();
     rbtrace_trace_after_fork();
+    rbtrace_thread_names_after_fork();
     rbtrace_channel_after_fork();
     rbtrace_handoff_after_fork();
     return Qnil;

@@ -46,9 +46,44 @@ struct thread_name_sent {
 static struct thread_name_sent sent[THREAD_NAMES_SLOTS];
 static ID id_name, id_bind_call;
 static VALUE thread_name_method; /* Thread#name, as rbtrace was loaded */
-/* A name is being read: a wrapper on Thread#name (-m Thread#name) must not
- * bring us back here while we read it. */
-static int reading;
+
+/*
+ * The threads reading their name now, each node on its reader's stack: a
+ * wrapper on Thread#name (-m Thread#name) must not bring a thread back here
+ * while it reads. Per thread, not one flag: Ruby checks interrupts as
+ * Thread#name returns, where a timer's switch lets other threads run, and
+ * their calls must be named all the same (with one flag, a thread's first
+ * calls went out unnamed meanwhile: json's thread line had no "name").
+ * Unlinked by address (readers end in any order), even when the read ends
+ * by a Thread#kill (rb_ensure): a stale node would keep its thread unnamed.
+ */
+struct thread_name_reader {
+    uint64_t thread;
+    struct thread_name_reader *next;
+};
+static struct thread_name_reader *readers;
+
+static int thread_name_reading(uint64_t thread)
+{
+    const struct thread_name_reader *r;
+
+    for (r = readers; r; r = r->next)
+        if (r->thread == thread) return 1;
+    return 0;
+}
+
+static VALUE thread_name_reader_unlink(VALUE me)
+{
+    struct thread_name_reader **p;
+
+    for (p = &readers; *p; p = &(*p)->next) {
+        if (*p == (struct thread_name_reader *)me) {
+            *p = (*p)->next;
+            break;
+        }
+    }
+    return Qnil;
+}
 
 /* FNV-1a of the name, with its length so that "" differs from none at all
  * (a fresh slot's hash, 0, is no name's). */
@@ -82,13 +117,24 @@ static VALUE thread_name_get_i(VALUE thread)
 /* The current thread's name: a String, or nil (none, or Thread#name
  * failed). A raise inside is swallowed (a redefinition taken at load); a
  * Thread#kill or exit goes on (rbtrace_protect). */
-static VALUE thread_name_current(void)
+static VALUE thread_name_current_i(VALUE thread)
 {
     int state = 0;
-    VALUE name = rbtrace_protect(thread_name_get_i, rb_thread_current(), &state, NULL);
+    VALUE name = rbtrace_protect(thread_name_get_i, thread, &state, NULL);
 
     if (state) return Qnil;
     return RB_TYPE_P(name, T_STRING) ? name : Qnil;
+}
+
+/* The same, as thread (rbtrace_thread_id) reading: its node linked
+ * meanwhile (readers). */
+static VALUE thread_name_current(uint64_t thread)
+{
+    struct thread_name_reader me = { thread, readers };
+
+    readers = &me;
+    return rb_ensure(thread_name_current_i, rb_thread_current(), thread_name_reader_unlink,
+                     (VALUE)&me);
 }
 
 void rbtrace_thread_names_start(void)
@@ -105,6 +151,15 @@ void rbtrace_thread_names_stop(void)
     rbtrace.thread_names = 0;
 }
 
+/* In a forked child only the forking thread lives on: another's read never
+ * ends there, and its node would keep a new thread of the same id unnamed.
+ * (The forking thread is not inside a read; were it, its unlink finds
+ * nothing.) */
+void rbtrace_thread_names_after_fork(void)
+{
+    readers = NULL;
+}
+
 /* Called by the emitters of call events (emit_call.h, emit.c) with the GVL,
  * for a thread that is not the chain's. */
 __attribute__((noinline)) void rbtrace_thread_name_note(uint64_t thread)
@@ -115,10 +170,8 @@ __attribute__((noinline)) void rbtrace_thread_name_note(uint64_t thread)
     uint64_t hash;
     VALUE name;
 
-    if (reading || !rbtrace.attached) return;
-    reading = 1;
-    name = thread_name_current();
-    reading = 0;
+    if (!rbtrace.attached || thread_name_reading(thread)) return;
+    name = thread_name_current(thread);
     if (name != Qnil) {
         p = RSTRING_PTR(name);
         len = (size_t)RSTRING_LEN(name);

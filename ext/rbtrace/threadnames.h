@@ -10,6 +10,7 @@
 
 void rbtrace_thread_names_start(void);
 void rbtrace_thread_names_stop(void);
+void rbtrace_thread_names_after_fork(void);
 /* The emitters of call events, with the GVL, for a thread that is not the
  * chain's: its name sent if new or changed (a Ruby call). */
 void rbtrace_thread_name_note(uint64_t thread);

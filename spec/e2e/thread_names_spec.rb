@@ -114,8 +114,14 @@ RSpec.describe 'thread names' do
     app = app_with_threads
     FileUtils.touch(File.join(dir, 'go'))
     json_out = File.join(dir, 'trace.jsonl')
+    # until every thread checked below has its line, and puma's a call: a
+    # loaded machine may run the late thread well before puma's
+    json_done = lambda do |o|
+      puma = o[/"thread":(\d+),"thread_id":\d+,"name":"puma srv tp 001"/, 1]
+      puma && o.include?(%("kind":"call","thread":#{puma},)) && o.include?('"name":"late"') && o.include?('"name":null')
+    end
     r = trace(app, '-m', 'Worker#step', '--format', 'json', '-o', json_out) do
-      Timeout.timeout(10) { sleep 0.05 until File.read(json_out).include?('"name":"late"') }
+      Timeout.timeout(10) { sleep 0.05 until json_done.call(File.read(json_out)) }
     end
     expect(r.status).to be_success, r.stderr
     objs = File.readlines(json_out).map { |l| JSON.parse(l) }
@@ -128,8 +134,12 @@ RSpec.describe 'thread names' do
     expect(objs.index { |o| o['kind'] == 'thread' && o['thread'] == puma }).to be < first_call
 
     chrome_out = File.join(dir, 'trace.json')
+    chrome_done = lambda do |o|
+      puma = o[/puma srv tp 001 \(thread (\d+)\)/, 1]
+      puma && o.match?(/"ph":"X".*"tid":#{puma},/) && o.include?('late (thread') && o.match?(/"name":"thread \d+"/)
+    end
     r = trace(app, '-m', 'Worker#step', '--format', 'chrome', '-o', chrome_out) do
-      Timeout.timeout(10) { sleep 0.05 until File.read(chrome_out).include?('late (thread') }
+      Timeout.timeout(10) { sleep 0.05 until chrome_done.call(File.read(chrome_out)) }
     end
     expect(r.status).to be_success, r.stderr
     events = JSON.parse(File.read(chrome_out)).fetch('traceEvents')
@@ -139,6 +149,73 @@ RSpec.describe 'thread names' do
                                      match(/\Athread \d+\z/))
     tid = labels.key(labels.values.grep(/\Apuma/).first)
     expect(events.select { |e| e['ph'] == 'X' && e['tid'] == tid }.map { |e| e['name'] }).to include('Worker#step')
+  end
+
+  # Reading a name calls Thread#name, and Ruby checks interrupts as a
+  # method returns: a timer's thread switch there lets other threads run
+  # while one thread is inside the read (load made it likely: the json
+  # example above failed a run in 6). Here an app's own Thread#name, defined
+  # before rbtrace was loaded (so the one rbtrace calls), lets another
+  # thread make its first traced call meanwhile (yield_how): that thread is
+  # named all the same, at its first line. main runs on the main thread.
+  def app_with_a_thread_name_that_yields(yield_how, main = 'sleep')
+    start_target(<<~RUBY, rbtrace: false).ready
+      class Worker
+        def step(x) = x + 1
+        def late(x) = x + 1
+      end
+      GO = Queue.new
+      KILL = Queue.new
+      class Thread
+        alias_method :spec_real_name, :name
+        def name
+          n = spec_real_name
+          if n == 'reader' && !$yielded
+            $yielded = true
+            #{yield_how}
+          end
+          n
+        end
+      end
+      require 'rbtrace'
+      w = Worker.new
+      Thread.new { Thread.current.name = 'reader'; loop { w.step(1); sleep 0.005 } }
+      Thread.new { GO.pop; Thread.current.name = 'other'; loop { w.step(2); sleep 0.005 } }
+      puts 'ready'
+      #{main}
+    RUBY
+  end
+
+  def json_threads(out)
+    out.lines.map { |l| JSON.parse(l) }.select { |o| o['kind'] == 'thread' }
+  end
+
+  it 'names a thread that ran while another thread\'s name was read' do
+    app = app_with_a_thread_name_that_yields('GO << 1; sleep 0.3')
+    r = trace(app, '-m', 'Worker#step', '--format', 'json',
+              until_output: ->(o) { o.include?('"name":"reader"') })
+    expect(r.status).to be_success, r.stderr
+    threads = json_threads(r.stdout)
+    expect(threads).to all(include('name'))
+    expect(threads.map { |t| t['name'] }.uniq).to contain_exactly('reader', 'other')
+  end
+
+  # A thread killed while its name is read (its Thread#name waits here, as
+  # an interrupt check may run a Thread#kill): the later threads are named.
+  it 'names the threads that come after a thread killed while its name was read' do
+    app = app_with_a_thread_name_that_yields('GO << 1; KILL << Thread.current; sleep', <<~'MAIN')
+      t = KILL.pop
+      t.kill
+      t.join
+      Thread.new { Thread.current.name = 'after'; loop { w.late(3); sleep 0.005 } }
+      sleep
+    MAIN
+    r = trace(app, '-m', 'Worker#step', 'Worker#late', '--format', 'json',
+              until_output: ->(o) { o.scan('"name":"Worker#late"').size >= 3 })
+    expect(r.status).to be_success, r.stderr
+    threads = json_threads(r.stdout)
+    expect(threads.map { |t| t['name'] }).to include('after')
+    expect(threads).to all(include('name'))
   end
 
   it 'names the threads of --slow and --raise lines' do
