@@ -1,0 +1,112 @@
+/*
+ * rbtrace_boot.so - the small library `rbtrace --inject` loads into a Ruby
+ * process that never required rbtrace (docs/DESIGN.md, "Injection").
+ *
+ * The client (cli/inject.c) calls rbtrace_boot_start in the target, on its
+ * main thread, stopped by ptrace at a safe point, without the GVL. That
+ * cannot run Ruby, so it only asks Ruby for a postponed job; the job, run
+ * by the VM at its next safe point with the GVL, starts a Ruby thread that
+ * evaluates the client's code (which puts the right rbtrace on $LOAD_PATH
+ * and requires it). Nothing runs at load time: dlopen holds the loader's
+ * lock.
+ *
+ * It is linked with no Ruby: every function of Ruby's is found with dlsym
+ * in the process (the executable or libruby exports them), so one build
+ * serves every Ruby, and the APIs a Ruby lacks (register_one is gone from
+ * Ruby's master, preregister is 3.3+) are never needed at link time.
+ */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef uintptr_t boot_value;
+typedef void (*boot_job_fn)(void *);
+
+#define BOOT_EXPORT __attribute__((visibility("default")))
+#define BOOT_CODE_MAX 16384
+
+/* The Ruby the job's thread evaluates, copied from the caller's stack. */
+static char boot_code[BOOT_CODE_MAX];
+static int boot_job_ran;
+
+static void *boot_sym(const char *name)
+{
+    return dlsym(RTLD_DEFAULT, name);
+}
+
+/* RubyVM::InstructionSequence.compile(boot_code).eval, under rb_protect:
+ * eval of a string needs a Ruby caller's frame, which this thread has
+ * not ("Can't eval on top of Fiber or Thread"); an iseq runs as a file
+ * does. */
+static boot_value boot_eval(boot_value unused)
+{
+    boot_value (*path2class)(const char *) = (boot_value(*)(const char *))boot_sym("rb_path2class");
+    uintptr_t (*intern)(const char *) = (uintptr_t(*)(const char *))boot_sym("rb_intern");
+    boot_value (*funcall)(boot_value, uintptr_t, int, ...) =
+        (boot_value(*)(boot_value, uintptr_t, int, ...))boot_sym("rb_funcall");
+    boot_value (*str_new)(const char *) = (boot_value(*)(const char *))boot_sym("rb_str_new_cstr");
+    boot_value iseq;
+
+    (void)unused;
+    if (!path2class || !intern || !funcall || !str_new) return 0;
+    iseq = funcall(path2class("RubyVM::InstructionSequence"), intern("compile"), 1,
+                   str_new(boot_code));
+    funcall(iseq, intern("eval"), 0);
+    return 0;
+}
+
+/* The thread's body: the code rescues and says its own errors (on the
+ * app's stderr); 0 is false in every Ruby. */
+static boot_value boot_thread(void *arg)
+{
+    boot_value (*protect)(boot_value(*)(boot_value), boot_value, int *) =
+        (boot_value(*)(boot_value(*)(boot_value), boot_value, int *))boot_sym("rb_protect");
+    int state = 0;
+
+    (void)arg;
+    if (protect) protect(boot_eval, 0, &state);
+    return 0;
+}
+
+/* The postponed job, with the GVL at a safe point: only starts the thread
+ * (a require can take long; the job runs in the middle of the app's code). */
+static void boot_job(void *arg)
+{
+    boot_value (*thread_create)(boot_value(*)(void *), void *) =
+        (boot_value(*)(boot_value(*)(void *), void *))boot_sym("rb_thread_create");
+
+    (void)arg;
+    if (boot_job_ran || !thread_create) return;
+    boot_job_ran = 1;
+    thread_create(boot_thread, NULL);
+}
+
+/*
+ * Called by the injector on the target's main thread. code: the Ruby to
+ * run, NUL-ended. 0: the job is asked for; 1: code too long; 2: this Ruby
+ * has neither postponed-job API; 3: Ruby refused the job (its table full).
+ */
+BOOT_EXPORT int rbtrace_boot_start(const char *code)
+{
+    unsigned int (*preregister)(unsigned int, boot_job_fn, void *) = (unsigned int (*)(
+        unsigned int, boot_job_fn, void *))boot_sym("rb_postponed_job_preregister");
+    void (*trigger)(unsigned int) = (void (*)(unsigned int))boot_sym("rb_postponed_job_trigger");
+    int (*register_one)(unsigned int, boot_job_fn, void *) =
+        (int (*)(unsigned int, boot_job_fn, void *))boot_sym("rb_postponed_job_register_one");
+    size_t len = strlen(code);
+
+    if (len >= sizeof(boot_code)) return 1;
+    memcpy(boot_code, code, len + 1);
+    /* Ruby 3.3+: any thread may trigger; it flags the thread that last
+     * held the GVL, which is why the injector diverts the main thread. */
+    if (preregister && trigger) {
+        unsigned int handle = preregister(0, boot_job, NULL);
+        if (handle == (unsigned int)-1) return 3;
+        trigger(handle);
+        return 0;
+    }
+    /* Before 3.3: register_one reads the calling thread's execution
+     * context, so it is called on a Ruby thread only (the main thread). */
+    if (register_one) return register_one(0, boot_job, NULL) ? 0 : 3;
+    return 2;
+}

@@ -1,0 +1,28 @@
+/*
+ * inject_elf.h - symbols of a library or executable, read from its file's
+ * ELF dynamic symbol table, for --inject (inject.c): where libc's dlopen
+ * and Ruby's version are in a process, without running anything in it.
+ */
+#ifndef RBTRACE_CLI_INJECT_ELF_H
+#define RBTRACE_CLI_INJECT_ELF_H
+
+#include <stdint.h>
+
+/* An ELF file's dynamic symbols, read once (the file's own copy). */
+struct inject_elf {
+    unsigned char *data; /* the whole file */
+    size_t size;
+    uint64_t first_vaddr; /* the lowest PT_LOAD's address, page-aligned */
+};
+
+/* Reads the 64-bit ELF file at path. CLI_OK, or CLI_ERR with errno set
+ * (ENOEXEC: not a 64-bit ELF file of this machine). */
+int inject_elf_open(struct inject_elf *e, const char *path);
+
+/* A defined dynamic symbol's address relative to the file's load bias
+ * (st_value); 0 if it is not there. */
+uint64_t inject_elf_symbol(const struct inject_elf *e, const char *name);
+
+void inject_elf_close(struct inject_elf *e);
+
+#endif
