@@ -647,13 +647,19 @@ static int inject_wait_loaded(struct inject *in, int timeout_ms, volatile sig_at
         }
         if (now - start > timeout_ms) break;
         if (!said && !pending_why && now - start > 1000) {
-            fprintf(stderr,
-                    "*** process %d: rbtrace is injected and loads when its main thread next "
-                    "reaches a safe point (busy in a C call that holds the GVL?)\n",
-                    (int)in->pid);
+            if (mapped_at)
+                fprintf(stderr,
+                        "*** process %d: rbtrace is loading; its thread waits for the GVL behind a "
+                        "busy thread\n",
+                        (int)in->pid);
+            else
+                fprintf(stderr,
+                        "*** process %d: rbtrace is injected and loads when the main thread next "
+                        "reaches a safe point: it is in a C call that holds the GVL (waiting)\n",
+                        (int)in->pid);
             said = 1;
         }
-        cli_sleep_ms(2);
+        cli_sleep_ms(5);
     }
     if (pending_why)
         return inject_fail(
@@ -736,17 +742,19 @@ int inject_rbtrace(pid_t pid, const char *dir, int timeout_ms, volatile sig_atom
         r.syscall = 0; /* injected before, its job pending: wake it as if asleep */
         r.untimed_wait = 1;
     }
-    /* Wake a main thread that was asleep, so that it runs the job. */
+    /* Wake a main thread that was waiting, so that it runs the job. */
     if (r.syscall >= 0) {
-        int v33 = in.api[0] > 3 || (in.api[0] == 3 && in.api[1] >= 3);
         if (!strcmp(in.version, "4.0.0") && r.untimed_wait &&
             (r.syscall == SYS_futex || in.m.boot_mapped))
             pending = 1;
-        else if (v33 && inject_handles(pid, SIGCHLD))
-            kill(pid,
-                 SIGCHLD); /* Ruby's handler wakes the timer thread, which wakes the main one */
-        else if (!v33)
-            syscall(SYS_tgkill, pid, pid, SIGVTALRM); /* Ruby's no-op signal: ends the wait */
+        else if (r.syscall == SYS_ppoll || !inject_handles(pid, SIGCHLD))
+            /* Ruby's no-op signal, to the main thread: ends a poll (where
+             * 3.1 sleeps), not a condition variable's wait */
+            syscall(SYS_tgkill, pid, pid, SIGVTALRM);
+        else
+            /* Ruby's handler wakes its timer thread, which interrupts the
+             * main thread (an app's trap('CHLD') runs once) */
+            kill(pid, SIGCHLD);
     }
     return inject_wait_loaded(&in, timeout_ms, stop, pending);
 }

@@ -185,6 +185,32 @@ static int inj_in_handler(struct inj *j)
     return (blk & cgt) != 0;
 }
 
+/* Whether addr is in an anonymous executable mapping: JIT code (YJIT's),
+ * which holds none of libc's or the loader's locks. */
+static int inj_in_jit(struct inj *j, uint64_t addr)
+{
+    char path[64], line[512];
+    int jit = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/maps", (int)j->p->pid);
+    if (!(f = fopen(path, "re"))) return 0;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long long lo, hi, off;
+        char perms[8], dev[16];
+        unsigned long inode;
+        int pos = 0;
+        if (sscanf(line, "%llx-%llx %7s %llx %15s %lu %n", &lo, &hi, perms, &off, dev, &inode,
+                   &pos) < 6)
+            continue;
+        if (addr < lo || addr >= hi) continue;
+        jit = perms[2] == 'x' && inode == 0 && pos && (line[pos] == '\n' || line[pos] == '\0');
+        break;
+    }
+    fclose(f);
+    return jit;
+}
+
 /* Whether the stack at sp has room for the calls: the main thread's
  * [stack] grows on demand; another (a Fiber's) must have it already. */
 static int inj_stack_room(struct inj *j, uint64_t sp)
@@ -226,7 +252,8 @@ static int inj_safe_now(struct inj *j)
             snprintf(why, size, "in a system call made outside libc");
             return 0;
         }
-    } else if (!inj_in(j->p->ruby_text, j->p->n_ruby_text, regs->rip)) {
+    } else if (!inj_in(j->p->ruby_text, j->p->n_ruby_text, regs->rip) &&
+               !inj_in_jit(j, regs->rip)) {
         snprintf(why, size, "running outside Ruby's own code (in libc, a C extension or JIT code)");
         return 0;
     }
