@@ -15,7 +15,9 @@
  * serves every Ruby, and the APIs a Ruby lacks (register_one is gone from
  * Ruby's master, preregister is 3.3+) are never needed at link time.
  */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -64,6 +66,9 @@ static boot_value boot_thread(void *arg)
     int state = 0;
 
     (void)arg;
+    /* Its native name tells the client the job ran (the thread may then
+     * wait long for the GVL behind threads busy in Ruby). */
+    pthread_setname_np(pthread_self(), "rbtrace-inject");
     if (protect) protect(boot_eval, 0, &state);
     return 0;
 }

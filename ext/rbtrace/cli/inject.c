@@ -603,8 +603,9 @@ static int inject_handles(pid_t pid, int sig)
         (cgt >> (sig - 1) & 1);
 }
 
-/* Whether a thread of pid is named "rbtrace" (the helper: loaded). */
-static int inject_helper_running(pid_t pid)
+/* Whether a thread of pid is named name: "rbtrace" (the helper: loaded),
+ * "rbtrace-inject" (the bootstrap's thread: loading). */
+static int inject_thread_named(pid_t pid, const char *name)
 {
     char path[384], comm[32];
     struct dirent *d;
@@ -623,7 +624,8 @@ static int inject_helper_running(pid_t pid)
         n = read(fd, comm, sizeof(comm) - 1);
         close(fd);
         comm[n > 0 ? n : 0] = '\0';
-        found = !strcmp(comm, "rbtrace\n");
+        comm[strcspn(comm, "\n")] = '\0';
+        found = !strcmp(comm, name);
     }
     closedir(dir);
     return found;
@@ -643,14 +645,14 @@ static int inject_wait_loaded(struct inject *in, int timeout_ms, volatile sig_at
         if (procfs_rbtrace_library(in->pid, NULL, 0) == PROCFS_LIB_OURS) {
             if (!mapped_at) mapped_at = now;
             /* its thread named: loaded; M:N threads may not name it */
-            if (inject_helper_running(in->pid) || now - mapped_at > 1000) return CLI_OK;
+            if (inject_thread_named(in->pid, "rbtrace") || now - mapped_at > 1000) return CLI_OK;
         }
         if (now - start > timeout_ms) break;
         if (!said && !pending_why && now - start > 1000) {
-            if (mapped_at)
+            if (mapped_at || inject_thread_named(in->pid, "rbtrace-inject"))
                 fprintf(stderr,
-                        "*** process %d: rbtrace is loading; its thread waits for the GVL behind a "
-                        "busy thread\n",
+                        "*** process %d: rbtrace is loading; its thread waits for the GVL behind "
+                        "threads busy in Ruby\n",
                         (int)in->pid);
             else
                 fprintf(stderr,
@@ -671,10 +673,14 @@ static int inject_wait_loaded(struct inject *in, int timeout_ms, volatile sig_at
             "app has done some work; it needs no --inject then if rbtrace loaded",
             (int)in->pid);
     return inject_fail(in,
-                       "rbtrace was injected into process %d but had not loaded within %g s (its "
-                       "main thread has not reached a safe point, or the require failed: the app's "
-                       "stderr says so)",
-                       (int)in->pid, timeout_ms / 1000.0);
+                       "rbtrace was injected into process %d but had not loaded within %g s (%s); "
+                       "it goes on loading: a later attach needs no --inject once it has",
+                       (int)in->pid, timeout_ms / 1000.0,
+                       inject_thread_named(in->pid, "rbtrace-inject")
+                           ? "its thread waits for the GVL behind threads busy in Ruby, or the "
+                             "require failed: the app's stderr says so"
+                           : "its main thread has not reached a safe point: a C call that holds "
+                             "the GVL?");
 }
 
 int inject_rbtrace(pid_t pid, const char *dir, int timeout_ms, volatile sig_atomic_t *stop,
