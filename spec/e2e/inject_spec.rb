@@ -46,10 +46,10 @@ RSpec.describe 'rbtrace --inject' do
       app = plain_app(code)
       sleep 0.2
       expect(mapped(app.pid)).to eq(rbtrace: false, boot: false)
-      pending_21812 = BUG_21812 && untimed
-      r = rbtrace('-p', app.pid, '--inject', '--timeout', pending_21812 ? '2' : '20', '-e', 'Process.pid', timeout: 40)
+      left_pending = BUG_21812 && untimed
+      r = rbtrace('-p', app.pid, '--inject', '--timeout', left_pending ? '2' : '20', '-e', 'Process.pid', timeout: 40)
       expect(r.stderr).to match(/\*\*\* injected rbtrace into process #{app.pid} \(Ruby #{Regexp.escape(RUBY_VERSION)}\): its main thread stopped [\d.]+ ms/)
-      if pending_21812
+      if left_pending
         expect(r.exitstatus).to eq(1)
         expect(r.stderr).to include(PENDING_21812, 'Bug #21812')
         sleep 0.3
