@@ -87,6 +87,18 @@ RSpec.describe 'rbtrace --inject' do
     expect(File.read("/proc/#{app.pid}/maps").scan(/^\S+ r-xp .*memfd:rbtrace_boot/).size).to eq(1)
   end
 
+  # As from the host into a container (docs/DESIGN.md, "Containers"): the
+  # bootstrap goes through a memfd, the rbtrace loaded is at a path the app
+  # sees (this one shares the host's filesystem).
+  it 'loads rbtrace into an app in its own PID, IPC and mount namespaces, by its host pid' do
+    unshare = %w[unshare --kill-child --pid --ipc --mount --fork --mount-proc]
+    app = start_target('puts "ready"; loop { sleep 0.2 }', rbtrace: false, prefix: unshare).ready
+    host_pid = File.read("/proc/#{app.pid}/task/#{app.pid}/children").split.first.to_i
+    r = rbtrace('-p', host_pid, '--inject', '--timeout', '20', '-e', 'Process.pid', timeout: 40)
+    expect(r.stdout).to eq(">> Process.pid\n=> 1\n"), r.stderr
+    expect(r.stderr).to include("*** injected rbtrace into process #{host_pid}")
+  end
+
   it 'waits for a long C call that holds the GVL, and says so' do
     app = plain_app('a = Array.new(5_000_000) { rand }; puts "ready"; a.sort!; puts "sorted"; sleep')
     r = rbtrace('-p', app.pid, '--inject', '--timeout', '60', '-e', 'Process.pid', timeout: 90)
