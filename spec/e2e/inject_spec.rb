@@ -87,6 +87,14 @@ RSpec.describe 'rbtrace --inject' do
     expect(File.read("/proc/#{app.pid}/maps").scan(/^\S+ r-xp .*memfd:rbtrace_boot/).size).to eq(1)
   end
 
+  it 'loads rbtrace into an app with M:N threads (Ruby 3.3+)' do
+    skip 'M:N threads are Ruby 3.3+' if RUBY_VERSION < '3.3'
+    app = start_target('5.times { Thread.new { loop { sleep 0.05 } } }; puts "ready"; loop { sleep 0.2 }',
+                       rbtrace: false, env: { 'RUBY_MN_THREADS' => '1' }).ready
+    r = rbtrace('-p', app.pid, '--inject', '--timeout', '20', '-e', 'ENV["RUBY_MN_THREADS"]', timeout: 40)
+    expect(r.stdout).to eq(">> ENV[\"RUBY_MN_THREADS\"]\n=> \"1\"\n"), r.stderr
+  end
+
   # As from the host into a container (docs/DESIGN.md, "Containers"): the
   # bootstrap goes through a memfd, the rbtrace loaded is at a path the app
   # sees (this one shares the host's filesystem).
