@@ -95,6 +95,15 @@ RSpec.describe 'rbtrace --inject' do
     expect(r.stdout).to eq(">> ENV[\"RUBY_MN_THREADS\"]\n=> \"1\"\n"), r.stderr
   end
 
+  it 'finds a process without rbtrace by --ps with --inject, and names --inject without it' do
+    marker = "inject-ps-#{rand(1 << 30)}"
+    app = plain_app("$0 = #{marker.inspect}; puts 'ready'; loop { sleep 0.2 }")
+    r = rbtrace('--ps', marker, '-e', '1')
+    expect(r.stderr).to include('(1 matches but did not load it, or are not yours; --inject loads it)')
+    r = rbtrace('--ps', marker, '--inject', '--timeout', '20', '-e', 'Process.pid', timeout: 40)
+    expect(r.stdout).to eq(">> Process.pid\n=> #{app.pid}\n"), r.stderr
+  end
+
   # As from the host into a container (docs/DESIGN.md, "Containers"): the
   # bootstrap goes through a memfd, the rbtrace loaded is at a path the app
   # sees (this one shares the host's filesystem).
