@@ -177,10 +177,13 @@ RSpec.describe 'rbtrace --inject' do
       expect_untouched(app)
     end
 
-    it 'refuses a relative --inject=DIR on the command line' do
+    it 'refuses a relative --inject=DIR, and --inject with --exec, on the command line' do
       r = rbtrace('-p', '1', '--inject=lib', '-e', '1')
       expect(r.exitstatus).to eq(2)
       expect(r.stderr).to include('an absolute directory')
+      r = rbtrace('--inject', '-e', '1', '--exec', 'ruby', '-e', 'sleep')
+      expect(r.exitstatus).to eq(2)
+      expect(r.stderr).to include('--exec starts one with rbtrace loaded already: drop --inject')
     end
 
     # Blocked in open(2) of a FIFO: not a wait the thread may be taken from

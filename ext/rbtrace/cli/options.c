@@ -743,6 +743,10 @@ static int options_check(struct options *o)
                             "name the process");
     if (!o->n_pids && !o->ps_pattern && !o->exec_argv)
         return options_fail(o, "no process given: use -p PID, --ps PATTERN or --exec CMD");
+    if (o->inject && o->exec_argv)
+        return options_fail(o,
+                            "--inject loads rbtrace into a running process; --exec starts one "
+                            "with rbtrace loaded already: drop --inject");
     if (o->mode == OPTIONS_MODE_NONE && !options_watches(o))
         return options_fail(o,
                             "nothing to do: give -m METHODS, -c TRACER, -f, --slow MS, --gc, "
