@@ -15,6 +15,8 @@ RSpec.describe 'rbtrace --inject' do
     'blocked in IO.select' => ['r, _w = IO.pipe; puts "ready"; IO.select([r]); puts "woke"', false],
     'blocked in an IO read' => ['r, _w = IO.pipe; puts "ready"; r.read; puts "woke"', false],
     'waiting on Queue#pop' => ['Thread.new { sleep }; q = Queue.new; puts "ready"; q.pop; puts "woke"', true],
+    'waiting on ConditionVariable#wait' => ['Thread.new { sleep }; m = Mutex.new; c = ConditionVariable.new; ' \
+                                            'puts "ready"; m.synchronize { c.wait(m) }; puts "woke"', true],
     'busy in Ruby' => ['puts "ready"; x = 0; loop { x += 1 }', false],
     'with 20 threads' => ['19.times { Thread.new { sleep } }; puts "ready"; sleep', true],
     'asleep while another thread is busy' => ['Thread.new { x = 0; loop { x += 1 } }; puts "ready"; sleep', true],
