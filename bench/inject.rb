@@ -12,7 +12,8 @@
 #   PATH=/var/cache/rbtrace/ruby-3.4/bin:$PATH sh -c 'bundle exec rake compile && ruby bench/inject.rb'
 #
 # BENCH_RUNS sets the injections per state (default 10), each into a new
-# process. Prints a Markdown table.
+# process; BENCH_STATES, a regular expression, the states run (all by
+# default). Prints a Markdown table.
 require 'rbconfig'
 
 require_relative 'support'
@@ -25,6 +26,7 @@ STATES = {
   'pipe read' => 'r, _w = IO.pipe; r.read',
   'Queue#pop' => 'Thread.new { sleep }; q = Queue.new; q.pop',
   'busy in Ruby' => 'x = 0; loop { x += 1 }',
+  'asleep, 9 threads busy' => '9.times { Thread.new { loop { 1 + 1 } } }; sleep',
   '20 threads asleep' => '19.times { Thread.new { sleep } }; sleep',
   'timed sleeps' => 'loop { sleep 0.1 }'
 }.freeze
@@ -59,7 +61,8 @@ puts "Ruby #{RUBY_VERSION}#{defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled? ? ' 
 puts
 puts '| state | answered | main thread stopped, ms: median (max) | to the answer, ms: median (max) |'
 puts '| --- | --- | --- | --- |'
-STATES.each do |state, code|
+only = Regexp.new(ENV.fetch('BENCH_STATES', ''))
+STATES.select { |state, _| state.match?(only) }.each do |state, code|
   stopped = []
   answer = []
   ok = 0

@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 typedef uintptr_t boot_value;
 typedef void (*boot_job_fn)(void *);
@@ -34,6 +35,52 @@ static int boot_job_ran;
 static void *boot_sym(const char *name)
 {
     return dlsym(RTLD_DEFAULT, name);
+}
+
+/*
+ * Ruby 3.3+: while the thread loads rbtrace, a native thread of ours asks
+ * every 2 ms, by a postponed job, the thread that holds the GVL to let it
+ * go once. Without it the loading thread, which gives the GVL up at each
+ * file it reads, waits a whole time slice (100 ms) behind a thread busy in
+ * Ruby each time it wants it back: 2.4 s behind one busy thread on 3.4,
+ * minutes behind nine.
+ */
+static unsigned int boot_yield_handle = (unsigned int)-1;
+static int boot_loading; /* read and written with __atomic_* */
+static void (*boot_trigger)(unsigned int);
+
+static void *boot_nothing(void *arg)
+{
+    return arg;
+}
+
+/* The job: the GVL let go and taken back, which puts the thread that ran
+ * it behind those waiting (call_without_gvl2: runs no interrupt, so
+ * nothing is raised inside the job). */
+static void boot_yield_job(void *arg)
+{
+    void *(*without_gvl2)(void *(*)(void *), void *, void (*)(void *),
+                          void *) = (void *(*)(void *(*)(void *), void *, void (*)(void *),
+                                               void *))boot_sym("rb_thread_call_without_gvl2");
+
+    (void)arg;
+    if (__atomic_load_n(&boot_loading, __ATOMIC_RELAXED) && without_gvl2)
+        without_gvl2(boot_nothing, NULL, NULL, NULL);
+}
+
+/* Nudges until rbtrace is loaded, 30 s at most (on Ruby 4.0.0 an app
+ * asleep may never run the job: the nudges would go on for nothing). */
+static void *boot_nudger(void *arg)
+{
+    struct timespec ts = { 0, 2000000L };
+    int n;
+
+    (void)arg;
+    for (n = 0; __atomic_load_n(&boot_loading, __ATOMIC_RELAXED) && n < 15000; n++) {
+        boot_trigger(boot_yield_handle);
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
 }
 
 /* RubyVM::InstructionSequence.compile(boot_code).eval, under rb_protect:
@@ -70,6 +117,7 @@ static boot_value boot_thread(void *arg)
      * wait long for the GVL behind threads busy in Ruby). */
     pthread_setname_np(pthread_self(), "rbtrace-inject");
     if (protect) protect(boot_eval, 0, &state);
+    __atomic_store_n(&boot_loading, 0, __ATOMIC_RELAXED);
     return 0;
 }
 
@@ -107,7 +155,24 @@ BOOT_EXPORT int rbtrace_boot_start(const char *code)
     if (preregister && trigger) {
         unsigned int handle = preregister(0, boot_job, NULL);
         if (handle == (unsigned int)-1) return 3;
+        /* not needed to load, only to load fast: no slot, no nudge */
+        boot_yield_handle = preregister(0, boot_yield_job, NULL);
+        boot_trigger = trigger;
         trigger(handle);
+        /* From now: the job itself may wait for the GVL behind busy threads. */
+        if (boot_yield_handle != (unsigned int)-1) {
+            pthread_t nudger;
+            pthread_attr_t attr;
+            __atomic_store_n(&boot_loading, 1, __ATOMIC_RELAXED);
+            if (pthread_attr_init(&attr) == 0) {
+                pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+                if (pthread_create(&nudger, &attr, boot_nudger, NULL) != 0)
+                    __atomic_store_n(&boot_loading, 0, __ATOMIC_RELAXED);
+                pthread_attr_destroy(&attr);
+            } else {
+                __atomic_store_n(&boot_loading, 0, __ATOMIC_RELAXED);
+            }
+        }
         return 0;
     }
     /* Before 3.3: register_one reads the calling thread's execution
