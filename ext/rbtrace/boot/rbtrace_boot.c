@@ -18,6 +18,7 @@
 #define _GNU_SOURCE /* pthread_setname_np */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -73,9 +74,16 @@ static void boot_yield_job(void *arg)
 static void *boot_nudger(void *arg)
 {
     struct timespec ts = { 0, 2000000L };
+    sigset_t all;
     int n;
 
     (void)arg;
+    /* Created from the injector's call, it began with every signal blocked,
+     * glibc's own too: its setuid broadcast (SIGSETXID) would wait for us.
+     * glibc's pthread_sigmask leaves its own signals out of the mask. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, NULL);
+    pthread_setname_np(pthread_self(), "rbtrace-nudge");
     for (n = 0; __atomic_load_n(&boot_loading, __ATOMIC_RELAXED) && n < 15000; n++) {
         boot_trigger(boot_yield_handle);
         nanosleep(&ts, NULL);
