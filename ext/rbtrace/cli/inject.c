@@ -143,12 +143,14 @@ static int inject_check_tasks(struct inject *in)
         if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
         snprintf(path, sizeof(path), "/proc/%d/task/%s/status", (int)in->pid, d->d_name);
         if (inject_status_field(path, "TracerPid", value, sizeof(value)) && strcmp(value, "0")) {
+            char tid[sizeof(d->d_name)];
+            snprintf(tid, sizeof(tid), "%s", d->d_name); /* d is closedir's to free */
             closedir(dir);
             return inject_fail(in,
                                "thread %s of process %d is already traced by process %s (a "
                                "debugger, strace?): --inject needs ptrace, which only one tracer "
                                "may hold; detach that one first",
-                               d->d_name, (int)in->pid, value);
+                               tid, (int)in->pid, value);
         }
     }
     closedir(dir);
