@@ -137,6 +137,16 @@ RSpec.describe 'rbtrace --inject' do
     expect(app.wait_for('sorted')).to eq('sorted')
   end
 
+  it 'works for a user who is not root but holds CAP_SYS_PTRACE, on an app of theirs' do
+    skip 'needs root to act as nobody' unless Process.uid.zero?
+    nobody = Etc.getpwnam('nobody')
+    as = ['setpriv', "--reuid=#{nobody.uid}", "--regid=#{nobody.gid}", '--clear-groups']
+    app = start_target('puts "ready"; loop { sleep 0.2 }', rbtrace: false, prefix: as).ready
+    r = rbtrace(*as.drop(1), '--inh-caps=+sys_ptrace', '--ambient-caps=+sys_ptrace', RBTraceSpec::CLIENT,
+                '-p', app.pid.to_s, '--inject', '--timeout', '20', '-e', 'Process.uid', client: '/usr/bin/setpriv')
+    expect(r.stdout).to eq(">> Process.uid\n=> #{nobody.uid}\n"), r.stderr
+  end
+
   describe 'without --inject' do
     it 'names --inject and what it needs' do
       app = plain_app('puts "ready"; sleep')
