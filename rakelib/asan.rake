@@ -42,7 +42,7 @@ module ASanRun
     lib = File.join(DIR, 'lib')
     rm_rf lib
     sh 'cp', '-rs', File.join(Build::ROOT, 'lib'), lib
-    %w[rbtrace.so rbtrace-client].each do |f|
+    %w[rbtrace.so rbtrace-client rbtrace_boot.so].each do |f|
       rm_f File.join(lib, 'rbtrace', f)
       cp File.join(build, f), File.join(lib, 'rbtrace', f)
     end

@@ -14,6 +14,8 @@ module Build
   LIB_DIR = 'lib/rbtrace'.freeze
   LIB = File.join(ROOT, LIB_DIR)
   CLIENT = File.join(LIB, 'rbtrace-client')
+  # --inject's bootstrap library, beside the client.
+  BOOT = File.join(LIB, 'rbtrace_boot.so')
   # Everything built goes below tmp/.
   TMP = File.join(ROOT, 'tmp')
 
@@ -28,6 +30,14 @@ module Build
   # Ruby (tmp/PLATFORM/rbtrace/RUBY_VERSION/name).
   def compiled(name)
     Dir[tmp('*', 'rbtrace', RUBY_VERSION, name)]
+  end
+
+  # Where this Ruby's extension is kept for --inject:
+  # tmp/inject/X.Y/rbtrace/rbtrace.so, X.Y the Ruby's API version (the
+  # client puts tmp/inject/X.Y before lib/ on the target's load path).
+  def inject_copy
+    api = RbConfig::CONFIG.values_at('MAJOR', 'MINOR').join('.')
+    tmp('inject', api, 'rbtrace', 'rbtrace.so')
   end
 
   def cc

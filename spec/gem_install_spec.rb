@@ -127,4 +127,29 @@ RSpec.describe 'the installed gem', :gem_install do
     end
     app_r&.close
   end
+
+  # --inject from the installed gem: its client loads its own rbtrace (the
+  # gem's lib/, built for this Ruby) into an app started without it.
+  it 'injects the installed rbtrace into a process that never loaded it' do
+    skip '--inject needs root (or CAP_SYS_PTRACE)' unless Process.uid.zero?
+    app_r, app_w = IO.pipe
+    app = Process.spawn(clean_env, RbConfig.ruby, '-e', 'puts Process.pid; $stdout.flush; sleep',
+                        out: app_w, in: File::NULL, chdir: @tmp, unsetenv_others: true)
+    app_w.close
+    expect(Timeout.timeout(20) { app_r.gets }&.chomp).to eq(app.to_s)
+    output, status = run(gem_env, rbtrace_command, '-p', app.to_s, '--inject', '--timeout', '20', '-e',
+                         '$LOADED_FEATURES.grep(/rbtrace\.so\z/)', timeout: 60)
+    if RUBY_VERSION == '4.0.0' # an untimed sleep is not woken there (Bug #21812)
+      expect(output).to include('Bug #21812')
+    else
+      expect(status).to be_success, output
+      expect(output).to include("=> [\"#{@gem_home}")
+    end
+  ensure
+    if app
+      Process.kill('KILL', app)
+      Process.wait(app)
+    end
+    app_r&.close
+  end
 end

@@ -183,25 +183,37 @@ if dl_libs
 elsif libedit_libs
   message "dlopen not found: rbtrace -i will read plain lines (no editing, no history).\n"
 end
+# The bootstrap: position-independent, no sanitizer (it runs inside any
+# Ruby, which would need the ASan runtime preloaded), dlsym from libc
+# (glibc 2.34+) or libdl.
+boot_cflags = "#{warnings.join(' ')} -std=gnu99 -O2 -g -shared -fPIC -fvisibility=hidden"
+boot_libs = client_dl_libs || ''
 File.open('Makefile', 'a') do |mk|
   mk.puts <<~MAKE
 
     RBTRACE_CLIENT = rbtrace-client
     RBTRACE_CLIENT_SRCS = $(wildcard $(srcdir)/cli/*.c) $(srcdir)/codec.c
     RBTRACE_CLIENT_HDRS = $(wildcard $(srcdir)/cli/*.h) $(srcdir)/codec.h $(srcdir)/protocol.h
+    # --inject's bootstrap (boot/rbtrace_boot.c): linked with no Ruby, so
+    # one build serves every Ruby; installed beside the client.
+    RBTRACE_BOOT = rbtrace_boot.so
 
-    all: $(RBTRACE_CLIENT)
+    all: $(RBTRACE_CLIENT) $(RBTRACE_BOOT)
 
     $(RBTRACE_CLIENT): $(RBTRACE_CLIENT_SRCS) $(RBTRACE_CLIENT_HDRS)
     \t$(CC) #{client_cflags} $(INCFLAGS) -I$(srcdir) -I$(srcdir)/cli -o $@ $(RBTRACE_CLIENT_SRCS) #{client_libs}
 
+    $(RBTRACE_BOOT): $(srcdir)/boot/rbtrace_boot.c
+    \t$(CC) #{boot_cflags} -o $@ $(srcdir)/boot/rbtrace_boot.c #{boot_libs}
+
     install: install-client
-    install-client: $(RBTRACE_CLIENT)
+    install-client: $(RBTRACE_CLIENT) $(RBTRACE_BOOT)
     \t$(MAKEDIRS) $(RUBYARCHDIR)
     \t$(INSTALL_PROG) $(RBTRACE_CLIENT) $(RUBYARCHDIR)
+    \t$(INSTALL_PROG) $(RBTRACE_BOOT) $(RUBYARCHDIR)
 
     clean: clean-client
     clean-client:
-    \t-$(RM) $(RBTRACE_CLIENT)
+    \t-$(RM) $(RBTRACE_CLIENT) $(RBTRACE_BOOT)
   MAKE
 end

@@ -43,6 +43,13 @@
  */
 #define RBTRACE_LIBRARY_MARK "rbtrace-library-mark: the extension of the C rbtrace client"
 
+/*
+ * Text the extension's library also holds, followed by the Ruby it was built
+ * for ("3.4", its API version: the ABI an extension needs), so that --inject
+ * picks a library that the target's Ruby can load (cli/inject.c).
+ */
+#define RBTRACE_BUILT_FOR_MARK "rbtrace-built-for-ruby: "
+
 /* ---- the command queue ------------------------------------------------ */
 
 /*

@@ -20,6 +20,7 @@
 #include "handoff.h"
 #include "inplace.h"
 #include "protocol.h"
+#include <ruby/version.h> /* RUBY_API_VERSION_*: the mark --inject reads */
 #include "selector.h"
 #include "ractors.h"
 #include "raisewatch.h"
@@ -77,6 +78,12 @@ static VALUE rbtrace_resumed_p_m(VALUE self)
 
 /* In the library's data, for the client to find (protocol.h). */
 __attribute__((used)) static const char rbtrace_library_mark[] = RBTRACE_LIBRARY_MARK;
+
+/* The Ruby this library is for, for --inject to check (protocol.h). */
+#define RBTRACE_STR2(x) #x
+#define RBTRACE_STR(x) RBTRACE_STR2(x)
+__attribute__((used)) static const char rbtrace_built_for[] = RBTRACE_BUILT_FOR_MARK RBTRACE_STR(
+    RUBY_API_VERSION_MAJOR) "." RBTRACE_STR(RUBY_API_VERSION_MINOR) "\n";
 
 RUBY_FUNC_EXPORTED void Init_rbtrace(void)
 {

@@ -113,6 +113,36 @@ RSpec.describe 'puma cluster under load' do
     end
   end
 
+  # Issue 32: workers that never loaded rbtrace get it by --inject, each in
+  # turn, while wrk loads them, then traced: no failed request.
+  it 'injects rbtrace into each worker of a puma started without it, under wrk: no errors' do
+    skip '--inject needs root (or CAP_SYS_PTRACE)' unless Process.uid.zero?
+    port = RealApps.free_port
+    workers = boot_puma(port, rubyopt: nil)
+    workers.each { |w| expect(File.read("/proc/#{w}/maps")).not_to include('rbtrace.so') }
+    wrk_out = File.join(dir, 'wrk.out')
+    wrk = spawn_group('wrk', '-t', '2', '-c', '8', '-d', "#{WRK_SECONDS}s", "http://127.0.0.1:#{port}/", log: wrk_out)
+    sleep 0.3
+    counts = workers.map do |worker|
+      client = start_client('-p', worker, '--inject', '--timeout', '20', '-m', 'App#meth')
+      client.attached
+      client.wait_for(/^(\[t\d+\] )?App#meth <\d+\.\d+>$/)
+      sleep 0.3
+      expect(client.stop).to be_success
+      expect(client.stderr).to include("*** injected rbtrace into process #{worker}")
+      client.stdout.scan(/^(?:\[t\d+\] )?App#meth <\d+\.\d+>$/).size
+    end
+    Timeout.timeout(WRK_SECONDS + 15) { Process.wait(wrk) }
+    expect($?).to be_success
+    report = File.read(wrk_out)
+    puts "\n    puma --inject: calls traced per worker #{counts.inspect}; wrk: " \
+         "#{report[/\d+ requests in [\d.]+\w+/]}, #{report[%r{Requests/sec:\s*[\d.]+}]}"
+    expect(counts).to all(be > 0)
+    expect(report[/^\s*(\d+) requests in/, 1].to_i).to be > 0
+    expect(report).not_to match(/Socket errors|Non-2xx/)
+    expect(File.read("/proc/#{@master}/maps")).not_to include('rbtrace.so') # the master untouched
+  end
+
   # Issue 20, item 9: with preload, Puma lists the threads the app's boot
   # started (those without the thread variable :fork_safe, a convention
   # Rails shares) and warns of each, for they do not survive the fork.

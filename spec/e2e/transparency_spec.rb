@@ -1,3 +1,4 @@
+require 'open3'
 require_relative 'transparency/helper'
 require_relative 'transparency/known_differences'
 
@@ -138,6 +139,38 @@ RSpec.describe 'transparency: what the app observes' do
       expect_same('trap errors', TransparencySpec::TRAP_ERRORS,
                   { 'without rbtrace, its top line twice' => expected, 'rbtrace loaded' => @observed['rbtrace loaded'] })
     end
+
+    it "the app's first trap('URG') returns what it returns without rbtrace, and then the app's handler" do
+      expect_same('urg', "trap('URG')", @observed)
+    end
+  end
+
+  # rbtrace loaded by `rbtrace --inject` into a probe started without it
+  # (docs/DESIGN.md, "Injection"), then an eval, against a probe without
+  # rbtrace: what stays is what loading it leaves, nothing more (the
+  # bootstrap's thread has ended; its library, mapped, is not observed).
+  describe 'rbtrace injected (--inject, then -e), no client attached' do
+    before(:context) do
+      skip '--inject needs root (or CAP_SYS_PTRACE)' unless Process.uid.zero?
+      @without = TransparencySpec::Probe.new(rbtrace: false)
+      @injected = TransparencySpec::Probe.new(rbtrace: false)
+      [@without, @injected].each(&:ready)
+      out, err, status = Open3.capture3(RBTraceSpec::SPAWN_ENV, RBTraceSpec::CLIENT, '-p', @injected.pid.to_s,
+                                        '--inject', '--timeout', '30', '-e', 'Process.pid')
+      raise "rbtrace --inject failed (#{status.inspect}):\n#{out}#{err}" unless out.include?("=> #{@injected.pid}")
+
+      @observed = { 'without rbtrace' => @without, 'rbtrace injected' => @injected }.transform_values do |probe|
+        o = probe.observe.merge(probe.ask('urg')) # last: it takes SIGURG from rbtrace
+        TransparencySpec::KnownDifferences.without_rbtrace_threads(o)
+      end
+    end
+
+    after(:context) do
+      @without&.kill
+      @injected&.kill
+    end
+
+    aspect_examples
 
     it "the app's first trap('URG') returns what it returns without rbtrace, and then the app's handler" do
       expect_same('urg', "trap('URG')", @observed)

@@ -85,11 +85,11 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
   end
 
   # The worker, once its processor waits in BRPOP (seen in CLIENT LIST).
-  def start_sidekiq
+  def start_sidekiq(rbtrace: true)
     log = File.join(dir, 'sidekiq.log')
+    env = RealApps.app_env(rbtrace: rbtrace, extra: { 'REDIS_URL' => redis_url })
     worker = spawn_group('sidekiq', RealApps::DEBIAN_RUBY, '/usr/bin/sidekiq', '-r', './jobs.rb', '-c', '1',
-                         '-q', 'default', '-q', 'chained',
-                         log: log, chdir: dir, env: RealApps.app_env(extra: { 'REDIS_URL' => redis_url }))
+                         '-q', 'default', '-q', 'chained', log: log, chdir: dir, env: env)
     deadline = Time.now + 60
     until redis_cli('CLIENT', 'LIST').include?('cmd=brpop')
       raise "sidekiq exited before fetching:\n#{RealApps.tail(log)}" if Process.waitpid(worker.pid, Process::WNOHANG)
@@ -283,6 +283,20 @@ RSpec.describe 'Sidekiq and Redis (-c sidekiq, -c redis)' do
                                      'RedisClient::Middlewares: not traced (its line is for other versions of ' \
                                      'the library: not an error)')
     expect(client.stderr).not_to include('global VM hooks')
+  end
+
+  # Issue 32: a worker started without rbtrace gets it by --inject (its
+  # main thread waits in IO.select for signals, its processor in BRPOP).
+  it 'loads rbtrace into a worker started without it (--inject), which goes on fetching' do
+    skip '--inject needs root (or CAP_SYS_PTRACE)' unless Process.uid.zero?
+    start_redis
+    worker = start_sidekiq(rbtrace: false)
+    expect(File.read("/proc/#{worker.pid}/maps")).not_to include('rbtrace.so')
+    code = '[Sidekiq::VERSION, $LOADED_FEATURES.grep(%r{/rbtrace/rbtrace\.so}).size]'
+    r = rbtrace('-p', worker.pid, '--inject', '--timeout', '30', '-e', code, timeout: 60)
+    expect(r.stdout).to match(/\A>> #{Regexp.escape(code)}\n=> \["\d+\.\d+\.\d+", 1\]\n\z/), r.stderr
+    expect(r.stderr).to include("*** injected rbtrace into process #{worker.pid}")
+    Timeout.timeout(20) { sleep 0.1 until redis_cli('CLIENT', 'LIST').include?('cmd=brpop') }
   end
 
   it 'every selector of -c sidekiq redis resolves on Sidekiq 6.4.1 and redis-rb 4.8, but the redis-client one' do

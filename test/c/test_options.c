@@ -541,9 +541,40 @@ static void test_duration(void)
     refused(ARGC(convert), convert, "--convert FORMAT [FILE] reads a saved trace");
 }
 
+/* --inject, --inject=DIR, --inject DIR; DIR absolute; not with --exec. */
+static void test_inject(void)
+{
+    char *plain[] = { "rbtrace", "-p", "1", "--inject", "-e", "1" };
+    char *eq[] = { "rbtrace", "-p", "1", "--inject=/opt/rb/lib", "-f" };
+    char *spaced[] = { "rbtrace", "--inject", "/opt/rb/lib", "-p", "1", "-f" };
+    char *relative[] = { "rbtrace", "-p", "1", "--inject=lib", "-f" };
+    char *empty[] = { "rbtrace", "-p", "1", "--inject=", "-f" };
+    char *exec[] = { "rbtrace", "--inject", "-f", "--exec", "ruby", "app.rb" };
+    char *none[] = { "rbtrace", "-p", "1", "-f" };
+    struct options o;
+
+    CHECK(parse(&o, ARGC(plain), plain, NULL) == CLI_OK);
+    CHECK(o.inject == 1 && o.inject_dir == NULL && o.mode == OPTIONS_MODE_EVAL);
+    options_free(&o);
+    CHECK(parse(&o, ARGC(eq), eq, NULL) == CLI_OK);
+    CHECK(o.inject == 1 && o.inject_dir && !strcmp(o.inject_dir, "/opt/rb/lib"));
+    options_free(&o);
+    CHECK(parse(&o, ARGC(spaced), spaced, NULL) == CLI_OK);
+    CHECK(o.inject == 1 && o.inject_dir && !strcmp(o.inject_dir, "/opt/rb/lib") && o.pid == 1);
+    options_free(&o);
+    /* without it: off */
+    CHECK(parse(&o, ARGC(none), none, NULL) == CLI_OK);
+    CHECK(o.inject == 0 && o.inject_dir == NULL);
+    options_free(&o);
+    refused(ARGC(relative), relative, "invalid value 'lib' for --inject");
+    refused(ARGC(empty), empty, "an absolute directory");
+    refused(ARGC(exec), exec, "drop --inject");
+}
+
 int main(void)
 {
     test_defaults();
+    test_inject();
     test_methods();
     test_spellings();
     test_help_version();

@@ -180,10 +180,13 @@ int attach_check_target(struct attach *a)
     }
     switch (procfs_rbtrace_library(a->pid, old, sizeof(old))) {
     case PROCFS_LIB_NONE:
-        return attach_fail(a,
-                           "process %d has not loaded rbtrace: add require 'rbtrace' to the "
-                           "app, or start it with RUBYOPT=-rrbtrace",
-                           pid);
+        return attach_fail(
+            a,
+            "process %d has not loaded rbtrace: load it now with --inject (rbtrace "
+            "-p %d --inject ..., as root or with CAP_SYS_PTRACE: it stops one thread "
+            "for about a millisecond), or add require 'rbtrace' to the app, or "
+            "start it with RUBYOPT=-rrbtrace",
+            pid, pid);
     case PROCFS_LIB_OLD_GEM:
         return attach_old_gem(a, old);
     default: /* ours, or the maps unreadable: the attach will tell */

@@ -437,6 +437,16 @@ static int options_set_timeout(struct options *o, const struct options_spec *spe
     return CLI_OK;
 }
 
+/* --inject [DIR]: DIR, the lib directory of the rbtrace to load. */
+static int options_set_inject(struct options *o, const struct options_spec *spec, const char *value)
+{
+    if (value && value[0] != '/')
+        return options_bad_value(o, spec, value, "an absolute directory (the lib/ of an rbtrace)");
+    o->inject = 1;
+    o->inject_dir = value;
+    return CLI_OK;
+}
+
 /* ---- the reports ---- */
 
 static int options_set_frames(struct options *o, const struct options_spec *spec, const char *value)
@@ -527,6 +537,7 @@ static const struct options_spec options_table[] = {
     { 0, "ps", OPTIONS_VALUE, options_set_ps, 0 },
     { 0, "exec", OPTIONS_REST, NULL, 0 },
     { 0, "wait", OPTIONS_VALUE, options_set_wait, 0 },
+    { 0, "inject", OPTIONS_OPTIONAL, options_set_inject, 0 },
     { 0, "duration", OPTIONS_VALUE, options_set_duration, 0 },
     { 'm', "methods", OPTIONS_LIST, options_add_selector, 0 },
     { 'c', "config", OPTIONS_LIST, options_add_tracer, 0 },
@@ -732,6 +743,10 @@ static int options_check(struct options *o)
                             "name the process");
     if (!o->n_pids && !o->ps_pattern && !o->exec_argv)
         return options_fail(o, "no process given: use -p PID, --ps PATTERN or --exec CMD");
+    if (o->inject && o->exec_argv)
+        return options_fail(o,
+                            "--inject loads rbtrace into a running process; --exec starts one "
+                            "with rbtrace loaded already: drop --inject");
     if (o->mode == OPTIONS_MODE_NONE && !options_watches(o))
         return options_fail(o,
                             "nothing to do: give -m METHODS, -c TRACER, -f, --slow MS, --gc, "

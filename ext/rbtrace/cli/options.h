@@ -55,6 +55,8 @@ struct options {
     const char *ps_pattern;      /* --ps: find the targets by command line */
     char **exec_argv;            /* --exec CMD ARG...: start the target; NULL-ended, in argv */
     double wait_s;               /* --wait: seconds to wait before attaching */
+    int inject;                  /* --inject: load rbtrace into a process without it */
+    const char *inject_dir;      /* --inject=DIR: the rbtrace to load; NULL: ours */
     double duration_s;           /* --duration: seconds to trace from the attach; 0: until ^C */
     int resume;                  /* set by exec.c: the target waits for RESUME */
     enum options_mode mode;      /* set by -m, -c, -f, -e, -i or a report */

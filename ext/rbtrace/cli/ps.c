@@ -62,7 +62,7 @@ static size_t ps_cmdline(pid_t pid, char *out, size_t cap)
 }
 
 /* Matches every process; fills m (up to PS_MAX). Returns the count, or -1. */
-static int ps_scan(const regex_t *re, struct ps_match *m, int *without_rbtrace)
+static int ps_scan(const regex_t *re, struct ps_match *m, int *without_rbtrace, int inject)
 {
     DIR *proc = opendir("/proc");
     struct dirent *d;
@@ -84,6 +84,8 @@ static int ps_scan(const regex_t *re, struct ps_match *m, int *without_rbtrace)
         if (regexec(re, m[n].cmdline, 0, NULL, 0) != 0) continue;
         if (kill((pid_t)pid, 0) != 0) kind = PROCFS_LIB_NONE;
         else kind = procfs_rbtrace_library((pid_t)pid, old, sizeof(old));
+        /* --inject: a process of ours without rbtrace will do (it loads it) */
+        if (inject && kind == PROCFS_LIB_NONE && kill((pid_t)pid, 0) == 0) kind = PROCFS_LIB_OURS;
         if (kind != PROCFS_LIB_OURS && kind != PROCFS_LIB_OLD_GEM) {
             (*without_rbtrace)++;
             continue;
@@ -189,7 +191,7 @@ int ps_choose(struct options *o, FILE *in)
         free(m);
         return CLI_ERR;
     }
-    n = ps_scan(&re, m, &without);
+    n = ps_scan(&re, m, &without, o->inject);
     regfree(&re);
     if (n > 0 && ps_count_old(m, n) == n) {
         fprintf(stderr,
@@ -205,8 +207,9 @@ int ps_choose(struct options *o, FILE *in)
         fprintf(stderr, "rbtrace: --ps: no process matching '%s' has loaded rbtrace",
                 o->ps_pattern);
         if (without)
-            fprintf(stderr, " (%d match%s but did not load it, or are not yours)", without,
-                    without == 1 ? "es" : "");
+            fprintf(stderr,
+                    " (%d match%s but did not load it, or are not yours; --inject loads it)",
+                    without, without == 1 ? "es" : "");
         fprintf(stderr, "\n");
     } else if (n == 1) {
         fprintf(stderr, "*** --ps %s: process %d (%s)\n", o->ps_pattern, (int)m[0].pid,

@@ -27,8 +27,10 @@
 #include <string.h>
 #include <unistd.h>
 #include "attach.h"
+#include "inject.h"
 #include "escape.h"
 #include "format.h"
+#include "inject.h"
 #include "reports.h"
 #include "session.h"
 #include "stream.h"
@@ -794,6 +796,10 @@ static enum cli_exit session_attach(struct session *s, struct rbtrace_command *f
     int rc;
 
     memset(&cmd, 0, sizeof(cmd));
+    if (s->opts->inject &&
+        (rc = inject_rbtrace(s->at.pid, s->opts->inject_dir, s->timeout_ms, s->at.stop,
+                             s->at.errstr, sizeof(s->at.errstr))) != CLI_OK)
+        return session_attach_error(s, rc);
     if ((rc = attach_check_target(&s->at)) != CLI_OK) return session_attach_error(s, rc);
     if ((rc = attach_listen(&s->at)) != CLI_OK) return session_attach_error(s, rc);
     if ((rc = attach_find_queue(&s->at)) != CLI_OK) return session_attach_error(s, rc);
