@@ -19,6 +19,7 @@
 #include "allocwatch.h"
 #include "handoff.h"
 #include "inplace.h"
+#include "profile.h"
 #include "protocol.h"
 #include "selector.h"
 #include "ractors.h"
@@ -104,6 +105,7 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     Init_rbtrace_gcwatch(rbtrace_mRBTrace);
     Init_rbtrace_raisewatch(rbtrace_mRBTrace);
     Init_rbtrace_gvlwatch(rbtrace_mRBTrace);
+    Init_rbtrace_profile(rbtrace_mRBTrace);
     Init_rbtrace_allocwatch(rbtrace_mRBTrace);
     Init_rbtrace_threadnames(rbtrace_mRBTrace);
     Init_rbtrace_ractors(rbtrace_mRBTrace);

@@ -30,6 +30,7 @@ struct format_opts {
     struct render_opts text; /* -t, -n, -r, --raise-all: text's */
     int pid;                 /* the target's (chrome's process) */
     enum options_sort sort;  /* --sort: summary's */
+    int profile;             /* --profile: the samples are kept (samples.h) */
 };
 
 struct format;
@@ -57,13 +58,18 @@ struct format {
     uint64_t received; /* events of the trace received (--stats) ... */
     uint64_t lost;     /* ... and the target's count of those it dropped */
     int finished;      /* finish was called */
-    char errstr[128];  /* why a call failed */
+    enum options_format kind;
+    struct samples *samples; /* --profile's, written at the end; NULL without */
+    char errstr[128];        /* why a call failed */
 };
 
 /* Makes the format named by kind, writing to out. CLI_OK with *f set, or
  * CLI_ERR (out of memory) with *f NULL. */
 int format_open(enum options_format kind, FILE *out, const struct format_opts *opts,
                 struct format **f);
+
+/* --profile's events: kept for the end (samples.h). */
+int format_samples_event(struct format *f, const struct rbtrace_event *ev);
 
 /* Counts the event (--stats) and hands it to the format. Inline: the
  * client's hot path (a CALL or RETURN takes two compares here). */
@@ -82,6 +88,13 @@ static inline int format_event(struct format *f, const struct rbtrace_event *ev)
         break;
     case RBTRACE_EV_LOST:
         f->lost += ev->number;
+        break;
+    case RBTRACE_EV_PROFILE_FRAME:
+    case RBTRACE_EV_PROFILE_SAMPLE:
+    case RBTRACE_EV_PROFILE_MISSED:
+        return format_samples_event(f, ev);
+    case RBTRACE_EV_THREAD_NAME:
+        if (f->samples && format_samples_event(f, ev) != CLI_OK) return CLI_ERR;
         break;
     default:
         break;

@@ -75,6 +75,10 @@ struct options {
                                   traced call's; < 0 when not given */
     int alloc;                  /* --alloc: objects allocated, per call and per site */
     unsigned long alloc_sample; /* --alloc-sample N: one object in N counts, as N */
+    int profile;                /* --profile [wall|cpu]: 0 none, else 1 + the mode
+                                   (enum rbtrace_profile_mode) */
+    unsigned hz;                /* --hz N: samples a second (--profile) */
+    int hz_given;               /* --hz was given */
     int thread_names;           /* --thread-names: each thread's name after its [tN] */
     int devmode;                /* --devmode: -m follows reloaded classes */
     const char *output_path;    /* -o: output file, NULL for stdout */
@@ -112,7 +116,7 @@ void options_free(struct options *o);
  * of memory. The first becomes o->pid. */
 int options_add_pid(struct options *o, pid_t pid);
 
-/* Whether --slow/--slowcpu, --gc, --raise, --gvl or --alloc was given. */
+/* Whether --slow/--slowcpu, --gc, --raise, --gvl, --alloc or --profile was given. */
 int options_watches(const struct options *o);
 
 #endif
