@@ -1,5 +1,8 @@
 require_relative '../spec_helper'
 require_relative 'profile_workload'
+require 'json'
+require 'stringio'
+require 'zlib'
 
 # --profile [wall|cpu]: the target samples every Ruby thread's stack at
 # --hz (100 by default) until ^C or --duration; the client writes a table
@@ -137,9 +140,121 @@ RSpec.describe '--profile' do
     expect(timer).to be_alive
   end
 
+  # speedscope's file format: the parts its schema (file-format-schema.json)
+  # requires, checked by hand (no JSON Schema validator here), and the
+  # samples against the workload's threads.
+  it 'writes speedscope\'s format: the frames once, a sampled profile per thread' do
+    out = File.join(Dir.tmpdir, "rbtrace-profile-#{Process.pid}.speedscope.json")
+    begin
+      profile('--format', 'speedscope', '-o', out, seconds: 2)
+      doc = JSON.parse(File.read(out))
+    ensure
+      FileUtils.rm_f(out)
+    end
+    expect(doc['$schema']).to eq('https://www.speedscope.app/file-format-schema.json')
+    frames = doc.dig('shared', 'frames')
+    expect(frames).to all(include('name' => a_kind_of(String)))
+    expect(frames.map { |f| f['name'] }).to include('Work#heavy', 'Work#light', 'Kernel#sleep')
+    profiles = doc['profiles']
+    expect(profiles.size).to eq(3)
+    profiles.each do |prof|
+      expect(prof).to include('type' => 'sampled', 'unit' => 'milliseconds', 'startValue' => 0)
+      expect(prof['name']).to match(/\AThread t\d+/)
+      expect(prof['samples'].size).to eq(prof['weights'].size)
+      expect(prof['samples'].flatten).to all(be_between(0, frames.size - 1))
+      expect(prof['endValue']).to be_within(0.01).of(prof['weights'].sum)
+      expect(prof['weights'].sum).to be_between(1000, 3000) # 2 s of wall time, in ms
+    end
+    sleeper = profiles.find { |prof| prof['samples'].flatten.map { |i| frames[i]['name'] }.include?('Sleeper#run') }
+    expect(sleeper['samples'].map { |st| frames[st.last]['name'] }.uniq).to eq(['Kernel#sleep'])
+  end
+
+  # profile.proto's wire format, read back by a decoder of its own: fields
+  # as [number, value] (value an Integer or a String of bytes).
+  def protobuf_fields(bytes)
+    io = StringIO.new(bytes)
+    fields = []
+    varint = lambda do
+      v = shift = 0
+      loop do
+        b = io.readbyte
+        v |= (b & 0x7f) << shift
+        shift += 7
+        break if b < 0x80
+      end
+      v
+    end
+    until io.eof?
+      key = varint.call
+      case key & 7
+      when 0 then fields << [key >> 3, varint.call]
+      when 2 then fields << [key >> 3, io.read(varint.call)]
+      else raise "wire type #{key & 7} in a pprof profile"
+      end
+    end
+    fields
+  end
+
+  it 'writes pprof: gzipped profile.proto, samples and cpu nanoseconds, a thread label' do
+    out = File.join(Dir.tmpdir, "rbtrace-profile-#{Process.pid}.pb.gz")
+    begin
+      profile('cpu', '--format', 'pprof', '-o', out, seconds: 4)
+      raw = Zlib::GzipReader.open(out, &:read)
+    ensure
+      FileUtils.rm_f(out)
+    end
+    top = protobuf_fields(raw)
+    strings = top.select { |f, _| f == 6 }.map(&:last)
+    expect(strings.first).to eq('')
+    read_varints = lambda do |s|
+      io = StringIO.new(s)
+      vals = []
+      until io.eof?
+        v = shift = 0
+        loop do
+          b = io.readbyte
+          v |= (b & 0x7f) << shift
+          shift += 7
+          break if b < 0x80
+        end
+        vals << v
+      end
+      vals
+    end
+    types = top.select { |f, _| f == 1 }.map { |_, m| protobuf_fields(m).to_h.values_at(1, 2).map { |i| strings[i] } }
+    expect(types).to eq([%w[samples count], %w[cpu nanoseconds]])
+    functions = top.select { |f, _| f == 5 }.to_h do |_, m|
+      h = protobuf_fields(m).to_h
+      [h[1], strings[h[2]]]
+    end
+    locations = top.select { |f, _| f == 4 }.to_h do |_, m|
+      h = protobuf_fields(m)
+      line = protobuf_fields(h.find { |f, _| f == 4 }.last).to_h
+      [h.find { |f, _| f == 1 }.last, functions.fetch(line[1])]
+    end
+    self_ns = Hash.new(0)
+    threads = Hash.new(0)
+    period = top.find { |f, _| f == 12 }.last
+    expect(period).to eq(10_000_000) # 100 Hz
+    top.select { |f, _| f == 2 }.each do |_, m|
+      sample = protobuf_fields(m)
+      locs = read_varints.call(sample.find { |f, _| f == 1 }.last)
+      count, ns = read_varints.call(sample.find { |f, _| f == 2 }.last)
+      expect(ns).to eq(count * period)
+      label = protobuf_fields(sample.find { |f, _| f == 3 }.last).to_h
+      expect(strings[label[1]]).to eq('thread')
+      threads[strings[label[2]]] += count
+      self_ns[locations.fetch(locs.first)] += ns
+      expect(locs.map { |l| locations.fetch(l) }).to include('Work#heavy').or include('Work#light').or include('Spinner#run')
+    end
+    expect(threads.keys).to all(match(/\At\d+/))
+    expect(threads.size).to eq(2) # cpu mode: the sleeper never ran a tick's worth
+    expect(self_ns['Work#spin']).to be >= self_ns.values.sum * 0.95
+  end
+
   it 'refuses a bad mode or rate (exit 2), and --hz without --profile' do
     [%w[--profile wal], %w[--profile --hz 0], %w[--profile --hz 20000], %w[--hz 100 -m Foo#bar],
-     %w[--profile --format json]].each do |args|
+     %w[--profile --format json], %w[--format pprof -m Foo#bar], %w[--format speedscope -f]].each do |args|
       r = rbtrace('-p', Process.pid, *args)
       expect(r.exitstatus).to eq(2), "#{args.join(' ')}: #{r.stderr}"
       expect(r.stderr).to match(/--profile|--hz/)

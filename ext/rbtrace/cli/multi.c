@@ -384,7 +384,7 @@ static int multi_summary(const struct options *o, struct multi_child *kids, size
 {
     /* --alloc: the alloc column and the sites, as one process's table has */
     struct format_opts fopts = {
-        { 0, 0, 0, 0, 0, 0, o->alloc, o->alloc_sample, 0 }, 0, o->sort, 0
+        { 0, 0, 0, 0, 0, 0, o->alloc, o->alloc_sample, 0 }, 0, o->sort, 0, 0, 0
     };
     struct format *all = NULL;
     char *text = NULL;

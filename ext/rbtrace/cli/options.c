@@ -368,21 +368,22 @@ static int options_set_output(struct options *o, const struct options_spec *spec
 const char *const options_format_names[] = {
     [OPTIONS_FORMAT_TEXT] = "text",         [OPTIONS_FORMAT_JSON] = "json",
     [OPTIONS_FORMAT_CHROME] = "chrome",     [OPTIONS_FORMAT_FOLDED] = "folded",
-    [OPTIONS_FORMAT_SUMMARY] = "--summary",
+    [OPTIONS_FORMAT_SUMMARY] = "--summary", [OPTIONS_FORMAT_SPEEDSCOPE] = "speedscope",
+    [OPTIONS_FORMAT_PPROF] = "pprof",
 };
 
 static int options_set_format(struct options *o, const struct options_spec *spec, const char *value)
 {
     size_t i;
 
-    for (i = 0; i <= OPTIONS_FORMAT_FOLDED; i++) { /* not summary: it is --summary */
-        if (!strcmp(value, options_format_names[i])) {
+    for (i = 0; i <= OPTIONS_FORMAT_PPROF; i++) { /* not summary: it is --summary */
+        if (i != OPTIONS_FORMAT_SUMMARY && !strcmp(value, options_format_names[i])) {
             o->format = (enum options_format)i;
             o->format_given = 1;
             return CLI_OK;
         }
     }
-    return options_bad_value(o, spec, value, "text, json, chrome or folded");
+    return options_bad_value(o, spec, value, "text, json, chrome, folded, speedscope or pprof");
 }
 
 /* --convert FORMAT: json, chrome, folded or summary (--summary's table). */
@@ -797,10 +798,14 @@ static int options_check(struct options *o)
         return options_fail(o, "--hz sets --profile's rate: add --profile");
     if (o->profile && o->n_pids > 1)
         return options_fail(o, "--profile profiles one process: give one -p PID");
+    if (!o->profile &&
+        (o->format == OPTIONS_FORMAT_SPEEDSCOPE || o->format == OPTIONS_FORMAT_PPROF))
+        return options_fail(o, "--format %s writes --profile's samples: add --profile",
+                            options_format_names[o->format]);
     if (o->profile && (o->format == OPTIONS_FORMAT_JSON || o->format == OPTIONS_FORMAT_CHROME))
         return options_fail(o,
                             "--profile writes its samples as text (a table of methods), "
-                            "--summary or --format folded, not --format %s",
+                            "--summary or --format folded, speedscope or pprof, not --format %s",
                             options_format_names[o->format]);
     return options_check_format(o);
 }

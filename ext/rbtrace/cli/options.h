@@ -30,11 +30,13 @@ enum options_mode {
 
 /* --format: how a trace is written (format.h). */
 enum options_format {
-    OPTIONS_FORMAT_TEXT = 0, /* the original rbtrace's lines (the default) */
-    OPTIONS_FORMAT_JSON,     /* JSON Lines */
-    OPTIONS_FORMAT_CHROME,   /* the Chrome trace event format */
-    OPTIONS_FORMAT_FOLDED,   /* collapsed stacks, at the end */
-    OPTIONS_FORMAT_SUMMARY   /* --summary: a table per method, at the end */
+    OPTIONS_FORMAT_TEXT = 0,   /* the original rbtrace's lines (the default) */
+    OPTIONS_FORMAT_JSON,       /* JSON Lines */
+    OPTIONS_FORMAT_CHROME,     /* the Chrome trace event format */
+    OPTIONS_FORMAT_FOLDED,     /* collapsed stacks, at the end */
+    OPTIONS_FORMAT_SUMMARY,    /* --summary: a table per method, at the end */
+    OPTIONS_FORMAT_SPEEDSCOPE, /* --profile's samples, speedscope's format */
+    OPTIONS_FORMAT_PPROF       /* --profile's samples, gzipped profile.proto */
 };
 
 /* --sort: the order of --summary's rows. */

@@ -716,7 +716,9 @@ static int session_init(struct session *s, const struct options *opts)
                                    opts->alloc_sample, opts->thread_names },
                                  (int)opts->pid,
                                  opts->sort,
-                                 opts->profile != 0 };
+                                 opts->profile != 0,
+                                 opts->hz,
+                                 opts->profile ? opts->profile - 1 : 0 };
 
     memset(s, 0, sizeof(*s));
     s->opts = opts;

@@ -31,6 +31,12 @@ int format_open(enum options_format kind, FILE *out, const struct format_opts *o
     case OPTIONS_FORMAT_SUMMARY:
         f = format_summary_new(out, opts);
         break;
+    case OPTIONS_FORMAT_SPEEDSCOPE:
+        f = format_speedscope_new(out, opts);
+        break;
+    case OPTIONS_FORMAT_PPROF:
+        f = format_pprof_new(out, opts);
+        break;
     }
     if (f) f->kind = kind;
     if (f && opts->profile && !(f->samples = samples_new())) {

@@ -17,42 +17,6 @@
 #include "escape.h"
 #include "samples.h"
 
-struct samples_frame {
-    char *name; /* escaped as text is; ';' as ',' (folded's separator) */
-    size_t len;
-    uint64_t self, total; /* samples (weights) */
-    uint64_t stamp;       /* the sample that last counted it in total */
-};
-
-struct samples_thread {
-    uint64_t id;                            /* the target's thread id */
-    char *name;                             /* THREAD_NAME's, or NULL */
-    uint64_t states[RBTRACE_STATE_MAX + 1]; /* samples by state */
-    uint32_t root;                          /* its node */
-    uint32_t last_n;                        /* its last stack, for an empty list */
-    uint64_t last[RBTRACE_PROFILE_FRAMES_MAX];
-};
-
-struct samples_node {
-    uint32_t parent; /* 0: a thread's root */
-    uint64_t frame;  /* a frame id; a root's: its thread's index */
-    uint64_t weight; /* samples whose innermost frame this is */
-};
-
-struct samples {
-    struct samples_frame *frames; /* by id; 0 unused */
-    size_t n_frames;
-    struct samples_thread *threads;
-    size_t n_threads;
-    struct samples_node *nodes; /* 0 unused */
-    size_t n_nodes, nodes_cap;
-    uint32_t *index; /* (parent, frame) -> node; 0: free */
-    size_t index_cap;
-    uint64_t total, missed, stamp;
-    uint32_t *path;
-    size_t path_cap;
-};
-
 struct samples *samples_new(void)
 {
     struct samples *s = calloc(1, sizeof(*s));
@@ -66,8 +30,15 @@ void samples_free(struct samples *s)
     size_t i;
 
     if (!s) return;
-    for (i = 0; i < s->n_frames; i++) free(s->frames[i].name);
-    for (i = 0; i < s->n_threads; i++) free(s->threads[i].name);
+    for (i = 0; i < s->n_frames; i++) {
+        free(s->frames[i].name);
+        free(s->frames[i].raw);
+        free(s->frames[i].path);
+    }
+    for (i = 0; i < s->n_threads; i++) {
+        free(s->threads[i].name);
+        free(s->threads[i].runs);
+    }
     free(s->frames);
     free(s->threads);
     free(s->nodes);
@@ -189,6 +160,16 @@ static int samples_frame(struct samples *s, const struct rbtrace_event *ev, char
     free(s->frames[id].name);
     s->frames[id].name = name;
     s->frames[id].len = n;
+    free(s->frames[id].raw);
+    free(s->frames[id].path);
+    s->frames[id].raw = malloc(ev->text.len + 1);
+    s->frames[id].path = malloc(ev->text2.len + 1);
+    if (!s->frames[id].raw || !s->frames[id].path) return samples_oom(err);
+    memcpy(s->frames[id].raw, ev->text.ptr, ev->text.len);
+    memcpy(s->frames[id].path, ev->text2.ptr, ev->text2.len);
+    s->frames[id].raw_len = ev->text.len;
+    s->frames[id].path_len = ev->text2.len;
+    s->frames[id].line = ev->line;
     return CLI_OK;
 }
 
@@ -221,6 +202,20 @@ static int samples_sample(struct samples *s, const struct rbtrace_event *ev, cha
     }
     s->nodes[node].weight += ev->count;
     if (n && ids[0] < s->n_frames) s->frames[ids[0]].self += ev->count;
+    if (t->n_runs && t->runs[t->n_runs - 1].node == node) {
+        t->runs[t->n_runs - 1].weight += ev->count;
+        return CLI_OK;
+    }
+    if (t->n_runs == t->runs_cap) {
+        size_t cap = t->runs_cap ? t->runs_cap * 2 : 64;
+        struct samples_run *runs = realloc(t->runs, cap * sizeof(*runs));
+
+        if (!runs) return samples_oom(err);
+        t->runs = runs;
+        t->runs_cap = cap;
+    }
+    t->runs[t->n_runs].node = node;
+    t->runs[t->n_runs++].weight = ev->count;
     return CLI_OK;
 }
 
@@ -276,26 +271,32 @@ static void samples_put_thread(const struct samples *s, size_t ti, FILE *out)
     }
 }
 
+int samples_path(struct samples *s, uint32_t node, size_t *n_out)
+{
+    size_t n = 0;
+
+    for (; node; node = s->nodes[node].parent) {
+        if (n == s->path_cap) {
+            size_t cap = s->path_cap ? s->path_cap * 2 : 64;
+            uint32_t *path = realloc(s->path, cap * sizeof(*path));
+
+            if (!path) return CLI_ERR;
+            s->path = path;
+            s->path_cap = cap;
+        }
+        s->path[n++] = node;
+    }
+    *n_out = n;
+    return CLI_OK;
+}
+
 int samples_write_folded(struct samples *s, FILE *out)
 {
     size_t i, n;
 
     for (i = 1; i < s->n_nodes; i++) {
-        uint32_t node;
-
         if (!s->nodes[i].weight) continue;
-        n = 0;
-        for (node = (uint32_t)i; node; node = s->nodes[node].parent) {
-            if (n == s->path_cap) {
-                size_t cap = s->path_cap ? s->path_cap * 2 : 64;
-                uint32_t *path = realloc(s->path, cap * sizeof(*path));
-
-                if (!path) return CLI_ERR;
-                s->path = path;
-                s->path_cap = cap;
-            }
-            s->path[n++] = node;
-        }
+        if (samples_path(s, (uint32_t)i, &n) != CLI_OK) return CLI_ERR;
         while (n--) {
             const struct samples_node *sn = &s->nodes[s->path[n]];
 

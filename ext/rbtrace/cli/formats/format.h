@@ -12,6 +12,8 @@
  *   folded  format_folded.c, collapsed stacks weighted by self time,
  *           written when the trace ends
  *   summary format_summary.c (--summary), a table per method at the end
+ *   speedscope format_speedscope.c, --profile's samples in speedscope's format
+ *   pprof   format_pprof.c, --profile's samples as a gzipped profile.proto
  *
  * docs/usage.md ("Output formats") says what each writes, field by field.
  * A new one (a per-method summary) is a file with a struct format_ops, a
@@ -31,6 +33,8 @@ struct format_opts {
     int pid;                 /* the target's (chrome's process) */
     enum options_sort sort;  /* --sort: summary's */
     int profile;             /* --profile: the samples are kept (samples.h) */
+    unsigned hz;             /* --profile's --hz (speedscope's and pprof's times) */
+    int profile_mode;        /* enum rbtrace_profile_mode */
 };
 
 struct format;
@@ -129,6 +133,8 @@ struct format *format_json_new(FILE *out, const struct format_opts *opts);
 struct format *format_chrome_new(FILE *out, const struct format_opts *opts);
 struct format *format_folded_new(FILE *out, const struct format_opts *opts);
 struct format *format_summary_new(FILE *out, const struct format_opts *opts);
+struct format *format_speedscope_new(FILE *out, const struct format_opts *opts);
+struct format *format_pprof_new(FILE *out, const struct format_opts *opts);
 /* --summary with several processes (format_summary.c): a session's rows
  * dumped whole (histograms too) to out, and a dump merged into f, made by
  * format_summary_new, which then prints the table of all processes.
