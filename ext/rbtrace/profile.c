@@ -79,6 +79,10 @@ struct prof_thread {
     uint64_t self;            /* its thread pointer, known once it ran the handler or
                                   the BEGIN hook (0: not yet) */
     volatile int waiting_gvl; /* 3.2+: READY seen, RESUMED not yet */
+    volatile int holds_gvl;   /* 3.2+: RESUMED seen, SUSPENDED not yet */
+    volatile int known;       /* 3.2+: the hook has seen an event of it */
+    volatile int ran;         /* 3.2+: RESUMED since its last sample */
+    volatile int sampled;     /* the handler has taken a sample of it */
     volatile int pending;     /* signalled, the handler not yet run */
     volatile int on_cpu;      /* the kernel's word at the tick: running (R) */
     int stat_fd;              /* the sampler's: /proc/self/task/TID/stat, or -1 */
@@ -202,6 +206,7 @@ static void prof_sample(struct prof_thread *t, uint32_t slot)
     uint32_t len;
 
     if (!t->self) t->self = prof_self();
+    t->ran = 0;
     n = rb_profile_frames(0, RBTRACE_PROFILE_FRAMES_MAX, frames, lines);
     if (n < 0) n = 0;
     len = (uint32_t)(sizeof(*r) + (size_t)n * sizeof(VALUE));
@@ -218,6 +223,30 @@ static void prof_sample(struct prof_thread *t, uint32_t slot)
     r->thread = t->self;
     r->time_ns = prof_now_ns();
     memcpy(r->frames, frames, (size_t)n * sizeof(VALUE));
+    __atomic_fetch_add(&prof.samples, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
+    t->sampled = 1;
+}
+
+/* The sampler's sample of a thread that has not held the GVL since its
+ * last one (3.2+): its Ruby frames cannot have changed, so it is not
+ * signalled (a sleeping thread is not woken); the sample says "the same
+ * stack" (no frames). */
+static void prof_sample_same(struct prof_thread *t, uint32_t slot, uint32_t weight)
+{
+    struct prof_record *r = prof_claim((uint32_t)sizeof(*r));
+
+    if (!r) {
+        __atomic_fetch_add(&prof.missed, weight, __ATOMIC_RELAXED);
+        return;
+    }
+    r->len = (uint32_t)sizeof(*r);
+    r->slot = slot;
+    r->state = t->waiting_gvl ? RBTRACE_STATE_GVL : RBTRACE_STATE_BLOCKED;
+    r->weight = weight;
+    r->n = 0;
+    r->thread = t->self;
+    r->time_ns = prof_now_ns();
     __atomic_fetch_add(&prof.samples, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
 }
@@ -338,8 +367,16 @@ static void prof_tick(uint64_t period_ns, uint32_t ticks)
             __atomic_fetch_add(&prof.missed, weight, __ATOMIC_RELAXED);
             continue;
         }
+        if (prof.mode == RBTRACE_PROFILE_WALL && t->known && t->sampled && t->self &&
+            !t->holds_gvl && !t->ran) {
+            prof_sample_same(t, i, weight);
+            continue;
+        }
         t->weight = weight;
-        t->on_cpu = prof.mode == RBTRACE_PROFILE_CPU || prof_on_cpu(t, tid);
+        /* The state: the GVL's, where the hook has seen the thread, else
+         * the kernel's. */
+        t->on_cpu = prof.mode == RBTRACE_PROFILE_CPU ||
+            (t->known ? t->holds_gvl : prof_on_cpu(t, tid));
         __atomic_store_n(&t->pending, 1, __ATOMIC_RELEASE);
         prof_signal(tid, i);
     }
@@ -403,6 +440,7 @@ static int prof_thread_add(VALUE thread, pid_t tid, uint64_t self)
         t->thread = thread;
         t->self = self;
         t->on_cpu = 1;
+        t->holds_gvl = t->known = t->ran = t->sampled = 0;
         t->waiting_gvl = 0;
         t->pending = 0;
         t->cpu_ns = 0;
@@ -491,7 +529,18 @@ static void prof_gvl_hook_i(rb_event_flag_t event, const rb_internal_thread_even
     struct prof_thread *t = prof_event_thread(data);
 
     (void)unused;
-    if (t) t->waiting_gvl = (event & RUBY_INTERNAL_THREAD_EVENT_READY) != 0;
+    if (!t) return;
+    if (event & RUBY_INTERNAL_THREAD_EVENT_READY) {
+        t->waiting_gvl = 1;
+    } else if (event & RUBY_INTERNAL_THREAD_EVENT_RESUMED) {
+        t->waiting_gvl = 0;
+        t->holds_gvl = 1;
+        t->ran = 1;
+    } else {
+        t->waiting_gvl = 0;
+        t->holds_gvl = 0;
+    }
+    t->known = 1;
 }
 #endif
 
@@ -569,6 +618,11 @@ static void prof_send(const struct prof_record *r)
     uint64_t at = r->time_ns > rbtrace.clock_origin_ns ? r->time_ns - rbtrace.clock_origin_ns : 0;
     uint32_t i, n = r->n;
 
+    if (n == 0 && t->last_thread != r->thread) {
+        /* "the same stack" of a thread whose last was not sent */
+        __atomic_fetch_add(&prof.missed, r->weight, __ATOMIC_RELAXED);
+        return;
+    }
     for (i = 0; i < n; i++)
         if ((ids[i] = prof_frame_id(r->frames[i])) == 0) {
             __atomic_fetch_add(&prof.missed, r->weight, __ATOMIC_RELAXED);
