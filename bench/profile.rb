@@ -11,23 +11,26 @@
 # moods fall on every mode alike:
 #
 #   untraced            nothing samples
+#   rbtrace --gc        attached, sampling nothing: any session's floor
 #   rbtrace N Hz        rbtrace -p PID --profile --hz N (wall: every thread)
 #   stackprof N Hz      StackProf.start(mode: :wall, interval: 1e6/N µs) in
 #                       the app (one thread: the one that started it)
 #   vernier N Hz        Vernier.start_profile(interval: 1e6/N µs) in the
 #                       app (every thread; Ruby 3.2.1+)
 #
-# The figure is a round's CPU time of the whole process (its threads and
-# the profiler's: the sampler, the helper thread, stackprof's handler,
-# vernier's thread); the ratio is the mode's median over untraced's (1.010:
-# 1 % more CPU for the same work). Wall time is shown beside it.
+# A round lasts BENCH_SECONDS of wall time; its figure is the work the two
+# busy threads did (loop iterations: Work#heavy + Work#light on the main
+# thread, Spinner's spins) per CPU second of the whole process (its threads
+# and the profiler's: the sampler, the helper thread, stackprof's handler,
+# vernier's thread), so that a loaded machine, which gives the app less
+# CPU, moves it little. The cost is untraced's median over the mode's,
+# less 1 (+1.0 %: 1 % more CPU for the same work).
 #
 #   bundle exec rake compile && ruby bench/profile.rb
 #
 # stackprof and vernier are installed by Bundler from bench/profilers/Gemfile
 # into tmp/profilers-RUBY_VERSION the first time (RubyGems). BENCH_RUNS:
-# rounds per mode (default 5); BENCH_WORK: Work#heavy + Work#light cycles
-# per round (default 400).
+# rounds per mode (default 5); BENCH_SECONDS: a round's length (default 2).
 require 'fileutils'
 require 'open3'
 require 'rbconfig'
@@ -36,7 +39,7 @@ require_relative 'support'
 require_relative '../spec/e2e/profile_workload'
 include BenchSupport # rubocop:disable Style/MixinUsage
 RUNS = Integer(ENV.fetch('BENCH_RUNS', '5'))
-WORK = Integer(ENV.fetch('BENCH_WORK', '400'))
+SECONDS = Float(ENV.fetch('BENCH_SECONDS', '2'))
 RATES = [100, 1000].freeze
 VERNIER = Gem::Version.new(RUBY_VERSION) >= Gem::Version.new('3.2.1')
 
@@ -72,8 +75,8 @@ APP = <<~RUBY
   end
   Thread.new { Sleeper.new.run }
   Thread.new { Spinner.new.run }
-  # A round: "PEER HZ" (PEER none, stackprof or vernier); WORK cycles of the
-  # main thread, the spinner's spins counted; answers "cpu wall spins".
+  # A round: "PEER HZ" (PEER none, stackprof or vernier) for SECONDS;
+  # answers "iterations cpu_seconds".
   work = Work.new
   puts 'ready'
   $stdout.flush
@@ -87,12 +90,13 @@ APP = <<~RUBY
     spins = $spins
     cpu0 = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
     wall0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    #{WORK}.times do
+    cycles = 0
+    until Process.clock_gettime(Process::CLOCK_MONOTONIC) - wall0 >= #{SECONDS}
       work.heavy
       work.light
+      cycles += 1
     end
     cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - cpu0
-    wall = Process.clock_gettime(Process::CLOCK_MONOTONIC) - wall0
     spun = $spins - spins
     case peer
     when 'stackprof'
@@ -100,12 +104,15 @@ APP = <<~RUBY
       StackProf.results
     when 'vernier' then Vernier.stop_profile
     end
-    puts "\#{cpu} \#{wall} \#{spun}"
+    puts "\#{cycles * 40_000 + spun * 5_000} \#{cpu}"
     $stdout.flush
   end
 RUBY
 
-MODES = [['untraced', 'none', nil]] + RATES.flat_map do |hz|
+# 'rbtrace --gc': attached, tracing (next to) nothing: the floor of any
+# session (the writer thread's polls, a millisecond apart), which --profile
+# pays too.
+MODES = [['untraced', 'none', nil], ['rbtrace --gc', 'none', ['--gc']]] + RATES.flat_map do |hz|
   [["rbtrace #{hz} Hz", 'none', ['--profile', '--hz', hz.to_s]],
    ["stackprof #{hz} Hz", 'stackprof', nil],
    (["vernier #{hz} Hz", 'vernier', nil] if VERNIER)].compact
@@ -122,7 +129,8 @@ begin
   round = lambda do |peer, hz, args|
     with_client(wait.pid, args) do
       app_in.puts("#{peer} #{hz}")
-      app_out.gets.split.map(&:to_f)
+      iterations, cpu = app_out.gets.split.map(&:to_f)
+      iterations / cpu / 1e6 # million iterations a CPU second
     end
   end
   round.call('none', 100, nil) # warm-up
@@ -134,14 +142,11 @@ ensure
   kill_and_reap(wait.pid)
 end
 
-base_cpu = median(results['untraced'].map(&:first))
-base_wall = median(results['untraced'].map { |r| r[1] })
-puts "bench/profile.rb: Ruby #{RUBY_VERSION}, #{RUNS} rounds a mode, #{WORK} cycles a round " \
-     "(#{`nproc`.strip} CPUs), medians"
-puts format('%-20s %9s %7s %9s %7s  %s', 'mode', 'cpu s', 'ratio', 'wall s', 'ratio', 'cpu ratio of each round')
+base = median(results['untraced'])
+puts "bench/profile.rb: Ruby #{RUBY_VERSION}, #{RUNS} rounds a mode of #{SECONDS} s (#{`nproc`.strip} CPUs); " \
+     'M it/cpu s: million loop iterations a CPU second of the process (median)'
+puts format('%-20s %12s %8s  %s', 'mode', 'M it/cpu s', 'cost', "each round's cost")
 MODES.each do |name, _, _|
-  cpu = median(results[name].map(&:first))
-  wall = median(results[name].map { |r| r[1] })
-  each = results[name].map { |r| format('%.3f', r[0] / base_cpu) }.join(' ')
-  puts format('%-20s %9.3f %7.3f %9.3f %7.3f  %s', name, cpu, cpu / base_cpu, wall, wall / base_wall, each)
+  each = results[name].map { |r| format('%+.1f%%', ((base / r) - 1) * 100) }.join(' ')
+  puts format('%-20s %12.2f %+7.1f%%  %s', name, median(results[name]), ((base / median(results[name])) - 1) * 100, each)
 end

@@ -268,7 +268,11 @@ static void prof_handler(int sig, siginfo_t *si, void *uc)
     slot = (uint32_t)si->si_value.sival_int;
     if (slot >= PROF_THREADS) goto out;
     t = &prof.threads[slot];
-    if (__atomic_load_n(&t->tid, __ATOMIC_ACQUIRE) != (pid_t)syscall(SYS_gettid)) goto out;
+    /* This thread's slot? Its thread pointer once known (one instruction),
+     * its tid the first time (a system call). */
+    if (t->self ? t->self != prof_self() || !__atomic_load_n(&t->tid, __ATOMIC_ACQUIRE)
+                : __atomic_load_n(&t->tid, __ATOMIC_ACQUIRE) != (pid_t)syscall(SYS_gettid))
+        goto out;
     prof_sample(t, slot);
     __atomic_store_n(&t->pending, 0, __ATOMIC_RELEASE);
 out:
