@@ -70,6 +70,9 @@
 #define PROF_BUF_SIZE (4u << 20)
 /* How often the helper thread drains the buffer. */
 #define PROF_DRAIN_NS 100000000L
+/* Wall mode without the thread hooks: a thread that used less CPU than
+ * this since its last sample has not run Ruby code (prof_wall_same). */
+#define PROF_STILL_NS 50000
 /* Frame ids table: slots, a power of two, grown when half full. */
 #define PROF_FRAME_SLOTS 4096
 
@@ -87,8 +90,10 @@ struct prof_thread {
     volatile int on_cpu;      /* the kernel's word at the tick: running (R) */
     int stat_fd;              /* the sampler's: /proc/self/task/TID/stat, or -1 */
     pid_t stat_tid;           /* ... of this tid */
-    uint32_t weight;          /* ticks the pending signal stands for */
-    uint64_t cpu_ns;          /* cpu mode: its CPU clock at the last sample */
+    uint32_t weight;          /* ticks the pending signal stands for (atomic: the sampler adds,
+                                  the handler takes) */
+    uint64_t cpu_ns;          /* its CPU clock: cpu mode, the sampler's at its last sample;
+                                  wall mode, the handler's as it sampled */
     /* the drain's: the last stack sent for this slot, to send "the same" */
     uint64_t last_thread;
     uint32_t last_n;
@@ -203,8 +208,9 @@ static void prof_sample(struct prof_thread *t, uint32_t slot)
     int lines[RBTRACE_PROFILE_FRAMES_MAX];
     struct prof_record *r;
     int n;
-    uint32_t len;
+    uint32_t len, weight = __atomic_exchange_n(&t->weight, 0, __ATOMIC_ACQ_REL);
 
+    if (!weight) weight = 1;
     if (!t->self) t->self = prof_self();
     t->ran = 0;
     n = rb_profile_frames(0, RBTRACE_PROFILE_FRAMES_MAX, frames, lines);
@@ -212,19 +218,26 @@ static void prof_sample(struct prof_thread *t, uint32_t slot)
     len = (uint32_t)(sizeof(*r) + (size_t)n * sizeof(VALUE));
     len = (len + 7) & ~7u;
     if ((r = prof_claim(len)) == NULL) {
-        __atomic_fetch_add(&prof.missed, t->weight ? t->weight : 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&prof.missed, weight, __ATOMIC_RELAXED);
         return;
     }
     r->len = len;
     r->slot = slot;
     r->state = prof.mode == RBTRACE_PROFILE_CPU ? RBTRACE_STATE_RUNNING : prof_state(t);
-    r->weight = t->weight ? t->weight : 1;
+    r->weight = weight;
     r->n = (uint32_t)n;
     r->thread = t->self;
     r->time_ns = prof_now_ns();
     memcpy(r->frames, frames, (size_t)n * sizeof(VALUE));
     __atomic_fetch_add(&prof.samples, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
+    if (prof.mode == RBTRACE_PROFILE_WALL) {
+        struct timespec ts;
+
+        /* Where its CPU clock stands now (prof_wall_same). */
+        if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0)
+            t->cpu_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    }
     t->sampled = 1;
 }
 
@@ -346,6 +359,23 @@ static void prof_signal(pid_t tid, uint32_t slot)
     (void)syscall(SYS_rt_tgsigqueueinfo, prof.pid, tid, prof.signo, &info);
 }
 
+/* Wall mode: whether the thread cannot have moved its Ruby frames since
+ * its last sample, so needs no signal (a sleeping thread is not woken).
+ * 3.2+, once the hook has seen it: it has not held the GVL since. Else
+ * (3.1, or not seen yet): its CPU clock has not moved since it was last
+ * signalled (a thread waiting for the GVL or blocked uses none). */
+static int prof_wall_same(struct prof_thread *t, pid_t tid)
+{
+    int ok;
+    uint64_t cpu;
+
+    if (t->known && t->sampled && t->self) return !t->holds_gvl && !t->ran;
+    cpu = prof_thread_cpu_ns(tid, &ok);
+    /* The handler's return and the thread's way back to its wait use some
+     * microseconds after the handler read its clock. */
+    return ok && t->sampled && t->self && cpu - t->cpu_ns < PROF_STILL_NS;
+}
+
 static void prof_tick(uint64_t period_ns, uint32_t ticks)
 {
     uint32_t i, high = __atomic_load_n(&prof.high, __ATOMIC_ACQUIRE);
@@ -367,16 +397,17 @@ static void prof_tick(uint64_t period_ns, uint32_t ticks)
             t->cpu_ns += (uint64_t)weight * period_ns;
         }
         if (__atomic_load_n(&t->pending, __ATOMIC_ACQUIRE)) {
-            /* The thread has not taken the last tick yet. */
-            __atomic_fetch_add(&prof.missed, weight, __ATOMIC_RELAXED);
+            /* The thread has not taken the last tick yet (a loaded machine
+             * has not run it): its sample, when it comes, stands for this
+             * tick too, as for a sampler that woke late. */
+            __atomic_fetch_add(&t->weight, weight, __ATOMIC_ACQ_REL);
             continue;
         }
-        if (prof.mode == RBTRACE_PROFILE_WALL && t->known && t->sampled && t->self &&
-            !t->holds_gvl && !t->ran) {
+        if (prof.mode == RBTRACE_PROFILE_WALL && prof_wall_same(t, tid)) {
             prof_sample_same(t, i, weight);
             continue;
         }
-        t->weight = weight;
+        __atomic_fetch_add(&t->weight, weight, __ATOMIC_ACQ_REL);
         /* The state: the GVL's, where the hook has seen the thread, else
          * the kernel's. */
         t->on_cpu = prof.mode == RBTRACE_PROFILE_CPU ||

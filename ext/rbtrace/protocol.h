@@ -282,8 +282,10 @@ enum rbtrace_event_type {
      * weight ticks (cpu mode: the CPU time of weight ticks). An empty list
      * is the same stack as the thread's sample before. */
     RBTRACE_EV_PROFILE_SAMPLE = 24,
-    /* [25, count(uint)]: samples missed (the sample buffer full, a thread
-     * that had not taken the tick before, or the sampler late) */
+    /* [25, count(uint)]: samples missed (the target's sample buffer full,
+     * a frame it could not name, the ring full). A thread that takes a
+     * tick late, or a sampler that wakes late, is no miss: the next sample
+     * has the weight of the ticks it stands for. */
     RBTRACE_EV_PROFILE_MISSED = 25
 };
 

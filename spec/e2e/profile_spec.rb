@@ -85,7 +85,7 @@ RSpec.describe '--profile' do
   # until 600 samples of the two came.
   it 'gives Work#heavy three times Work#light\'s samples in cpu mode (within 5 points), and the sleeper none' do
     heavy = light = sleeper = all = runs = 0
-    while heavy + light < 600 && runs < 10
+    while heavy + light < 600 && runs < 20
       stacks = folded(profile('cpu', '--format', 'folded', seconds: 5).stdout)
       heavy += weight_of(stacks, 'Work#heavy')
       light += weight_of(stacks, 'Work#light')
