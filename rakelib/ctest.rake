@@ -9,7 +9,7 @@ module CTest
   CFLAGS = %w[-std=gnu99 -g -O1 -Wall -Wextra -Werror
               -fsanitize=address,undefined -fno-omit-frame-pointer
               -fno-sanitize-recover=undefined].freeze
-  INCLUDES = ["-I#{Build::EXT}", "-I#{Build::EXT}/cli", "-I#{Build::ROOT}/test/c"].freeze
+  INCLUDES = ["-I#{Build::EXT}", "-I#{Build::EXT}/cli", "-I#{Build::EXT}/cli/formats", "-I#{Build::ROOT}/test/c"].freeze
   ENV_VARS = { 'UBSAN_OPTIONS' => 'print_stacktrace=1:halt_on_error=1' }.freeze
   # Each test and the client sources it links besides ext/rbtrace/codec.c.
   TESTS = {
@@ -24,9 +24,9 @@ module CTest
     'test_procfs' => %w[cli/procfs.c],
     'test_unfinished' => %w[cli/unfinished.c],
     'test_convert' => %w[cli/convert.c cli/id_index.c],
-    'test_formats' => %w[cli/stream.c cli/format.c cli/format_text.c cli/format_json.c cli/format_chrome.c
-                         cli/format_folded.c cli/format_summary.c cli/calls.c cli/id_index.c cli/json.c cli/render.c
-                         cli/alloc_report.c cli/escape.c]
+    'test_formats' => %w[cli/stream.c cli/calls.c cli/id_index.c cli/json.c cli/render.c
+                         cli/alloc_report.c cli/escape.c] +
+                      Dir["#{Build::EXT}/cli/formats/*.c"].sort.map { |f| f.delete_prefix("#{Build::EXT}/") }
   }.freeze
 
   # Compiles sources (with the sanitizers) into bin, linked with msgpack-c.
@@ -46,14 +46,15 @@ namespace :test do
       bin = File.join(CTest::OUT, name)
       sources = ["#{Build::ROOT}/test/c/#{name}.c", "#{Build::EXT}/codec.c"] +
                 srcs.map { |s| File.join(Build::EXT, s) }
-      CTest.build(bin, sources, libs: ['-lpthread'])
+      CTest.build(bin, sources, libs: ['-lpthread', '-lz'])
       puts "== #{name}"
       failed << name unless system(CTest::ENV_VARS, bin)
     end
 
     # The client itself, once, under the sanitizers: it must build and answer.
     client = File.join(CTest::OUT, 'rbtrace-client-asan')
-    CTest.build(client, [*Dir["#{Build::EXT}/cli/*.c"].sort, "#{Build::EXT}/codec.c"])
+    CTest.build(client, [*Dir["#{Build::EXT}/cli/*.c", "#{Build::EXT}/cli/formats/*.c"].sort, "#{Build::EXT}/codec.c"],
+                libs: ['-lz'])
     puts '== rbtrace-client (ASan)'
     version = `#{client} --version`
     failed << 'client --version' unless $?.success? && version == "rbtrace #{RBTrace::VERSION}\n"

@@ -20,20 +20,19 @@ module Fuzz
   OUT = Build.tmp('fuzz')
   CFLAGS = %w[-std=gnu99 -g -O1 -Wall -Wextra -Werror -fno-omit-frame-pointer
               -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined].freeze
-  INCLUDES = ["-I#{Build::EXT}", "-I#{Build::EXT}/cli"].freeze
+  INCLUDES = ["-I#{Build::EXT}", "-I#{Build::EXT}/cli", "-I#{Build::EXT}/cli/formats"].freeze
+  # The formats, every one (format.c opens each): ext/rbtrace/cli/formats.
+  FORMATS = Dir["#{Build::EXT}/cli/formats/*.c"].sort.map { |f| f.delete_prefix("#{Build::EXT}/") }.freeze
   ENV_VARS = { 'UBSAN_OPTIONS' => 'print_stacktrace=1:halt_on_error=1',
                'ASAN_OPTIONS' => 'detect_leaks=1' }.freeze
   # Each harness and the sources it links besides ext/rbtrace/codec.c.
   HARNESSES = {
     'command' => [],
-    'event' => %w[cli/stream.c cli/render.c cli/escape.c cli/format.c cli/format_text.c cli/format_json.c
-                  cli/format_chrome.c cli/format_folded.c cli/format_summary.c cli/calls.c cli/id_index.c cli/json.c
-                  cli/alloc_report.c],
+    'event' => %w[cli/stream.c cli/render.c cli/escape.c cli/calls.c cli/id_index.c cli/json.c
+                  cli/alloc_report.c] + FORMATS,
     'escape' => %w[cli/escape.c],
-    'convert' => %w[cli/convert.c cli/format.c cli/format_text.c cli/format_json.c cli/format_chrome.c
-                    cli/format_folded.c cli/format_summary.c cli/calls.c cli/id_index.c cli/json.c cli/render.c
-                    cli/escape.c
-                    cli/alloc_report.c]
+    'convert' => %w[cli/convert.c cli/calls.c cli/id_index.c cli/json.c cli/render.c cli/escape.c
+                    cli/alloc_report.c] + FORMATS
   }.freeze
 
   def self.clang
@@ -56,7 +55,7 @@ module Fuzz
     sources = [File.join(DIR, "fuzz_#{name}.c"), File.join(Build::EXT, 'codec.c')] +
               HARNESSES.fetch(name).map { |s| File.join(Build::EXT, s) }
     cmd = [clang, *CFLAGS, *INCLUDES, *Build.msgpack_cflags, Build.version_define, '-o', bin, *sources,
-           *Build.msgpack_libs]
+           *Build.msgpack_libs, '-lz']
     puts cmd.join(' ')
     return bin if system(*cmd)
 

@@ -41,6 +41,7 @@
 #include "channel.h"
 #include "emit.h"
 #include "handoff.h"
+#include "profile.h"
 #include "protocol.h"
 #include "command.h"
 #include <errno.h>
@@ -360,6 +361,7 @@ static VALUE channel_service_body(VALUE unused)
         rbtrace_command_check_peer();
         rbtrace_command_run_deferred();
         channel_read_socket();
+        if (rbtrace_profile_drain_due()) rbtrace_profile_drain();
     }
     if (rbtrace.pending) {
         rbtrace.pending = 0;
@@ -407,7 +409,8 @@ static int channel_work_waiting(void)
     struct msqid_ds ds;
 
     if (rbtrace.deferred != NULL ||
-        (rbtrace.attached && (rbtrace.peer_gone || rbtrace.sock_readable)))
+        (rbtrace.attached &&
+         (rbtrace.peer_gone || rbtrace.sock_readable || rbtrace_profile_drain_due())))
         return 1;
     if (!rbtrace.pending) return 0;
     if (channel_q.id < 0) return 1; /* the first signal: the queue is made */

@@ -113,6 +113,13 @@ int rbtrace_command_encode(msgpack_packer *pk, const struct rbtrace_command *cmd
         msgpack_pack_uint32(pk, cmd->client_pid);
         msgpack_pack_uint64(pk, cmd->sample);
         return RBTRACE_OK;
+    case RBTRACE_CMD_PROFILE:
+        msgpack_pack_array(pk, 4);
+        msgpack_pack_uint32(pk, cmd->type);
+        msgpack_pack_uint32(pk, cmd->client_pid);
+        msgpack_pack_uint32(pk, cmd->mode);
+        msgpack_pack_uint32(pk, cmd->hz);
+        return RBTRACE_OK;
     case RBTRACE_CMD_METHODS:
         if (cmd->n_selectors > RBTRACE_SELECTORS_MAX) return RBTRACE_ERR;
         msgpack_pack_array(pk, 3);
@@ -204,6 +211,9 @@ static int command_decode_fields(const msgpack_object_array *a, struct rbtrace_c
         return RBTRACE_OK;
     case RBTRACE_CMD_ALLOC:
         return codec_uint(a, 2, &cmd->sample, err);
+    case RBTRACE_CMD_PROFILE:
+        if (codec_uint32(a, 2, &cmd->mode, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return codec_uint32(a, 3, &cmd->hz, err);
     case RBTRACE_CMD_METHODS:
         return command_decode_selectors(a, 2, cmd, err);
     case RBTRACE_CMD_SLOW:
@@ -478,6 +488,34 @@ void rbtrace_event_pack_alloc_site(msgpack_packer *pk, uint64_t count, const cha
     msgpack_pack_str_with_body(pk, label, label_len);
 }
 
+void rbtrace_event_pack_profile_frame(msgpack_packer *pk, uint64_t frame_id, const char *name,
+                                      size_t name_len, const char *path, size_t path_len,
+                                      uint64_t line)
+{
+    msgpack_pack_array(pk, 5);
+    msgpack_pack_uint32(pk, RBTRACE_EV_PROFILE_FRAME);
+    msgpack_pack_uint64(pk, frame_id);
+    msgpack_pack_str_with_body(pk, name, name_len);
+    msgpack_pack_str_with_body(pk, path, path_len);
+    msgpack_pack_uint64(pk, line);
+}
+
+void rbtrace_event_pack_profile_sample(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
+                                       uint32_t state, uint64_t weight, const uint64_t *frames,
+                                       uint32_t n)
+{
+    uint32_t i;
+
+    msgpack_pack_array(pk, 6);
+    msgpack_pack_uint32(pk, RBTRACE_EV_PROFILE_SAMPLE);
+    msgpack_pack_uint64(pk, thread_id);
+    msgpack_pack_uint64(pk, time_ns);
+    msgpack_pack_uint32(pk, state);
+    msgpack_pack_uint64(pk, weight);
+    msgpack_pack_array(pk, n);
+    for (i = 0; i < n; i++) msgpack_pack_uint64(pk, frames[i]);
+}
+
 void rbtrace_event_pack_thread_name(msgpack_packer *pk, uint64_t thread_id, const char *name,
                                     size_t len)
 {
@@ -664,6 +702,35 @@ static int event_decode_call(const msgpack_object_array *a, struct rbtrace_event
     return RBTRACE_OK;
 }
 
+static int event_decode_frames(const msgpack_object_array *a, struct rbtrace_event *ev, char *err)
+{
+    const msgpack_object_array *list;
+    uint32_t i;
+
+    if (codec_array(a, 5, &list, err) != RBTRACE_OK) return RBTRACE_ERR;
+    if (list->size > RBTRACE_PROFILE_FRAMES_MAX) {
+        snprintf(err, RBTRACE_ERRLEN, "too many frames (%u)", list->size);
+        return RBTRACE_ERR;
+    }
+    for (i = 0; i < list->size; i++)
+        if (codec_uint(list, i, &ev->frames[i], err) != RBTRACE_OK) return RBTRACE_ERR;
+    ev->n_frames = list->size;
+    return RBTRACE_OK;
+}
+
+static int event_decode_sample(const msgpack_object_array *a, struct rbtrace_event *ev, char *err)
+{
+    if (codec_uint(a, 1, &ev->thread_id, err) != RBTRACE_OK) return RBTRACE_ERR;
+    if (codec_uint(a, 2, &ev->time_ns, err) != RBTRACE_OK) return RBTRACE_ERR;
+    if (codec_uint32(a, 3, &ev->status, err) != RBTRACE_OK) return RBTRACE_ERR;
+    if (ev->status > RBTRACE_STATE_MAX) {
+        snprintf(err, RBTRACE_ERRLEN, "field 3: unknown thread state %u", ev->status);
+        return RBTRACE_ERR;
+    }
+    if (codec_uint(a, 4, &ev->count, err) != RBTRACE_OK) return RBTRACE_ERR;
+    return event_decode_frames(a, ev, err);
+}
+
 static int event_decode_fields(const msgpack_object_array *a, struct rbtrace_event *ev, char *err)
 {
     switch (ev->type) {
@@ -741,6 +808,15 @@ static int event_decode_fields(const msgpack_object_array *a, struct rbtrace_eve
     case RBTRACE_EV_THREAD_NAME:
         if (codec_uint(a, 1, &ev->thread_id, err) != RBTRACE_OK) return RBTRACE_ERR;
         return codec_str(a, 2, &ev->text, err);
+    case RBTRACE_EV_PROFILE_FRAME:
+        if (codec_uint(a, 1, &ev->method_id, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_str(a, 2, &ev->text, err) != RBTRACE_OK) return RBTRACE_ERR;
+        if (codec_str(a, 3, &ev->text2, err) != RBTRACE_OK) return RBTRACE_ERR;
+        return codec_uint(a, 4, &ev->line, err);
+    case RBTRACE_EV_PROFILE_SAMPLE:
+        return event_decode_sample(a, ev, err);
+    case RBTRACE_EV_PROFILE_MISSED:
+        return codec_uint(a, 1, &ev->number, err);
     }
     snprintf(err, RBTRACE_ERRLEN, "unknown event %u", (unsigned)ev->type);
     return RBTRACE_ERR;

@@ -40,6 +40,8 @@ struct rbtrace_command {
     uint32_t result_format;    /* EVAL: enum rbtrace_result_format, 0 if absent */
     uint64_t threshold_ns;     /* SLOW */
     uint64_t sample;           /* ALLOC: one object in sample is counted */
+    uint32_t mode;             /* PROFILE: enum rbtrace_profile_mode */
+    uint32_t hz;               /* PROFILE */
     int cpu;                   /* SLOW: CPU time rather than wall time */
     uint32_t n_selectors;      /* METHODS, SLOW */
     struct rbtrace_str selectors[RBTRACE_SELECTORS_MAX];
@@ -80,6 +82,10 @@ struct rbtrace_event {
     uint32_t n_exprs;         /* CALL_ARGS */
     struct rbtrace_str exprs[RBTRACE_EXPRS_MAX];
     struct rbtrace_str values[RBTRACE_EXPRS_MAX];
+    /* PROFILE_SAMPLE (thread_id, time_ns, state in status, count: weight):
+     * its frame ids, innermost first. After exprs: not cleared per event. */
+    uint32_t n_frames;
+    uint64_t frames[RBTRACE_PROFILE_FRAMES_MAX];
 };
 
 /* ---- framing ---- */
@@ -124,6 +130,13 @@ void rbtrace_event_pack_refused(msgpack_packer *pk, enum rbtrace_refusal reason,
                                 uint32_t client_pid, const char *message);
 void rbtrace_event_pack_detached(msgpack_packer *pk);
 void rbtrace_event_pack_synced(msgpack_packer *pk, uint32_t tracing);
+void rbtrace_event_pack_profile_frame(msgpack_packer *pk, uint64_t frame_id, const char *name,
+                                      size_t name_len, const char *path, size_t path_len,
+                                      uint64_t line);
+/* PROFILE_SAMPLE: frames innermost first (n may be 0: the same stack) */
+void rbtrace_event_pack_profile_sample(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
+                                       uint32_t state, uint64_t weight, const uint64_t *frames,
+                                       uint32_t n);
 void rbtrace_event_pack_method(msgpack_packer *pk, uint64_t method_id, const char *name,
                                size_t name_len);
 void rbtrace_event_pack_call(msgpack_packer *pk, enum rbtrace_event_type type, uint64_t thread_id,

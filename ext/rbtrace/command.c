@@ -14,6 +14,7 @@
 #include "command.h"
 #include "devmode.h"
 #include "emit.h"
+#include "profile.h"
 #include "gcwatch.h"
 #include "gvlwatch.h"
 #include "allocwatch.h"
@@ -311,6 +312,9 @@ static void command_dispatch(const struct rbtrace_command *cmd)
         break;
     case RBTRACE_CMD_THREAD_NAMES:
         rbtrace_thread_names_start();
+        break;
+    case RBTRACE_CMD_PROFILE:
+        rbtrace_profile_start(cmd->mode, cmd->hz);
         break;
     case RBTRACE_CMD_DEVMODE:
         rbtrace_devmode_start();

@@ -427,6 +427,39 @@ void rbtrace_emit_gc(uint64_t thread, uint64_t start_ns, uint64_t mark_ns, uint6
     emit_commit();
 }
 
+/* --profile (profile.c): a frame's name, once; 0 if sent. */
+int rbtrace_emit_profile_frame(uint64_t frame_id, const char *name, size_t name_len,
+                               const char *path, size_t path_len, uint64_t line)
+{
+    if (!rbtrace.attached) return -1;
+    if (name_len > EMIT_NAME_MAX) name_len = EMIT_NAME_MAX;
+    if (path_len > EMIT_NAME_MAX) path_len = EMIT_NAME_MAX;
+    emit_begin();
+    rbtrace_event_pack_profile_frame(&scratch_pk, frame_id, name, name_len, path, path_len, line);
+    return emit_commit();
+}
+
+/* --profile: one sample (time since the clock origin already); 0 if sent. */
+int rbtrace_emit_profile_sample(uint64_t thread, uint64_t time_ns, uint32_t state, uint64_t weight,
+                                const uint64_t *frames, uint32_t n)
+{
+    if (!rbtrace.attached) return -1;
+    emit_begin();
+    rbtrace_event_pack_profile_sample(&scratch_pk, thread, time_ns, state, weight, frames, n);
+    return emit_commit();
+}
+
+/* --profile: samples missed; 0 if sent. */
+int rbtrace_emit_profile_missed(uint64_t count)
+{
+    if (!rbtrace.attached) return -1;
+    emit_begin();
+    msgpack_pack_array(&scratch_pk, 2);
+    msgpack_pack_uint32(&scratch_pk, RBTRACE_EV_PROFILE_MISSED);
+    msgpack_pack_uint64(&scratch_pk, count);
+    return emit_commit();
+}
+
 /* An exception raised (raisewatch.c): class, message, location Strings;
  * reraise as in protocol.h's RAISE. */
 void rbtrace_emit_raise(uint64_t now, VALUE klass, VALUE message, VALUE location, uint64_t reraise)

@@ -58,6 +58,12 @@ void rbtrace_emit_alloc_pending(void);
 void rbtrace_emit_alloc(uint64_t thread, uint64_t count);
 void rbtrace_emit_alloc_site(uint64_t count, const char *klass, size_t klass_len, const char *path,
                              size_t path_len, uint64_t line, const char *label, size_t label_len);
+/* --profile (profile.c), GVL held: 0 if sent, -1 if dropped (counted as lost) */
+int rbtrace_emit_profile_frame(uint64_t frame_id, const char *name, size_t name_len,
+                               const char *path, size_t path_len, uint64_t line);
+int rbtrace_emit_profile_sample(uint64_t thread, uint64_t time_ns, uint32_t state, uint64_t weight,
+                                const uint64_t *frames, uint32_t n);
+int rbtrace_emit_profile_missed(uint64_t count);
 /* THREAD_NAME (threadnames.c); 0 if sent, -1 if dropped (counted as lost) */
 int rbtrace_emit_thread_name(uint64_t thread, const char *name, size_t len);
 void rbtrace_emit_attached(uint32_t features);

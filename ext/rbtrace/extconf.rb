@@ -174,6 +174,13 @@ create_makefile('rbtrace/rbtrace')
 client_cflags = "#{warnings.join(' ')} -std=gnu99 -O2 -g #{version_define} #{sanitize.join(' ')} " \
                 "#{ENV['RBTRACE_CLIENT_CFLAGS']}"
 client_libs = $libs.include?('msgpack-c') ? '-lmsgpack-c' : '-lmsgpackc'
+# --format pprof gzips its profile (cli/formats/format_pprof.c): the client
+# links zlib, the extension does not (have_library would add it to both).
+zlib_program = "#include <zlib.h>\nint main(void) { return deflateEnd(0); }\n"
+unless checking_for('zlib') { try_link(zlib_program, '-lz') }
+  abort 'rbtrace needs zlib and its header (Debian: zlib1g-dev).'
+end
+client_libs << ' -lz'
 dl_libs = libedit_libs && client_dl_libs
 if dl_libs
   soname = libedit_soname
@@ -192,8 +199,8 @@ File.open('Makefile', 'a') do |mk|
   mk.puts <<~MAKE
 
     RBTRACE_CLIENT = rbtrace-client
-    RBTRACE_CLIENT_SRCS = $(wildcard $(srcdir)/cli/*.c) $(srcdir)/codec.c
-    RBTRACE_CLIENT_HDRS = $(wildcard $(srcdir)/cli/*.h) $(srcdir)/codec.h $(srcdir)/protocol.h
+    RBTRACE_CLIENT_SRCS = $(wildcard $(srcdir)/cli/*.c) $(wildcard $(srcdir)/cli/formats/*.c) $(srcdir)/codec.c
+    RBTRACE_CLIENT_HDRS = $(wildcard $(srcdir)/cli/*.h) $(wildcard $(srcdir)/cli/formats/*.h) $(srcdir)/codec.h $(srcdir)/protocol.h
     # --inject's bootstrap (boot/rbtrace_boot.c): linked with no Ruby, so
     # one build serves every Ruby; installed beside the client.
     RBTRACE_BOOT = rbtrace_boot.so
@@ -201,7 +208,7 @@ File.open('Makefile', 'a') do |mk|
     all: $(RBTRACE_CLIENT) $(RBTRACE_BOOT)
 
     $(RBTRACE_CLIENT): $(RBTRACE_CLIENT_SRCS) $(RBTRACE_CLIENT_HDRS)
-    \t$(CC) #{client_cflags} $(INCFLAGS) -I$(srcdir) -I$(srcdir)/cli -o $@ $(RBTRACE_CLIENT_SRCS) #{client_libs}
+    \t$(CC) #{client_cflags} $(INCFLAGS) -I$(srcdir) -I$(srcdir)/cli -I$(srcdir)/cli/formats -o $@ $(RBTRACE_CLIENT_SRCS) #{client_libs}
 
     $(RBTRACE_BOOT): $(srcdir)/boot/rbtrace_boot.c
     \t$(CC) #{boot_cflags} -o $@ $(srcdir)/boot/rbtrace_boot.c #{boot_libs}

@@ -31,9 +31,11 @@
  * command, the ALLOC and ALLOC_SITE events), THREAD_NAMES and THREAD_NAME.
  * 8: SYNC and SYNCED (a trace's client says "attached" once its modes are on).
  * 9: SYNCED says whether anything is traced (a trace of nothing fails).
+ * 10: PROFILE (the command; the PROFILE_FRAME, PROFILE_SAMPLE and
+ * PROFILE_MISSED events).
  * A target refuses an ATTACH of another version with
  * RBTRACE_REFUSED_VERSION, saying both versions. */
-#define RBTRACE_PROTOCOL_VERSION 9
+#define RBTRACE_PROTOCOL_VERSION 10
 
 /*
  * Text that the extension's library holds (rbtrace.c) and no other: the
@@ -151,8 +153,32 @@ enum rbtrace_command_type {
      * commands in order, so SYNCED tells the client that the commands it
      * sent before (the trace's modes) have been carried out: what happens
      * in the app from then on is traced. */
-    RBTRACE_CMD_SYNC = 14
+    RBTRACE_CMD_SYNC = 14,
+    /* [15, client_pid, mode(uint, enum rbtrace_profile_mode), hz(uint)]:
+     * sample the stack of every Ruby thread of the main Ractor hz times a
+     * second (1 to RBTRACE_PROFILE_HZ_MAX) until the detach
+     * (PROFILE_FRAME, PROFILE_SAMPLE and PROFILE_MISSED events). */
+    RBTRACE_CMD_PROFILE = 15
 };
+
+enum rbtrace_profile_mode {
+    RBTRACE_PROFILE_WALL = 0, /* every thread at every tick, whatever it does */
+    RBTRACE_PROFILE_CPU = 1   /* threads by the CPU time they used (thread CPU clocks) */
+};
+#define RBTRACE_PROFILE_HZ_MAX 10000
+
+/* PROFILE_SAMPLE's state of the thread when sampled. */
+enum rbtrace_profile_state {
+    RBTRACE_STATE_RUNNING = 0, /* it held the GVL, running Ruby or a C call */
+    RBTRACE_STATE_GVL = 1,     /* it waited for the GVL (Ruby 3.2+) */
+    RBTRACE_STATE_BLOCKED =
+        2,               /* without the GVL: sleep, I/O, a lock (before 3.2: or waiting for it) */
+    RBTRACE_STATE_GC = 3 /* it ran the garbage collector */
+};
+#define RBTRACE_STATE_MAX RBTRACE_STATE_GC
+
+/* Most frames of one sample (deeper stacks keep their innermost). */
+#define RBTRACE_PROFILE_FRAMES_MAX 128
 
 /* ---- events: target -> client ------------------------------------------ */
 
@@ -251,7 +277,23 @@ enum rbtrace_event_type {
      * was carried out). tracing is 0 when the session traces nothing (every
      * selector failed, and no other mode is on: no --gc, --raise, --gvl,
      * --alloc, --slow, -f, and no --devmode waiting for its classes), else 1. */
-    RBTRACE_EV_SYNCED = 22
+    RBTRACE_EV_SYNCED = 22,
+    /* [23, frame_id(uint), name(str), path(str), line(uint)]: names a
+     * frame id once, before the first PROFILE_SAMPLE that has it: name as
+     * stackprof names it ("Foo#bar", "block in Foo#bar", "Integer#times"),
+     * path "" and line 0 for a C method. */
+    RBTRACE_EV_PROFILE_FRAME = 23,
+    /* [24, thread_id(uint), time_ns(uint), state(uint, enum
+     *  rbtrace_profile_state), weight(uint), [frame_id(uint), ...]]: one
+     * sample of a thread's stack, innermost frame first, standing for
+     * weight ticks (cpu mode: the CPU time of weight ticks). An empty list
+     * is the same stack as the thread's sample before. */
+    RBTRACE_EV_PROFILE_SAMPLE = 24,
+    /* [25, count(uint)]: samples missed (the target's sample buffer full,
+     * a frame it could not name, the ring full). A thread that takes a
+     * tick late, or a sampler that wakes late, is no miss: the next sample
+     * has the weight of the ticks it stands for. */
+    RBTRACE_EV_PROFILE_MISSED = 25
 };
 
 /* ATTACHED's features: what the target can do beyond every version's. */

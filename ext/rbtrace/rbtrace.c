@@ -19,6 +19,7 @@
 #include "allocwatch.h"
 #include "handoff.h"
 #include "inplace.h"
+#include "profile.h"
 #include "protocol.h"
 #include <ruby/version.h> /* RUBY_API_VERSION_*: the mark --inject reads */
 #include "selector.h"
@@ -112,6 +113,7 @@ RUBY_FUNC_EXPORTED void Init_rbtrace(void)
     Init_rbtrace_gcwatch(rbtrace_mRBTrace);
     Init_rbtrace_raisewatch(rbtrace_mRBTrace);
     Init_rbtrace_gvlwatch(rbtrace_mRBTrace);
+    Init_rbtrace_profile(rbtrace_mRBTrace);
     Init_rbtrace_allocwatch(rbtrace_mRBTrace);
     Init_rbtrace_threadnames(rbtrace_mRBTrace);
     Init_rbtrace_ractors(rbtrace_mRBTrace);

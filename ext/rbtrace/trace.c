@@ -34,6 +34,7 @@
 #include "emit.h"
 #include "gcwatch.h"
 #include "gvlwatch.h"
+#include "profile.h"
 #include "allocwatch.h"
 #include "ractors.h"
 #include "raisewatch.h"
@@ -603,7 +604,7 @@ int rbtrace_trace_any(void)
 {
     return rbtrace.n_selections > 0 || rbtrace_wrapper_any() || rbtrace.firehose || rbtrace.slow ||
         rbtrace_gc_active() || rbtrace_raise_active() || rbtrace_gvl_active() ||
-        rbtrace_alloc_active() || rbtrace_devmode_active();
+        rbtrace_alloc_active() || rbtrace_devmode_active() || rbtrace_profile_active();
 }
 
 /* Removes every hook and the wrappers, and forgets every selection. */
@@ -621,6 +622,7 @@ void rbtrace_trace_clear(void)
     rbtrace_gc_stop();
     rbtrace_raise_stop();
     rbtrace_gvl_stop();
+    rbtrace_profile_stop();
     rbtrace_alloc_stop();
     rbtrace_thread_names_stop();
     rbtrace_devmode_stop();
@@ -642,6 +644,7 @@ void rbtrace_trace_mark(void)
     }
     rbtrace_slow_mark();
     rbtrace_devmode_mark();
+    rbtrace_profile_mark();
 }
 
 void Init_rbtrace_trace(VALUE mod)

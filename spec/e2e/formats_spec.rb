@@ -471,7 +471,7 @@ RSpec.describe '--format' do
   it 'refuses an unknown format, a format for -e, and several processes without -o' do
     r = rbtrace('-p', Process.pid, '-f', '--format', 'xml')
     expect(r.exitstatus).to eq(2)
-    expect(r.stderr).to include("invalid value 'xml' for --format: expected text, json, chrome or folded")
+    expect(r.stderr).to include("invalid value 'xml' for --format: expected text, json, chrome, folded, speedscope or pprof")
     r = rbtrace('-p', Process.pid, '-e', '1', '--format', 'json')
     expect(r.exitstatus).to eq(2)
     expect(r.stderr).to include('--format json applies to traces (-m, -c, -f, --slow, --gc, --raise), not to -e')

@@ -1,6 +1,6 @@
 /*
  * test_formats.c - the client's stream decoder (cli/stream.c) and its
- * formats (cli/format*.c, calls.c, json.c) against exact expected text:
+ * formats (cli/formats/format*.c, calls.c, json.c) against exact expected text:
  * events encoded as the target encodes them, decoded by stream_next, fed
  * to each format, the output compared whole. Also the JSON escaper on the
  * app's worst bytes, and where a name splits into class and method.

@@ -383,7 +383,9 @@ static int multi_write_combined(const struct options *o, const char *text, size_
 static int multi_summary(const struct options *o, struct multi_child *kids, size_t n)
 {
     /* --alloc: the alloc column and the sites, as one process's table has */
-    struct format_opts fopts = { { 0, 0, 0, 0, 0, 0, o->alloc, o->alloc_sample, 0 }, 0, o->sort };
+    struct format_opts fopts = {
+        { 0, 0, 0, 0, 0, 0, o->alloc, o->alloc_sample, 0 }, 0, o->sort, 0, 0, 0
+    };
     struct format *all = NULL;
     char *text = NULL;
     size_t len = 0, i, merged = 0;

@@ -32,6 +32,9 @@
 #define OPTIONS_MAX_DURATION (366 * 86400.0)
 #define OPTIONS_MAX_FRAMES 1000000
 #define OPTIONS_DEFAULT_GVL_MS 1.0
+/* --profile's samples a second: bench/profile.rb measured its cost
+ * (bench/RESULTS.md, "--profile"). */
+#define OPTIONS_DEFAULT_HZ 100
 /* --alloc's sample: the app keeps >= 0.5x of its untraced speed on an
  * allocation-heavy loop (bench/alloc.rb, bench/RESULTS.md). */
 #define OPTIONS_DEFAULT_ALLOC_SAMPLE 16
@@ -302,6 +305,31 @@ static int options_set_gvl(struct options *o, const struct options_spec *spec, c
     return CLI_OK;
 }
 
+/* --profile [wall|cpu]: sample every thread's stack (wall, the default). */
+static int options_set_profile(struct options *o, const struct options_spec *spec,
+                               const char *value)
+{
+    if (!value || !strcmp(value, "wall")) o->profile = 1 + RBTRACE_PROFILE_WALL;
+    else if (!strcmp(value, "cpu")) o->profile = 1 + RBTRACE_PROFILE_CPU;
+    else return options_bad_value(o, spec, value, "wall or cpu");
+    return CLI_OK;
+}
+
+/* --hz N: samples a second for --profile. */
+static int options_set_hz(struct options *o, const struct options_spec *spec, const char *value)
+{
+    char *end;
+    unsigned long n;
+
+    errno = 0;
+    n = strtoul(value, &end, 10);
+    if (errno || end == value || *end || *value == '-' || n < 1 || n > RBTRACE_PROFILE_HZ_MAX)
+        return options_bad_value(o, spec, value, "a whole number of samples a second, 1 to 10000");
+    o->hz = (unsigned)n;
+    o->hz_given = 1;
+    return CLI_OK;
+}
+
 /* --alloc-sample N: one object in N is counted, as N (implies --alloc). */
 static int options_set_alloc_sample(struct options *o, const struct options_spec *spec,
                                     const char *value)
@@ -340,21 +368,22 @@ static int options_set_output(struct options *o, const struct options_spec *spec
 const char *const options_format_names[] = {
     [OPTIONS_FORMAT_TEXT] = "text",         [OPTIONS_FORMAT_JSON] = "json",
     [OPTIONS_FORMAT_CHROME] = "chrome",     [OPTIONS_FORMAT_FOLDED] = "folded",
-    [OPTIONS_FORMAT_SUMMARY] = "--summary",
+    [OPTIONS_FORMAT_SUMMARY] = "--summary", [OPTIONS_FORMAT_SPEEDSCOPE] = "speedscope",
+    [OPTIONS_FORMAT_PPROF] = "pprof",
 };
 
 static int options_set_format(struct options *o, const struct options_spec *spec, const char *value)
 {
     size_t i;
 
-    for (i = 0; i <= OPTIONS_FORMAT_FOLDED; i++) { /* not summary: it is --summary */
-        if (!strcmp(value, options_format_names[i])) {
+    for (i = 0; i <= OPTIONS_FORMAT_PPROF; i++) { /* not summary: it is --summary */
+        if (i != OPTIONS_FORMAT_SUMMARY && !strcmp(value, options_format_names[i])) {
             o->format = (enum options_format)i;
             o->format_given = 1;
             return CLI_OK;
         }
     }
-    return options_bad_value(o, spec, value, "text, json, chrome or folded");
+    return options_bad_value(o, spec, value, "text, json, chrome, folded, speedscope or pprof");
 }
 
 /* --convert FORMAT: json, chrome, folded or summary (--summary's table). */
@@ -553,6 +582,8 @@ static const struct options_spec options_table[] = {
     { 0, "gvl", OPTIONS_OPTIONAL, options_set_gvl, 0 },
     { 0, "alloc", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(alloc) },
     { 0, "alloc-sample", OPTIONS_VALUE, options_set_alloc_sample, 0 },
+    { 0, "profile", OPTIONS_OPTIONAL, options_set_profile, 0 },
+    { 0, "hz", OPTIONS_VALUE, options_set_hz, 0 },
     { 0, "thread-names", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(thread_names) },
     { 0, "devmode", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(devmode) },
     { 'o', "output", OPTIONS_VALUE, options_set_output, 0 },
@@ -674,7 +705,7 @@ static int options_parse_short(struct options *o, int argc, char **argv, int *i)
 
 int options_watches(const struct options *o)
 {
-    return o->slow_ms >= 0 || o->gc || o->raises || o->gvl_ms >= 0 || o->alloc;
+    return o->slow_ms >= 0 || o->gc || o->raises || o->gvl_ms >= 0 || o->alloc || o->profile;
 }
 
 /* --format applies to traces; the formats other than text are whole
@@ -778,6 +809,19 @@ static int options_check(struct options *o)
     if (o->n_slow_selectors && o->slow_ms < 0)
         return options_fail(o, "--slow-methods needs a threshold: add --slow MS or --slowcpu MS");
     if (o->append && !o->output_path) return options_fail(o, "-a needs -o FILE");
+    if (o->hz_given && !o->profile)
+        return options_fail(o, "--hz sets --profile's rate: add --profile");
+    if (o->profile && o->n_pids > 1)
+        return options_fail(o, "--profile profiles one process: give one -p PID");
+    if (!o->profile &&
+        (o->format == OPTIONS_FORMAT_SPEEDSCOPE || o->format == OPTIONS_FORMAT_PPROF))
+        return options_fail(o, "--format %s writes --profile's samples: add --profile",
+                            options_format_names[o->format]);
+    if (o->profile && (o->format == OPTIONS_FORMAT_JSON || o->format == OPTIONS_FORMAT_CHROME))
+        return options_fail(o,
+                            "--profile writes its samples as text (a table of methods), "
+                            "--summary or --format folded, speedscope or pprof, not --format %s",
+                            options_format_names[o->format]);
     return options_check_format(o);
 }
 
@@ -791,6 +835,7 @@ int options_parse(struct options *o, int argc, char **argv)
     o->slow_ms = -1;
     o->gvl_ms = -1;
     o->alloc_sample = OPTIONS_DEFAULT_ALLOC_SAMPLE;
+    o->hz = OPTIONS_DEFAULT_HZ;
     /* The most a command carries (the adders check); never more tracer
      * files or slow selectors than arguments. */
     o->selectors = calloc(RBTRACE_SELECTORS_MAX, sizeof(*o->selectors));

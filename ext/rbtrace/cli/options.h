@@ -30,11 +30,13 @@ enum options_mode {
 
 /* --format: how a trace is written (format.h). */
 enum options_format {
-    OPTIONS_FORMAT_TEXT = 0, /* the original rbtrace's lines (the default) */
-    OPTIONS_FORMAT_JSON,     /* JSON Lines */
-    OPTIONS_FORMAT_CHROME,   /* the Chrome trace event format */
-    OPTIONS_FORMAT_FOLDED,   /* collapsed stacks, at the end */
-    OPTIONS_FORMAT_SUMMARY   /* --summary: a table per method, at the end */
+    OPTIONS_FORMAT_TEXT = 0,   /* the original rbtrace's lines (the default) */
+    OPTIONS_FORMAT_JSON,       /* JSON Lines */
+    OPTIONS_FORMAT_CHROME,     /* the Chrome trace event format */
+    OPTIONS_FORMAT_FOLDED,     /* collapsed stacks, at the end */
+    OPTIONS_FORMAT_SUMMARY,    /* --summary: a table per method, at the end */
+    OPTIONS_FORMAT_SPEEDSCOPE, /* --profile's samples, speedscope's format */
+    OPTIONS_FORMAT_PPROF       /* --profile's samples, gzipped profile.proto */
 };
 
 /* --sort: the order of --summary's rows. */
@@ -77,6 +79,10 @@ struct options {
                                   traced call's; < 0 when not given */
     int alloc;                  /* --alloc: objects allocated, per call and per site */
     unsigned long alloc_sample; /* --alloc-sample N: one object in N counts, as N */
+    int profile;                /* --profile [wall|cpu]: 0 none, else 1 + the mode
+                                   (enum rbtrace_profile_mode) */
+    unsigned hz;                /* --hz N: samples a second (--profile) */
+    int hz_given;               /* --hz was given */
     int thread_names;           /* --thread-names: each thread's name after its [tN] */
     int devmode;                /* --devmode: -m follows reloaded classes */
     const char *output_path;    /* -o: output file, NULL for stdout */
@@ -114,7 +120,7 @@ void options_free(struct options *o);
  * of memory. The first becomes o->pid. */
 int options_add_pid(struct options *o, pid_t pid);
 
-/* Whether --slow/--slowcpu, --gc, --raise, --gvl or --alloc was given. */
+/* Whether --slow/--slowcpu, --gc, --raise, --gvl, --alloc or --profile was given. */
 int options_watches(const struct options *o);
 
 #endif

@@ -717,7 +717,10 @@ static int session_init(struct session *s, const struct options *opts)
                                    (uint64_t)(opts->gvl_ms * 1e6 + 0.5), opts->alloc,
                                    opts->alloc_sample, opts->thread_names },
                                  (int)opts->pid,
-                                 opts->sort };
+                                 opts->sort,
+                                 opts->profile != 0,
+                                 opts->hz,
+                                 opts->profile ? opts->profile - 1 : 0 };
 
     memset(s, 0, sizeof(*s));
     s->opts = opts;
@@ -975,6 +978,17 @@ static enum cli_exit session_send_alloc(struct session *s, struct rbtrace_comman
     return session_send_mode(s, cmd);
 }
 
+/* --profile: the target samples every thread at o->hz. */
+static enum cli_exit session_send_profile(struct session *s, struct rbtrace_command *cmd)
+{
+    if (!s->opts->profile) return CLI_EXIT_OK;
+    memset(cmd, 0, sizeof(*cmd));
+    cmd->type = RBTRACE_CMD_PROFILE;
+    cmd->mode = (uint32_t)(s->opts->profile - 1);
+    cmd->hz = s->opts->hz;
+    return session_send_mode(s, cmd);
+}
+
 /* --thread-names, and json and chrome, whose viewers label threads by
  * name: asked first, so that the first calls come named. */
 static enum cli_exit session_send_thread_names(struct session *s)
@@ -999,6 +1013,7 @@ static enum cli_exit session_send_modes(struct session *s, struct rbtrace_comman
     if (o->gc && session_send_bare(s, RBTRACE_CMD_GC) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     if (session_send_gvl(s) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     if (session_send_alloc(s, cmd) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
+    if (session_send_profile(s, cmd) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     if (o->slow_ms >= 0) {
         memset(cmd, 0, sizeof(*cmd));
         cmd->type = RBTRACE_CMD_SLOW;

@@ -12,6 +12,8 @@
  *   folded  format_folded.c, collapsed stacks weighted by self time,
  *           written when the trace ends
  *   summary format_summary.c (--summary), a table per method at the end
+ *   speedscope format_speedscope.c, --profile's samples in speedscope's format
+ *   pprof   format_pprof.c, --profile's samples as a gzipped profile.proto
  *
  * docs/usage.md ("Output formats") says what each writes, field by field.
  * A new one (a per-method summary) is a file with a struct format_ops, a
@@ -30,6 +32,9 @@ struct format_opts {
     struct render_opts text; /* -t, -n, -r, --raise-all: text's */
     int pid;                 /* the target's (chrome's process) */
     enum options_sort sort;  /* --sort: summary's */
+    int profile;             /* --profile: the samples are kept (samples.h) */
+    unsigned hz;             /* --profile's --hz (speedscope's and pprof's times) */
+    int profile_mode;        /* enum rbtrace_profile_mode */
 };
 
 struct format;
@@ -57,13 +62,18 @@ struct format {
     uint64_t received; /* events of the trace received (--stats) ... */
     uint64_t lost;     /* ... and the target's count of those it dropped */
     int finished;      /* finish was called */
-    char errstr[128];  /* why a call failed */
+    enum options_format kind;
+    struct samples *samples; /* --profile's, written at the end; NULL without */
+    char errstr[128];        /* why a call failed */
 };
 
 /* Makes the format named by kind, writing to out. CLI_OK with *f set, or
  * CLI_ERR (out of memory) with *f NULL. */
 int format_open(enum options_format kind, FILE *out, const struct format_opts *opts,
                 struct format **f);
+
+/* --profile's events: kept for the end (samples.h). */
+int format_samples_event(struct format *f, const struct rbtrace_event *ev);
 
 /* Counts the event (--stats) and hands it to the format. Inline: the
  * client's hot path (a CALL or RETURN takes two compares here). */
@@ -82,6 +92,13 @@ static inline int format_event(struct format *f, const struct rbtrace_event *ev)
         break;
     case RBTRACE_EV_LOST:
         f->lost += ev->number;
+        break;
+    case RBTRACE_EV_PROFILE_FRAME:
+    case RBTRACE_EV_PROFILE_SAMPLE:
+    case RBTRACE_EV_PROFILE_MISSED:
+        return format_samples_event(f, ev);
+    case RBTRACE_EV_THREAD_NAME:
+        if (f->samples && format_samples_event(f, ev) != CLI_OK) return CLI_ERR;
         break;
     default:
         break;
@@ -116,6 +133,8 @@ struct format *format_json_new(FILE *out, const struct format_opts *opts);
 struct format *format_chrome_new(FILE *out, const struct format_opts *opts);
 struct format *format_folded_new(FILE *out, const struct format_opts *opts);
 struct format *format_summary_new(FILE *out, const struct format_opts *opts);
+struct format *format_speedscope_new(FILE *out, const struct format_opts *opts);
+struct format *format_pprof_new(FILE *out, const struct format_opts *opts);
 /* --summary with several processes (format_summary.c): a session's rows
  * dumped whole (histograms too) to out, and a dump merged into f, made by
  * format_summary_new, which then prints the table of all processes.

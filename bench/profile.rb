@@ -1,0 +1,152 @@
+# frozen_string_literal: true
+
+# bench/profile.rb - what --profile costs an app, side by side with the
+# in-process profilers stackprof and vernier sampling the same workload at
+# the same rate: spec/e2e/profile_workload.rb's (on the main thread
+# Work#heavy and Work#light, 3:1; a sleeping thread; a spinning thread),
+# each round a fixed amount of work on the two busy threads.
+#
+# Modes, round after round in turn (untraced, rbtrace 100 Hz, stackprof
+# 100 Hz, vernier 100 Hz, rbtrace 1000 Hz, ...), so that the machine's
+# moods fall on every mode alike:
+#
+#   untraced            nothing samples
+#   rbtrace --gc        attached, sampling nothing: any session's floor
+#   rbtrace N Hz        rbtrace -p PID --profile --hz N (wall: every thread)
+#   stackprof N Hz      StackProf.start(mode: :wall, interval: 1e6/N µs) in
+#                       the app (one thread: the one that started it)
+#   vernier N Hz        Vernier.start_profile(interval: 1e6/N µs) in the
+#                       app (every thread; Ruby 3.2.1+)
+#
+# A round lasts BENCH_SECONDS of wall time; its figure is the work the two
+# busy threads did (loop iterations: Work#heavy + Work#light on the main
+# thread, Spinner's spins) per CPU second of the whole process (its threads
+# and the profiler's: the sampler, the helper thread, stackprof's handler,
+# vernier's thread), so that a loaded machine, which gives the app less
+# CPU, moves it little. The cost is untraced's median over the mode's,
+# less 1 (+1.0 %: 1 % more CPU for the same work).
+#
+#   bundle exec rake compile && ruby bench/profile.rb
+#
+# stackprof and vernier are installed by Bundler from bench/profilers/Gemfile
+# into tmp/profilers-RUBY_VERSION the first time (RubyGems). BENCH_RUNS:
+# rounds per mode (default 5); BENCH_SECONDS: a round's length (default 2).
+require 'fileutils'
+require 'open3'
+require 'rbconfig'
+
+require_relative 'support'
+require_relative '../spec/e2e/profile_workload'
+include BenchSupport # rubocop:disable Style/MixinUsage
+RUNS = Integer(ENV.fetch('BENCH_RUNS', '5'))
+SECONDS = Float(ENV.fetch('BENCH_SECONDS', '2'))
+RATES = [100, 1000].freeze
+VERNIER = Gem::Version.new(RUBY_VERSION) >= Gem::Version.new('3.2.1')
+
+# The peers, installed once per Ruby; the environment that loads them.
+def profilers_env
+  dir = File.join(BenchSupport::ROOT, 'tmp', "profilers-#{RUBY_VERSION}")
+  FileUtils.mkdir_p(dir)
+  gemfile = File.join(dir, 'Gemfile')
+  FileUtils.cp(File.join(__dir__, 'profilers', 'Gemfile'), gemfile)
+  env = { 'BUNDLE_GEMFILE' => gemfile, 'BUNDLE_PATH' => dir, 'RUBYOPT' => nil }
+  Bundler.with_unbundled_env { install_profilers(env, dir) } if defined?(Bundler)
+  install_profilers(env, dir) unless defined?(Bundler)
+  env
+end
+
+def install_profilers(env, dir)
+  return if system(env, 'bundle', 'check', out: File::NULL, err: File::NULL)
+
+  warn "==> installing stackprof#{' and vernier' if VERNIER} into #{dir} (once)"
+  log = File.join(dir, 'install.log')
+  abort "bench/profile.rb: bundle install failed: #{log}" unless system(env, 'bundle', 'install', out: log,
+                                                                                                  err: %i[child out])
+end
+
+APP = <<~RUBY
+  require 'bundler/setup'
+  require 'stackprof'
+  require 'vernier' if #{VERNIER}
+  #{ProfileWorkload::CLASSES}
+  $spins = 0
+  class Spinner
+    def run = loop { Work.new.spin(5_000); $spins += 1 }
+  end
+  Thread.new { Sleeper.new.run }
+  Thread.new { Spinner.new.run }
+  # A round: "PEER HZ" (PEER none, stackprof or vernier) for SECONDS;
+  # answers "iterations cpu_seconds".
+  work = Work.new
+  puts 'ready'
+  $stdout.flush
+  while (line = $stdin.gets)
+    peer, hz = line.split
+    interval = 1_000_000 / Integer(hz)
+    case peer
+    when 'stackprof' then StackProf.start(mode: :wall, interval: interval, raw: true)
+    when 'vernier' then Vernier.start_profile(interval: interval)
+    end
+    spins = $spins
+    cpu0 = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
+    wall0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    cycles = 0
+    until Process.clock_gettime(Process::CLOCK_MONOTONIC) - wall0 >= #{SECONDS}
+      work.heavy
+      work.light
+      cycles += 1
+    end
+    cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - cpu0
+    spun = $spins - spins
+    case peer
+    when 'stackprof'
+      StackProf.stop
+      StackProf.results
+    when 'vernier' then Vernier.stop_profile
+    end
+    puts "\#{cycles * 40_000 + spun * 5_000} \#{cpu}"
+    $stdout.flush
+  end
+RUBY
+
+# 'rbtrace --gc': attached, tracing (next to) nothing: the floor of any
+# session (the writer thread's polls, a millisecond apart), which --profile
+# pays too.
+MODES = [['untraced', 'none', nil], ['rbtrace --gc', 'none', ['--gc']]] + RATES.flat_map do |hz|
+  [["rbtrace #{hz} Hz", 'none', ['--profile', '--hz', hz.to_s]],
+   ["stackprof #{hz} Hz", 'stackprof', nil],
+   (["vernier #{hz} Hz", 'vernier', nil] if VERNIER)].compact
+end
+
+require_build!
+env = profilers_env
+rates = Hash.new(1000)
+RATES.each { |hz| MODES.each { |name, _, _| rates[name] = hz if name.end_with?("#{hz} Hz") } }
+results = Hash.new { |h, k| h[k] = [] }
+app_in, app_out, app_err, wait = Open3.popen3(env, RbConfig.ruby, '-I', BenchSupport::LIB, '-rrbtrace', '-e', APP)
+begin
+  abort "bench/profile.rb: the app did not start: #{app_err.read}" unless app_out.gets
+  round = lambda do |peer, hz, args|
+    with_client(wait.pid, args) do
+      app_in.puts("#{peer} #{hz}")
+      iterations, cpu = app_out.gets.split.map(&:to_f)
+      iterations / cpu / 1e6 # million iterations a CPU second
+    end
+  end
+  round.call('none', 100, nil) # warm-up
+  RUNS.times do
+    MODES.each { |name, peer, args| results[name] << round.call(peer, rates[name], args) }
+  end
+ensure
+  app_in.close
+  kill_and_reap(wait.pid)
+end
+
+base = median(results['untraced'])
+puts "bench/profile.rb: Ruby #{RUBY_VERSION}, #{RUNS} rounds a mode of #{SECONDS} s (#{`nproc`.strip} CPUs); " \
+     'M it/cpu s: million loop iterations a CPU second of the process (median)'
+puts format('%-20s %12s %8s  %s', 'mode', 'M it/cpu s', 'cost', "each round's cost")
+MODES.each do |name, _, _|
+  each = results[name].map { |r| format('%+.1f%%', ((base / r) - 1) * 100) }.join(' ')
+  puts format('%-20s %12.2f %+7.1f%%  %s', name, median(results[name]), ((base / median(results[name])) - 1) * 100, each)
+end

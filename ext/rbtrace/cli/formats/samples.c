@@ -1,0 +1,406 @@
+/*
+ * samples.c - --profile's samples for the formats (samples.h).
+ *
+ * Frames come named once (PROFILE_FRAME, dense ids from 1) and samples as
+ * lists of frame ids, innermost first, or empty for "the same stack as
+ * this thread's last". Each sample adds its weight to a node of a tree of
+ * (parent, frame) under its thread's root, found through a hash table: the
+ * memory is one node per distinct stack, not per sample. Each method's
+ * self samples are its innermost frame's; its total counts a sample once
+ * however often the method is on that stack (recursion).
+ */
+#define _GNU_SOURCE /* fwrite_unlocked */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+#include "escape.h"
+#include "samples.h"
+
+struct samples *samples_new(void)
+{
+    struct samples *s = calloc(1, sizeof(*s));
+
+    if (s) s->n_nodes = 1;
+    return s;
+}
+
+void samples_free(struct samples *s)
+{
+    size_t i;
+
+    if (!s) return;
+    for (i = 0; i < s->n_frames; i++) {
+        free(s->frames[i].name);
+        free(s->frames[i].raw);
+        free(s->frames[i].path);
+    }
+    for (i = 0; i < s->n_threads; i++) {
+        free(s->threads[i].name);
+        free(s->threads[i].runs);
+    }
+    free(s->frames);
+    free(s->threads);
+    free(s->nodes);
+    free(s->index);
+    free(s->path);
+    free(s);
+}
+
+uint64_t samples_total(const struct samples *s)
+{
+    return s->total;
+}
+
+uint64_t samples_missed(const struct samples *s)
+{
+    return s->missed;
+}
+
+static int samples_oom(char *err)
+{
+    snprintf(err, RBTRACE_ERRLEN, "out of memory");
+    return CLI_ERR;
+}
+
+/* ---- the tree ---- */
+
+static size_t samples_slot(const struct samples *s, uint32_t parent, uint64_t frame)
+{
+    uint64_t h = (frame ^ ((uint64_t)parent << 32 | parent)) * 0x9e3779b97f4a7c15ULL;
+    size_t i = (size_t)(h ^ (h >> 29)) & (s->index_cap - 1);
+
+    while (s->index[i]) {
+        const struct samples_node *n = &s->nodes[s->index[i]];
+        if (n->parent == parent && n->frame == frame) break;
+        i = (i + 1) & (s->index_cap - 1);
+    }
+    return i;
+}
+
+static int samples_grow(struct samples *s)
+{
+    size_t cap = s->nodes_cap ? s->nodes_cap * 2 : 256, i;
+    struct samples_node *nodes;
+    uint32_t *index;
+
+    if (cap > UINT32_MAX / 2) return CLI_ERR;
+    if (!(nodes = realloc(s->nodes, cap * sizeof(*nodes)))) return CLI_ERR;
+    s->nodes = nodes;
+    s->nodes_cap = cap;
+    if (!(index = calloc(cap * 2, sizeof(*index)))) return CLI_ERR;
+    free(s->index);
+    s->index = index;
+    s->index_cap = cap * 2;
+    for (i = 1; i < s->n_nodes; i++)
+        s->index[samples_slot(s, s->nodes[i].parent, s->nodes[i].frame)] = (uint32_t)i;
+    return CLI_OK;
+}
+
+/* The node of frame under parent, made if new; 0 when out of memory. */
+static uint32_t samples_node(struct samples *s, uint32_t parent, uint64_t frame)
+{
+    size_t slot;
+    uint32_t n;
+
+    if (s->index_cap) {
+        slot = samples_slot(s, parent, frame);
+        if (s->index[slot]) return s->index[slot];
+    }
+    if (s->n_nodes + 1 >= s->nodes_cap && samples_grow(s) != CLI_OK) return 0;
+    n = (uint32_t)s->n_nodes++;
+    s->nodes[n].parent = parent;
+    s->nodes[n].frame = frame;
+    s->nodes[n].weight = 0;
+    s->index[samples_slot(s, parent, frame)] = n;
+    return n;
+}
+
+/* ---- events ---- */
+
+static struct samples_thread *samples_thread(struct samples *s, uint64_t id)
+{
+    struct samples_thread *t;
+    size_t i;
+
+    for (i = 0; i < s->n_threads; i++)
+        if (s->threads[i].id == id) return &s->threads[i];
+    t = realloc(s->threads, (s->n_threads + 1) * sizeof(*t));
+    if (!t) return NULL;
+    s->threads = t;
+    t = &s->threads[s->n_threads];
+    memset(t, 0, sizeof(*t));
+    t->id = id;
+    if (!(t->root = samples_node(s, 0, s->n_threads))) return NULL;
+    s->n_threads++;
+    return t;
+}
+
+static int samples_frame(struct samples *s, const struct rbtrace_event *ev, char *err)
+{
+    size_t id = (size_t)ev->method_id, n;
+    char *name, *p;
+
+    if (ev->method_id == 0 || ev->method_id > (1u << 24)) {
+        snprintf(err, RBTRACE_ERRLEN, "profile frame id %" PRIu64 " out of range", ev->method_id);
+        return CLI_ERR;
+    }
+    if (id >= s->n_frames) {
+        size_t cap = id + 1 > s->n_frames * 2 ? id + 1 : s->n_frames * 2;
+        struct samples_frame *f = realloc(s->frames, cap * sizeof(*f));
+
+        if (!f) return samples_oom(err);
+        memset(f + s->n_frames, 0, (cap - s->n_frames) * sizeof(*f));
+        s->frames = f;
+        s->n_frames = cap;
+    }
+    if (!(name = malloc((size_t)ev->text.len * ESCAPE_MAX_PER_BYTE + 1))) return samples_oom(err);
+    n = escape_text(name, ev->text.ptr, ev->text.len, 0);
+    for (p = name; (p = memchr(p, ';', (size_t)(name + n - p))); p++) *p = ',';
+    free(s->frames[id].name);
+    s->frames[id].name = name;
+    s->frames[id].len = n;
+    free(s->frames[id].raw);
+    free(s->frames[id].path);
+    s->frames[id].raw = malloc(ev->text.len + 1);
+    s->frames[id].path = malloc(ev->text2.len + 1);
+    if (!s->frames[id].raw || !s->frames[id].path) return samples_oom(err);
+    memcpy(s->frames[id].raw, ev->text.ptr, ev->text.len);
+    memcpy(s->frames[id].path, ev->text2.ptr, ev->text2.len);
+    s->frames[id].raw_len = ev->text.len;
+    s->frames[id].path_len = ev->text2.len;
+    s->frames[id].line = ev->line;
+    return CLI_OK;
+}
+
+static int samples_sample(struct samples *s, const struct rbtrace_event *ev, char *err)
+{
+    struct samples_thread *t = samples_thread(s, ev->thread_id);
+    const uint64_t *ids = ev->frames;
+    uint32_t n = ev->n_frames, i, node;
+
+    if (!t) return samples_oom(err);
+    if (n == 0) {
+        ids = t->last;
+        n = t->last_n;
+    } else {
+        memcpy(t->last, ev->frames, n * sizeof(ev->frames[0]));
+        t->last_n = n;
+    }
+    t->states[ev->status] += ev->count;
+    s->total += ev->count;
+    s->stamp++;
+    node = t->root;
+    for (i = n; i-- > 0;) {
+        uint64_t id = ids[i];
+
+        if (!(node = samples_node(s, node, id))) return samples_oom(err);
+        if (id < s->n_frames && s->frames[id].stamp != s->stamp) {
+            s->frames[id].stamp = s->stamp;
+            s->frames[id].total += ev->count;
+        }
+    }
+    s->nodes[node].weight += ev->count;
+    if (n && ids[0] < s->n_frames) s->frames[ids[0]].self += ev->count;
+    if (t->n_runs && t->runs[t->n_runs - 1].node == node) {
+        t->runs[t->n_runs - 1].weight += ev->count;
+        return CLI_OK;
+    }
+    if (t->n_runs == t->runs_cap) {
+        size_t cap = t->runs_cap ? t->runs_cap * 2 : 64;
+        struct samples_run *runs = realloc(t->runs, cap * sizeof(*runs));
+
+        if (!runs) return samples_oom(err);
+        t->runs = runs;
+        t->runs_cap = cap;
+    }
+    t->runs[t->n_runs].node = node;
+    t->runs[t->n_runs++].weight = ev->count;
+    return CLI_OK;
+}
+
+static int samples_thread_name(struct samples *s, const struct rbtrace_event *ev, char *err)
+{
+    struct samples_thread *t = samples_thread(s, ev->thread_id);
+    char *name;
+
+    if (!t) return samples_oom(err);
+    if (!(name = malloc((size_t)ev->text.len * ESCAPE_MAX_PER_BYTE + 1))) return samples_oom(err);
+    name[escape_text(name, ev->text.ptr, ev->text.len, 0)] = '\0';
+    free(t->name);
+    t->name = name;
+    return CLI_OK;
+}
+
+int samples_event(struct samples *s, const struct rbtrace_event *ev, char *err)
+{
+    switch (ev->type) {
+    case RBTRACE_EV_PROFILE_FRAME:
+        return samples_frame(s, ev, err);
+    case RBTRACE_EV_PROFILE_SAMPLE:
+        return samples_sample(s, ev, err);
+    case RBTRACE_EV_PROFILE_MISSED:
+        s->missed += ev->number;
+        return CLI_OK;
+    case RBTRACE_EV_THREAD_NAME:
+        return samples_thread_name(s, ev, err);
+    default:
+        return CLI_OK;
+    }
+}
+
+/* ---- the end ---- */
+
+static void samples_put_frame(const struct samples *s, uint64_t id, FILE *out)
+{
+    if (id < s->n_frames && s->frames[id].name)
+        fwrite_unlocked(s->frames[id].name, 1, s->frames[id].len, out);
+    else fprintf(out, "(frame %" PRIu64 ")", id);
+}
+
+static void samples_put_thread(const struct samples *s, size_t ti, FILE *out)
+{
+    const struct samples_thread *t = &s->threads[ti];
+
+    fprintf(out, "Thread t%zu", ti + 1);
+    if (t->name && *t->name) {
+        const char *p;
+
+        fputc_unlocked(' ', out);
+        for (p = t->name; *p; p++) fputc_unlocked(*p == ';' ? ',' : *p, out);
+    }
+}
+
+int samples_path(struct samples *s, uint32_t node, size_t *n_out)
+{
+    size_t n = 0;
+
+    for (; node; node = s->nodes[node].parent) {
+        if (n == s->path_cap) {
+            size_t cap = s->path_cap ? s->path_cap * 2 : 64;
+            uint32_t *path = realloc(s->path, cap * sizeof(*path));
+
+            if (!path) return CLI_ERR;
+            s->path = path;
+            s->path_cap = cap;
+        }
+        s->path[n++] = node;
+    }
+    *n_out = n;
+    return CLI_OK;
+}
+
+int samples_write_folded(struct samples *s, FILE *out)
+{
+    size_t i, n;
+
+    for (i = 1; i < s->n_nodes; i++) {
+        if (!s->nodes[i].weight) continue;
+        if (samples_path(s, (uint32_t)i, &n) != CLI_OK) return CLI_ERR;
+        while (n--) {
+            const struct samples_node *sn = &s->nodes[s->path[n]];
+
+            if (sn->parent == 0) samples_put_thread(s, (size_t)sn->frame, out);
+            else samples_put_frame(s, sn->frame, out);
+            fputc_unlocked(n ? ';' : ' ', out);
+        }
+        fprintf(out, "%" PRIu64 "\n", s->nodes[i].weight);
+    }
+    return CLI_OK;
+}
+
+static int samples_by_self(const void *a, const void *b, void *arg)
+{
+    const struct samples *s = arg;
+    const struct samples_frame *x = &s->frames[*(const uint32_t *)a];
+    const struct samples_frame *y = &s->frames[*(const uint32_t *)b];
+
+    if (x->self != y->self) return x->self < y->self ? 1 : -1;
+    if (x->total != y->total) return x->total < y->total ? 1 : -1;
+    return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
+}
+
+static int samples_by_name(const void *a, const void *b, void *arg)
+{
+    const struct samples *s = arg;
+    const struct samples_frame *x = &s->frames[*(const uint32_t *)a];
+    const struct samples_frame *y = &s->frames[*(const uint32_t *)b];
+    size_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->name, y->name, n);
+
+    if (c) return c;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
+}
+
+/* Frames of one name (two files' "<main>", a method's iseq redefined) make
+ * one row: their samples go to the first. Returns the rows left. */
+static size_t samples_merge_names(struct samples *s, uint32_t *order, size_t n)
+{
+    size_t i, rows = 0;
+
+    qsort_r(order, n, sizeof(*order), samples_by_name, s);
+    for (i = 0; i < n; i++) {
+        struct samples_frame *f = &s->frames[order[i]];
+
+        if (rows) {
+            struct samples_frame *row = &s->frames[order[rows - 1]];
+
+            if (row->len == f->len && !memcmp(row->name, f->name, f->len)) {
+                row->self += f->self;
+                row->total += f->total;
+                f->self = f->total = 0;
+                continue;
+            }
+        }
+        order[rows++] = order[i];
+    }
+    return rows;
+}
+
+static double samples_pct(uint64_t part, uint64_t whole)
+{
+    return whole ? 100.0 * (double)part / (double)whole : 0.0;
+}
+
+int samples_write_table(struct samples *s, FILE *out)
+{
+    static const char *const state_names[] = { "running", "GVL wait", "blocked", "GC" };
+    uint32_t *order = malloc((s->n_frames ? s->n_frames : 1) * sizeof(*order));
+    size_t i, n = 0;
+    int st;
+
+    if (!order) return CLI_ERR;
+    for (i = 1; i < s->n_frames; i++)
+        if (s->frames[i].total && s->frames[i].name) order[n++] = (uint32_t)i;
+    n = samples_merge_names(s, order, n);
+    qsort_r(order, n, sizeof(*order), samples_by_self, s);
+    fprintf(out, "*** profile: %" PRIu64 " samples of %zu thread%s, %" PRIu64 " missed\n", s->total,
+            s->n_threads, s->n_threads == 1 ? "" : "s", s->missed);
+    fprintf(out, "%% self  %% total  self  total  method\n");
+    for (i = 0; i < n; i++) {
+        const struct samples_frame *f = &s->frames[order[i]];
+
+        fprintf(out, "%6.2f  %7.2f  %4" PRIu64 "  %5" PRIu64 "  ", samples_pct(f->self, s->total),
+                samples_pct(f->total, s->total), f->self, f->total);
+        samples_put_frame(s, order[i], out);
+        fputc_unlocked('\n', out);
+    }
+    free(order);
+    for (i = 0; i < s->n_threads; i++) {
+        const struct samples_thread *t = &s->threads[i];
+        uint64_t all = 0;
+        const char *sep = ": ";
+
+        for (st = 0; st <= RBTRACE_STATE_MAX; st++) all += t->states[st];
+        samples_put_thread(s, i, out);
+        fprintf(out, " %" PRIu64 " samples", all);
+        for (st = 0; st <= RBTRACE_STATE_MAX; st++) {
+            if (!t->states[st]) continue;
+            fprintf(out, "%s%s %.1f%%", sep, state_names[st], samples_pct(t->states[st], all));
+            sep = ", ";
+        }
+        fputc_unlocked('\n', out);
+    }
+    return CLI_OK;
+}

@@ -1,0 +1,263 @@
+require_relative '../spec_helper'
+require_relative 'profile_workload'
+require 'json'
+require 'stringio'
+require 'zlib'
+
+# --profile [wall|cpu]: the target samples every Ruby thread's stack at
+# --hz (100 by default) until ^C or --duration; the client writes a table
+# of methods (text, --summary) or collapsed stacks (--format folded), the
+# thread as the root frame. Checked against a workload of known
+# proportions (profile_workload.rb), and for what the app must not see:
+# its own SIGPROF timer keeps firing, and nothing samples after the end.
+RSpec.describe '--profile' do
+  let(:app) { start_target(ProfileWorkload::SOURCE).ready }
+  # Whether the samples can say "GVL wait": the thread event hooks (3.2+),
+  # asked of a child Ruby with the extension under test.
+  PROFILE_GVL_STATE = IO.popen([RbConfig.ruby, '-I', RBTraceSpec::LIB, '-rrbtrace', '-e',
+                                'print RBTrace.gvl_supported?'], &:read) == 'true'
+
+  # "Thread t1 sleeper;a;b;c 12" lines -> { [thread, stack...] => weight }
+  def folded(text)
+    text.lines.to_h do |line|
+      expect(line).to match(/\AThread t\d+[^;]*(;[^;\n]+)+ \d+\n\z/)
+      stack, weight = line.chomp.split(/ (?=\d+\z)/)
+      [stack.split(';'), Integer(weight)]
+    end
+  end
+
+  # The weights of the stacks whose frames include every one of names.
+  def weight_of(stacks, *names)
+    stacks.sum { |frames, w| (names - frames).empty? ? w : 0 }
+  end
+
+  def profile(*args, seconds:)
+    r = rbtrace('-p', app.pid, '--profile', *args, '--duration', seconds.to_s, timeout: seconds + 30)
+    expect(r.exitstatus).to eq(0), r.stderr
+    expect(r.stderr).to end_with("*** detached from process #{app.pid}\n")
+    r
+  end
+
+  it 'samples every thread in wall mode: a third each, the sleeper blocked in Kernel#sleep' do
+    r = profile('--format', 'folded', seconds: 4)
+    stacks = folded(r.stdout)
+    total = stacks.values.sum
+    expect(total).to be > 100 # 3 threads x 100 Hz x 4 s = 1,200 on an idle machine
+    { 'Sleeper#run' => 'Kernel#sleep', 'Spinner#run' => 'Work#spin', 'Work#run' => 'Work#spin' }.each do |run, leaf|
+      share = 100.0 * weight_of(stacks, run) / total
+      say format('wall: %-12s %5.1f %% of %d samples (truth 33.3)', run, share, total)
+      expect(share).to be_within(5).of(100.0 / 3)
+      # (a few samples fall in the loop around it, Work.new...)
+      expect(weight_of(stacks, run, leaf)).to be >= weight_of(stacks, run) * 0.95
+    end
+    # The thread is the root frame, each its own.
+    roots = stacks.keys.map(&:first).uniq
+    expect(roots.size).to eq(3)
+    expect(app).to be_alive
+  end
+
+  it 'says each thread\'s state and each method\'s self and total samples in the table' do
+    r = profile(seconds: 3)
+    expect(r.stdout).to match(/\A\*\*\* profile: \d+ samples of 3 threads, \d+ missed\n% self  % total  self  total  method\n/)
+    rows = r.stdout.lines.grep(/\A *\d+\.\d\d +\d+\.\d\d +\d+ +\d+  /).to_h do |l|
+      self_pct, total_pct, self_n, total_n, name = l.split(' ', 5)
+      [name.chomp, [Float(self_pct), Float(total_pct), Integer(self_n), Integer(total_n)]]
+    end
+    expect(rows.keys).to include('Work#spin', 'Kernel#sleep', 'Work#heavy', 'Work#light', 'Kernel#loop')
+    expect(rows['Kernel#loop'][1]).to eq(100.0) # every thread's stack has it
+    expect(rows['Work#spin'][2] + rows['Kernel#sleep'][2]).to be >= rows.values.sum { |v| v[2] } * 0.98
+    # The sleeper: blocked (but for its waits for the GVL each second, as
+    # it wakes); the others ran about half the time each (one GVL) and,
+    # where Ruby has the thread hooks (3.2+), waited for the GVL the rest.
+    states = r.stdout.lines.grep(/\AThread t\d+/)
+    expect(states.size).to eq(3)
+    sleeper, *spinners = states.sort_by { |l| -l[/blocked (\d+\.\d)%/, 1].to_f }
+    expect(sleeper[/blocked (\d+\.\d)%/, 1].to_f).to be >= 85, states.join
+    spinners.each do |line|
+      expect(line[/running (\d+\.\d)%/, 1].to_f).to be_within(20).of(50), states.join
+      expect(line[/GVL wait (\d+\.\d)%/, 1].to_f).to be_within(20).of(50), states.join if PROFILE_GVL_STATE
+    end
+  end
+
+  # A share measured from n samples is off by sqrt(p(1-p)/n): 1.8 points
+  # at 600 samples, so 5 points is 2.8 of those. The app gets what CPU a
+  # loaded machine leaves it (cpu mode samples CPU time): profiles of 5 s
+  # until 600 samples of the two came.
+  it 'gives Work#heavy three times Work#light\'s samples in cpu mode (within 5 points), and the sleeper none' do
+    heavy = light = sleeper = all = runs = 0
+    while heavy + light < 600 && runs < 20
+      stacks = folded(profile('cpu', '--format', 'folded', seconds: 5).stdout)
+      heavy += weight_of(stacks, 'Work#heavy')
+      light += weight_of(stacks, 'Work#light')
+      sleeper += weight_of(stacks, 'Sleeper#run')
+      all += stacks.values.sum
+      runs += 1
+    end
+    share = 100.0 * heavy / (heavy + light)
+    say format('cpu: Work#heavy %.1f %% of Work#heavy + Work#light (%d samples, %d runs; truth 75)',
+               share, heavy + light, runs)
+    expect(heavy + light).to be >= 600
+    expect(share).to be_within(5).of(75)
+    expect(sleeper).to be <= all * 0.02
+  end
+
+  it 'leaves the app\'s own SIGPROF timer firing, and samples nothing after the end' do
+    timer = start_target(<<~RUBY).ready
+      require 'fiddle'
+      #{ProfileWorkload::CLASSES}
+      $ticks = 0
+      trap('PROF') { $ticks += 1 }
+      # setitimer(ITIMER_PROF, 10 ms): what stackprof's cpu mode sets.
+      tv = [0, 10_000, 0, 10_000].pack('q4')
+      setitimer = Fiddle::Function.new(Fiddle.dlopen(nil)['setitimer'],
+                                       [Fiddle::TYPE_INT, Fiddle::TYPE_VOIDP, Fiddle::TYPE_VOIDP], Fiddle::TYPE_INT)
+      raise 'setitimer failed' unless setitimer.call(2, tv, nil).zero?
+      Thread.new { Sleeper.new.run }
+      puts "ready"
+      loop do
+        Work.new.spin(2_000_000)
+        puts "ticks \#{$ticks} samples \#{RBTrace.profile_stats[1]} active \#{RBTrace.profile_stats[0]}"
+        sleep 0.05
+      end
+    RUBY
+    ticks = ->(line) { line[/ticks (\d+)/, 1].to_i }
+    before = ticks.call(timer.wait_for(/ticks [1-9]/))
+    r = rbtrace('-p', timer.pid, '--profile', '--hz', '500', '--duration', '2', timeout: 30)
+    expect(r.exitstatus).to eq(0), r.stderr
+    expect(r.stdout).to match(/samples of 2 threads/)
+    during = timer.drain.grep(/active true/)
+    expect(during).not_to be_empty
+    say "SIGPROF handler: #{before} ticks before, #{ticks.call(during.last)} at the end of the profile"
+    expect(ticks.call(during.last)).to be > before + 10 # 100 a CPU second
+    # After the detach: no more samples, and the timer still fires.
+    last = timer.wait_for(->(l) { l.include?('active false') && l[/samples (\d+)/, 1].to_i.positive? })
+    samples = last[/samples (\d+)/, 1].to_i
+    expect(samples).to be > 0
+    seen = timer.drain.size
+    timer.wait_for(->(_) { timer.drain.size > seen + 5 }, timeout: 30)
+    expect(timer.lines.last[/samples (\d+)/, 1].to_i).to eq(samples)
+    expect(ticks.call(timer.lines.last)).to be > ticks.call(last)
+    expect(timer).to be_alive
+  end
+
+  # speedscope's file format: the parts its schema (file-format-schema.json)
+  # requires, checked by hand (no JSON Schema validator here), and the
+  # samples against the workload's threads.
+  it 'writes speedscope\'s format: the frames once, a sampled profile per thread' do
+    out = File.join(Dir.tmpdir, "rbtrace-profile-#{Process.pid}.speedscope.json")
+    begin
+      profile('--format', 'speedscope', '-o', out, seconds: 2)
+      doc = JSON.parse(File.read(out))
+    ensure
+      FileUtils.rm_f(out)
+    end
+    expect(doc['$schema']).to eq('https://www.speedscope.app/file-format-schema.json')
+    frames = doc.dig('shared', 'frames')
+    expect(frames).to all(include('name' => a_kind_of(String)))
+    expect(frames.map { |f| f['name'] }).to include('Work#heavy', 'Work#light', 'Kernel#sleep')
+    profiles = doc['profiles']
+    expect(profiles.size).to eq(3)
+    profiles.each do |prof|
+      expect(prof).to include('type' => 'sampled', 'unit' => 'milliseconds', 'startValue' => 0)
+      expect(prof['name']).to match(/\AThread t\d+/)
+      expect(prof['samples'].size).to eq(prof['weights'].size)
+      expect(prof['samples'].flatten).to all(be_between(0, frames.size - 1))
+      expect(prof['endValue']).to be_within(0.01).of(prof['weights'].sum)
+      expect(prof['weights'].sum).to be_between(1000, 3000) # 2 s of wall time, in ms
+    end
+    sleeper = profiles.find { |prof| prof['samples'].flatten.map { |i| frames[i]['name'] }.include?('Sleeper#run') }
+    expect(sleeper['samples'].map { |st| frames[st.last]['name'] }.uniq).to eq(['Kernel#sleep'])
+  end
+
+  # profile.proto's wire format, read back by a decoder of its own: fields
+  # as [number, value] (value an Integer or a String of bytes).
+  def protobuf_fields(bytes)
+    io = StringIO.new(bytes)
+    fields = []
+    varint = lambda do
+      v = shift = 0
+      loop do
+        b = io.readbyte
+        v |= (b & 0x7f) << shift
+        shift += 7
+        break if b < 0x80
+      end
+      v
+    end
+    until io.eof?
+      key = varint.call
+      case key & 7
+      when 0 then fields << [key >> 3, varint.call]
+      when 2 then fields << [key >> 3, io.read(varint.call)]
+      else raise "wire type #{key & 7} in a pprof profile"
+      end
+    end
+    fields
+  end
+
+  it 'writes pprof: gzipped profile.proto, samples and cpu nanoseconds, a thread label' do
+    out = File.join(Dir.tmpdir, "rbtrace-profile-#{Process.pid}.pb.gz")
+    begin
+      profile('cpu', '--format', 'pprof', '-o', out, seconds: 4)
+      raw = Zlib::GzipReader.open(out, &:read)
+    ensure
+      FileUtils.rm_f(out)
+    end
+    top = protobuf_fields(raw)
+    strings = top.select { |f, _| f == 6 }.map(&:last)
+    expect(strings.first).to eq('')
+    read_varints = lambda do |s|
+      io = StringIO.new(s)
+      vals = []
+      until io.eof?
+        v = shift = 0
+        loop do
+          b = io.readbyte
+          v |= (b & 0x7f) << shift
+          shift += 7
+          break if b < 0x80
+        end
+        vals << v
+      end
+      vals
+    end
+    types = top.select { |f, _| f == 1 }.map { |_, m| protobuf_fields(m).to_h.values_at(1, 2).map { |i| strings[i] } }
+    expect(types).to eq([%w[samples count], %w[cpu nanoseconds]])
+    functions = top.select { |f, _| f == 5 }.to_h do |_, m|
+      h = protobuf_fields(m).to_h
+      [h[1], strings[h[2]]]
+    end
+    locations = top.select { |f, _| f == 4 }.to_h do |_, m|
+      h = protobuf_fields(m)
+      line = protobuf_fields(h.find { |f, _| f == 4 }.last).to_h
+      [h.find { |f, _| f == 1 }.last, functions.fetch(line[1])]
+    end
+    self_ns = Hash.new(0)
+    threads = Hash.new(0)
+    period = top.find { |f, _| f == 12 }.last
+    expect(period).to eq(10_000_000) # 100 Hz
+    top.select { |f, _| f == 2 }.each do |_, m|
+      sample = protobuf_fields(m)
+      locs = read_varints.call(sample.find { |f, _| f == 1 }.last)
+      count, ns = read_varints.call(sample.find { |f, _| f == 2 }.last)
+      expect(ns).to eq(count * period)
+      label = protobuf_fields(sample.find { |f, _| f == 3 }.last).to_h
+      expect(strings[label[1]]).to eq('thread')
+      threads[strings[label[2]]] += count
+      self_ns[locations.fetch(locs.first)] += ns
+      expect(locs.map { |l| locations.fetch(l) }).to include('Work#heavy').or include('Work#light').or include('Spinner#run')
+    end
+    expect(threads.keys).to all(match(/\At\d+/))
+    expect(threads.size).to eq(2) # cpu mode: the sleeper never ran a tick's worth
+    expect(self_ns['Work#spin']).to be >= self_ns.values.sum * 0.95
+  end
+
+  it 'refuses a bad mode or rate (exit 2), and --hz without --profile' do
+    [%w[--profile wal], %w[--profile --hz 0], %w[--profile --hz 20000], %w[--hz 100 -m Foo#bar],
+     %w[--profile --format json], %w[--format pprof -m Foo#bar], %w[--format speedscope -f]].each do |args|
+      r = rbtrace('-p', Process.pid, *args)
+      expect(r.exitstatus).to eq(2), "#{args.join(' ')}: #{r.stderr}"
+      expect(r.stderr).to match(/--profile|--hz/)
+    end
+  end
+end
