@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int command_known(enum rbtrace_command_type type)
 {
-    return type >= RBTRACE_CMD_ATTACH && type <= RBTRACE_CMD_SYNC;
+    return type >= RBTRACE_CMD_ATTACH && type <= RBTRACE_CMD_PROFILE;
 }
 
 static int str_inside(struct rbtrace_str s, const uint8_t *data, size_t size)

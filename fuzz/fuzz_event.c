@@ -124,8 +124,13 @@ static int event_same(const struct rbtrace_event *a, const struct rbtrace_event 
         a->clock_origin_ns != b->clock_origin_ns || a->wall_origin_ns != b->wall_origin_ns ||
         a->duration_ns != b->duration_ns || a->depth != b->depth || a->mark_ns != b->mark_ns ||
         a->sweep_ns != b->sweep_ns || a->status != b->status || !str_same(a->text, b->text) ||
-        !str_same(a->text2, b->text2) || !str_same(a->text3, b->text3) || a->n_exprs != b->n_exprs)
+        !str_same(a->text2, b->text2) || !str_same(a->text3, b->text3) || a->n_exprs != b->n_exprs ||
+        a->line != b->line || a->count != b->count)
         return 0;
+    /* the frames are not cleared between events (codec.h): a sample's only */
+    if (a->type == RBTRACE_EV_PROFILE_SAMPLE && a->n_frames != b->n_frames) return 0;
+    for (i = 0; a->type == RBTRACE_EV_PROFILE_SAMPLE && i < a->n_frames; i++)
+        if (a->frames[i] != b->frames[i]) return 0;
     for (i = 0; i < a->n_exprs; i++)
         if (!str_same(a->exprs[i], b->exprs[i]) || !str_same(a->values[i], b->values[i])) return 0;
     return 1;
@@ -240,6 +245,17 @@ static int event_pack(msgpack_packer *pk, const struct rbtrace_event *ev)
         break;
     case RBTRACE_EV_THREAD_NAME:
         rbtrace_event_pack_thread_name(pk, ev->thread_id, ev->text.ptr, ev->text.len);
+        break;
+    case RBTRACE_EV_PROFILE_FRAME:
+        rbtrace_event_pack_profile_frame(pk, ev->method_id, ev->text.ptr, ev->text.len,
+                                         ev->text2.ptr, ev->text2.len, ev->line);
+        break;
+    case RBTRACE_EV_PROFILE_SAMPLE:
+        rbtrace_event_pack_profile_sample(pk, ev->thread_id, ev->time_ns, ev->status, ev->count,
+                                          ev->frames, ev->n_frames);
+        break;
+    case RBTRACE_EV_PROFILE_MISSED:
+        rbtrace_event_pack_profile_missed(pk, ev->number);
         break;
     default:
         FUZZ_CHECK(!"rbtrace_event_decode accepted an unknown event");

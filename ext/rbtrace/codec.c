@@ -500,6 +500,13 @@ void rbtrace_event_pack_profile_frame(msgpack_packer *pk, uint64_t frame_id, con
     msgpack_pack_uint64(pk, line);
 }
 
+void rbtrace_event_pack_profile_missed(msgpack_packer *pk, uint64_t count)
+{
+    msgpack_pack_array(pk, 2);
+    msgpack_pack_uint32(pk, RBTRACE_EV_PROFILE_MISSED);
+    msgpack_pack_uint64(pk, count);
+}
+
 void rbtrace_event_pack_profile_sample(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
                                        uint32_t state, uint64_t weight, const uint64_t *frames,
                                        uint32_t n)

@@ -137,6 +137,8 @@ void rbtrace_event_pack_profile_frame(msgpack_packer *pk, uint64_t frame_id, con
 void rbtrace_event_pack_profile_sample(msgpack_packer *pk, uint64_t thread_id, uint64_t time_ns,
                                        uint32_t state, uint64_t weight, const uint64_t *frames,
                                        uint32_t n);
+/* PROFILE_MISSED: samples missed since the last one said */
+void rbtrace_event_pack_profile_missed(msgpack_packer *pk, uint64_t count);
 void rbtrace_event_pack_method(msgpack_packer *pk, uint64_t method_id, const char *name,
                                size_t name_len);
 void rbtrace_event_pack_call(msgpack_packer *pk, enum rbtrace_event_type type, uint64_t thread_id,

@@ -454,9 +454,7 @@ int rbtrace_emit_profile_missed(uint64_t count)
 {
     if (!rbtrace.attached) return -1;
     emit_begin();
-    msgpack_pack_array(&scratch_pk, 2);
-    msgpack_pack_uint32(&scratch_pk, RBTRACE_EV_PROFILE_MISSED);
-    msgpack_pack_uint64(&scratch_pk, count);
+    rbtrace_event_pack_profile_missed(&scratch_pk, count);
     return emit_commit();
 }
 
