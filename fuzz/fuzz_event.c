@@ -124,8 +124,8 @@ static int event_same(const struct rbtrace_event *a, const struct rbtrace_event 
         a->clock_origin_ns != b->clock_origin_ns || a->wall_origin_ns != b->wall_origin_ns ||
         a->duration_ns != b->duration_ns || a->depth != b->depth || a->mark_ns != b->mark_ns ||
         a->sweep_ns != b->sweep_ns || a->status != b->status || !str_same(a->text, b->text) ||
-        !str_same(a->text2, b->text2) || !str_same(a->text3, b->text3) || a->n_exprs != b->n_exprs ||
-        a->line != b->line || a->count != b->count)
+        !str_same(a->text2, b->text2) || !str_same(a->text3, b->text3) ||
+        a->n_exprs != b->n_exprs || a->line != b->line || a->count != b->count)
         return 0;
     /* the frames are not cleared between events (codec.h): a sample's only */
     if (a->type == RBTRACE_EV_PROFILE_SAMPLE && a->n_frames != b->n_frames) return 0;
