@@ -169,6 +169,47 @@ RSpec.describe '--profile' do
     expect(sleeper['samples'].map { |st| frames[st.last]['name'] }.uniq).to eq(['Kernel#sleep'])
   end
 
+  # -m with --profile in speedscope's format: the traced calls as an
+  # evented profile (O/C events) beside the sampled ones, in one file.
+  it 'writes the traced calls (-m) as an evented profile beside the samples in speedscope\'s format' do
+    out = File.join(Dir.tmpdir, "rbtrace-profile-m-#{Process.pid}.speedscope.json")
+    begin
+      profile('-m', 'Work#heavy', 'Work#light', '--format', 'speedscope', '-o', out, seconds: 2)
+      doc = JSON.parse(File.read(out))
+    ensure
+      FileUtils.rm_f(out)
+    end
+    frames = doc.dig('shared', 'frames').map { |f| f['name'] }
+    sampled, evented = doc['profiles'].partition { |prof| prof['type'] == 'sampled' }
+    expect(sampled.size).to eq(3)
+    expect(evented.size).to eq(1) # the main thread's: it alone calls the traced methods
+    traced = evented.first
+    main = sampled.find { |prof| prof['samples'].flatten.map { |i| frames[i] }.include?('Work#heavy') }
+    expect(traced['name']).to eq("#{main['name']} (traced)")
+    expect(traced).to include('unit' => 'milliseconds')
+    # Balanced and nested: each C closes the frame the last O opened, in
+    # time order, nothing left open; only the traced methods.
+    open = []
+    last = traced['startValue']
+    count = Hash.new(0)
+    traced['events'].each do |e|
+      expect(e['at']).to be >= last
+      last = e['at']
+      if e['type'] == 'O'
+        open << e['frame']
+        count[frames[e['frame']]] += 1
+      else
+        expect(e['type']).to eq('C')
+        expect(open.pop).to eq(e['frame'])
+      end
+    end
+    expect(open).to be_empty
+    expect(last).to be <= traced['endValue']
+    expect(count.keys).to contain_exactly('Work#heavy', 'Work#light')
+    expect(count['Work#heavy']).to be_within(1).of(count['Work#light'])
+    expect(count['Work#heavy']).to be > 10
+  end
+
   # profile.proto's wire format, read back by a decoder of its own: fields
   # as [number, value] (value an Integer or a String of bytes).
   def protobuf_fields(bytes)

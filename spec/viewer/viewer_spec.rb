@@ -179,11 +179,11 @@ RSpec.describe 'a --profile in speedscope, in headless Chromium' do
     @server&.stop
   end
 
-  def profile_to_file(format, name)
+  def profile_to_file(format, name, *args)
     path = File.join(@dir, name)
     FileUtils.rm_f(path)
     app = start_target(ProfileWorkload::SOURCE).ready
-    r = rbtrace('-p', app.pid, '--profile', '--format', format, '-o', path, '--duration', '2', timeout: 40)
+    r = rbtrace('-p', app.pid, '--profile', *args, '--format', format, '-o', path, '--duration', '2', timeout: 40)
     expect(r.exitstatus).to eq(0), r.stderr
     path
   end
@@ -237,5 +237,17 @@ RSpec.describe 'a --profile in speedscope, in headless Chromium' do
     expect(shown).to match_array(stacks.flatten.uniq)
     expect(shown).to include('Kernel#sleep', 'Work#heavy', 'Work#light', 'Thread t2 sleeper').or include('Thread t3 sleeper')
     expect(@browser.evaluate(page, 'document.title')).to eq('profile.folded - speedscope')
+  end
+
+  it 'shows the traced calls (-m) of a speedscope profile as a profile of their own, after the samples' do
+    path = profile_to_file('speedscope', 'profile-m.speedscope.json', '-m', 'Work#heavy', 'Work#light')
+    names = JSON.parse(File.read(path))['profiles'].map { |prof| prof['name'] }
+    expect(names.size).to eq(4)
+    expect(names.last).to match(/\AThread t\d+ \(traced\)\z/)
+
+    page, = sandwich(path)
+    3.times { @browser.evaluate(page, "window.dispatchEvent(new KeyboardEvent('keypress', { key: 'n' })), true") }
+    @browser.wait_until(page, "document.body.innerText.includes(#{"#{names.last} (4/4)".to_json})")
+    expect(sandwich_names(page)).to contain_exactly('Work#heavy', 'Work#light')
   end
 end
