@@ -293,6 +293,22 @@ RSpec.describe '--profile' do
     expect(self_ns['Work#spin']).to be >= self_ns.values.sum * 0.95
   end
 
+  # --inject: rbtrace loaded into an app started without it, then profiled
+  # in the same command; nothing in the sampler depends on how it came.
+  it 'profiles an app started without rbtrace, with --inject' do
+    skip '--inject needs root (or CAP_SYS_PTRACE)' unless Process.uid.zero?
+    plain = start_target(ProfileWorkload::SOURCE, rbtrace: false).ready
+    r = rbtrace('-p', plain.pid, '--inject', '--timeout', '60', '--profile', '--duration', '2', timeout: 90)
+    expect(r.exitstatus).to eq(0), r.stderr
+    expect(r.stderr).to match(/\*\*\* injected rbtrace into process #{plain.pid}/)
+    expect(r.stdout).to match(/\A\*\*\* profile: (\d+) samples of 3 threads, \d+ missed\n/)
+    expect(r.stdout[/(\d+) samples/, 1].to_i).to be > 30
+    expect(r.stdout).to match(/ Work#spin$/).and match(/ Kernel#sleep$/)
+    expect(r.stdout.lines.grep(/\AThread t\d+/).map { |l| l[/\AThread t\d+(?: (\w+))? \d+ samples/, 1].to_s })
+      .to contain_exactly('', 'sleeper', 'spinner')
+    expect(plain).to be_alive
+  end
+
   it 'refuses a bad mode or rate (exit 2), and --hz without --profile' do
     [%w[--profile wal], %w[--profile --hz 0], %w[--profile --hz 20000], %w[--hz 100 -m Foo#bar],
      %w[--profile --format json], %w[--format pprof -m Foo#bar], %w[--format speedscope -f]].each do |args|
