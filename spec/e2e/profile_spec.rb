@@ -1,6 +1,7 @@
 require_relative '../spec_helper'
 require_relative 'profile_workload'
 require 'json'
+require 'pty'
 require 'stringio'
 require 'zlib'
 
@@ -309,12 +310,101 @@ RSpec.describe '--profile' do
     expect(plain).to be_alive
   end
 
+  # --top's blocks ("*** top of process PID ..." to a blank line) from a
+  # text: [header, rows { name => [last self %, last total %, self, total] },
+  # thread lines].
+  def top_blocks(text)
+    text.scan(/^\*\*\* top of process .*?\n\n/m).map do |block|
+      head, _columns, *lines = block.lines
+      rows, threads = lines.map(&:chomp).reject(&:empty?).partition { |l| l.start_with?('      ') }
+      rows = rows.grep(/\A +\d/).to_h do |l|
+        last_self, last_total, self_n, total_n, name = l.split(' ', 5)
+        [name, [Float(last_self), Float(last_total), Integer(self_n), Integer(total_n)]]
+      end
+      [head, rows, threads]
+    end
+  end
+
+  # Not on a terminal: a block of lines a second, each for the samples of
+  # its second; the table of the whole profile at the end, as without --top.
+  it '--top writes a block a second when stdout is no terminal: the last second\'s samples, each thread\'s states' do
+    r = profile('--top', seconds: 4)
+    blocks = top_blocks(r.stdout)
+    expect(blocks.size).to be >= 2, r.stdout # a view a second over 4 s (a loaded machine may starve one)
+    in_all = 0
+    blocks.each_with_index do |(head, rows, threads), i|
+      header = /\A\*\*\* top of process #{app.pid} \(--profile wall, 100 Hz\): (\d+) samples in the last [\d.]+ s, \d+ missed; (\d+) in all\n\z/
+      last, all = head.match(header).captures.map(&:to_i)
+      # the views' samples add up to the cumulative count each shows
+      in_all += last
+      expect(all).to eq(in_all)
+      next if last.zero?
+
+      # (the first view may come before a thread's first sample)
+      expect(threads.map { |l| l[/\AThread t\d+(?: (\w+))?:/, 1].to_s }).to contain_exactly('', 'sleeper', 'spinner') if i.positive?
+
+      expect(rows['Kernel#loop'][1]).to eq(100.0) # every thread's stack has it
+      expect(rows.values.sum { |v| v[0] }).to be_within(0.1).of(100)
+      expect(rows.keys).to include('Work#spin', 'Kernel#sleep')
+      expect(threads.find { |l| l.include?('sleeper') }).to match(/blocked/)
+    end
+    expect(r.stdout.lines.last(4).join).to match(/^Thread t\d+ spinner \d+ samples: /)
+    expect(r.stdout).to include("*** profile: #{r.stdout[/^\*\*\* profile: (\d+)/, 1]} samples of 3 threads")
+    expect(r.stdout).not_to include("\e")
+    expect(in_all).to be <= r.stdout[/^\*\*\* profile: (\d+)/, 1].to_i
+  end
+
+  # On a terminal: the screen cleared and redrawn for each view; what the
+  # app names (a thread, here with escape sequences in its name) escaped.
+  it '--top redraws a terminal each second, the app\'s names escaped' do
+    evil = start_target(<<~RUBY).ready
+      #{ProfileWorkload::CLASSES}
+      Thread.new { Sleeper.new.run }.name = "bad\\e[2Jname"
+      puts "ready"
+      Work.new.run
+    RUBY
+    read, write, pid = PTY.spawn(RBTraceSpec::SPAWN_ENV.merge('TERM' => 'xterm'), RBTraceSpec::CLIENT,
+                                 '-p', evil.pid.to_s, '--profile', '--top', '--duration', '3')
+    out = +''
+    status = nil
+    begin
+      Timeout.timeout(60) do
+        loop do
+          IO.select([read], nil, nil, 0.5)
+          chunk = read.read_nonblock(4096, exception: false)
+          break if chunk.nil?
+
+          out << chunk if chunk.is_a?(String)
+        end
+      rescue Errno::EIO
+        nil # the client closed the terminal: all is read
+      end
+      status = Process.wait2(pid).last
+    ensure
+      unless status
+        Process.kill(:KILL, pid) rescue nil
+        Process.wait(pid) rescue nil
+      end
+      [read, write].each { |io| io.close unless io.closed? }
+    end
+    expect(status.exitstatus).to eq(0), out
+    views = out.split("\e[H\e[2J").drop(1)
+    expect(views).not_to be_empty, out
+    views.each { |v| expect(v).to start_with("*** top of process #{evil.pid} ") }
+    # the app's ESC, shown as \x1b: only the client's own clears are escape sequences
+    expect(out.scan("\e").size).to eq(2 * views.size)
+    expect(out).to include('Thread t2 bad\x1b[2Jname').or include('Thread t1 bad\x1b[2Jname')
+    expect(out).to include('*** profile: ')
+  end
+
   it 'refuses a bad mode or rate (exit 2), and --hz without --profile' do
     [%w[--profile wal], %w[--profile --hz 0], %w[--profile --hz 20000], %w[--hz 100 -m Foo#bar],
-     %w[--profile --format json], %w[--format pprof -m Foo#bar], %w[--format speedscope -f]].each do |args|
+     %w[--profile --format json], %w[--format pprof -m Foo#bar], %w[--format speedscope -f],
+     %w[--top], %w[--top -m Foo#bar], %w[--profile --top -m Foo#bar], %w[--profile --top --gc],
+     %w[--profile --top --format folded], %w[--profile --top --summary]].each do |args|
       r = rbtrace('-p', Process.pid, *args)
       expect(r.exitstatus).to eq(2), "#{args.join(' ')}: #{r.stderr}"
-      expect(r.stderr).to match(/--profile|--hz/)
+      expect(r.stderr).to match(/--profile|--hz|--top/)
     end
   end
 end
