@@ -188,12 +188,35 @@ RSpec.describe 'a --profile in speedscope, in headless Chromium' do
     path
   end
 
-  # The names in the sandwich view's table, once (speedscope lists apart
-  # two frames of one name in different places: <main> of two files).
-  # The tall window shows a 3-cell row of times under it too: not a name.
-  def sandwich_names(page)
-    @browser.wait_until(page, Viewer::SANDWICH_ROWS).map(&:last)
-            .grep_v(/\A[0-9.,]+(ns|µs|ms|s)?\z/).uniq
+  # The names in the sandwich view's table, once each (speedscope lists
+  # apart two frames of one name in different places: <main> of two files),
+  # or null before they are there. The tall window shows a 3-cell row of
+  # times under the table too: not a name.
+  NAMED_ROWS = <<~JS.freeze
+    (() => {
+      const rows = (#{Viewer::SANDWICH_ROWS.strip});
+      if (!rows) return null;
+      const names = [...new Set(rows.map(cells => cells[2]).filter(t => !/^[0-9.,]+(ns|µs|ms|s)?$/.test(t)))];
+      return names.length > 0 ? names : null;
+    })()
+  JS
+
+  def sandwich_names(page) = @browser.wait_until(page, NAMED_ROWS)
+
+  # The names once they are expected (a profile just switched to is drawn
+  # a little later than its toolbar): what the page shows after 30 s if not.
+  def sandwich_names_until(page, expected)
+    names = nil
+    Timeout.timeout(30) do
+      names = sandwich_names(page)
+      until names.sort == expected.sort
+        sleep 0.1
+        names = sandwich_names(page)
+      end
+    end
+    names
+  rescue Timeout::Error
+    names
   end
 
   def sandwich(path)
@@ -216,8 +239,8 @@ RSpec.describe 'a --profile in speedscope, in headless Chromium' do
       # n goes to the next (its keyboard shortcut)
       @browser.evaluate(page, "window.dispatchEvent(new KeyboardEvent('keypress', { key: 'n' })), true") if i.positive?
       @browser.wait_until(page, "document.body.innerText.includes(#{"#{name} (#{i + 1}/#{names.size})".to_json})")
-      shown = sandwich_names(page)
       expected = doc['profiles'][i]['samples'].flatten.map { |k| frames[k] }.uniq
+      shown = sandwich_names_until(page, expected)
       expect(shown).to match_array(expected), "#{name}: speedscope shows #{shown}, the file has #{expected}"
       seen[name[/\AThread t\d+ (\w+)\z/, 1] || 'main'] = shown
     end
@@ -233,7 +256,8 @@ RSpec.describe 'a --profile in speedscope, in headless Chromium' do
     expect(stacks.map(&:first).uniq).to contain_exactly(/\AThread t\d+\z/, /\AThread t\d+ sleeper\z/,
                                                         /\AThread t\d+ spinner\z/)
 
-    page, shown = sandwich(path)
+    page, = sandwich(path)
+    shown = sandwich_names_until(page, stacks.flatten.uniq)
     expect(shown).to match_array(stacks.flatten.uniq)
     expect(shown).to include('Kernel#sleep', 'Work#heavy', 'Work#light', 'Thread t2 sleeper').or include('Thread t3 sleeper')
     expect(@browser.evaluate(page, 'document.title')).to eq('profile.folded - speedscope')
@@ -248,6 +272,6 @@ RSpec.describe 'a --profile in speedscope, in headless Chromium' do
     page, = sandwich(path)
     3.times { @browser.evaluate(page, "window.dispatchEvent(new KeyboardEvent('keypress', { key: 'n' })), true") }
     @browser.wait_until(page, "document.body.innerText.includes(#{"#{names.last} (4/4)".to_json})")
-    expect(sandwich_names(page)).to contain_exactly('Work#heavy', 'Work#light')
+    expect(sandwich_names_until(page, %w[Work#heavy Work#light])).to contain_exactly('Work#heavy', 'Work#light')
   end
 end
