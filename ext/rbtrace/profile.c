@@ -48,6 +48,7 @@
 #include "state.h" /* first: ruby.h sets _GNU_SOURCE */
 #include "emit.h"
 #include "profile.h"
+#include "threadnames.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -682,9 +683,14 @@ static void prof_send(const struct prof_record *r)
 void rbtrace_profile_drain(void)
 {
     uint64_t head, missed;
+    uint32_t i;
 
     prof.drain_due = 0;
     if (!prof.buf) return;
+    /* the threads named (THREAD_NAME, when new or changed) before their samples */
+    for (i = 0; i < prof.high; i++)
+        if (prof.threads[i].tid && prof.threads[i].self && prof.threads[i].thread != Qnil)
+            rbtrace_thread_name_of(prof.threads[i].thread, prof.threads[i].self);
     head = __atomic_load_n(&prof.head, __ATOMIC_ACQUIRE);
     while (prof.tail != head) {
         struct prof_record *r = (struct prof_record *)(prof.buf +
@@ -798,6 +804,7 @@ void rbtrace_profile_start(uint32_t mode, uint32_t hz)
     for (i = 0; i < PROF_THREADS; i++) prof.threads[i].stat_fd = -1;
     prof.frames_used = 0;
     prof.next_frame_id = 1;
+    rbtrace_thread_names_forget(); /* this session's client has none of them */
     prof.active = 1;
     rb_add_event_hook(prof_thread_hook_i, RUBY_EVENT_THREAD_BEGIN | RUBY_EVENT_THREAD_END, Qnil);
     prof.hook_threads = Qtrue;

@@ -146,6 +146,12 @@ void rbtrace_thread_names_start(void)
     rbtrace.thread_names = 1;
 }
 
+/* A new session names every thread again (--profile's start). */
+void rbtrace_thread_names_forget(void)
+{
+    memset(sent, 0, sizeof(sent));
+}
+
 void rbtrace_thread_names_stop(void)
 {
     rbtrace.thread_names = 0;
@@ -183,6 +189,35 @@ __attribute__((noinline)) void rbtrace_thread_name_note(uint64_t thread)
     if (rbtrace_emit_thread_name(thread, p, len) != 0) return; /* again next time */
     RB_GC_GUARD(name);
     slot->thread = thread;
+    slot->hash = hash;
+}
+
+/* --profile's drain (profile.c), with the GVL on rbtrace's helper thread:
+ * thread's name (thread: rbtrace_thread_id of it) sent if new or changed,
+ * so that the samples' threads are named as the calls' are. */
+void rbtrace_thread_name_of(VALUE thread, uint64_t id)
+{
+    struct thread_name_sent *slot;
+    const char *p = "";
+    size_t len = 0;
+    uint64_t hash;
+    int state = 0;
+    VALUE name;
+
+    if (!rbtrace.attached || id == 0) return;
+    name = rbtrace_protect(thread_name_get_i, thread, &state, NULL);
+    if (state || !RB_TYPE_P(name, T_STRING)) name = Qnil;
+    if (name != Qnil) {
+        p = RSTRING_PTR(name);
+        len = (size_t)RSTRING_LEN(name);
+        if (len > RBTRACE_THREAD_NAME_MAX) len = RBTRACE_THREAD_NAME_MAX;
+    }
+    hash = thread_name_hash(p, len);
+    slot = thread_name_slot(id);
+    if (slot->thread == id && slot->hash == hash) return;
+    if (rbtrace_emit_thread_name(id, p, len) != 0) return; /* again next time */
+    RB_GC_GUARD(name);
+    slot->thread = id;
     slot->hash = hash;
 }
 

@@ -1,6 +1,7 @@
 require_relative '../spec_helper'
 require_relative 'profile_workload'
 require 'json'
+require 'pty'
 require 'stringio'
 require 'zlib'
 
@@ -169,6 +170,47 @@ RSpec.describe '--profile' do
     expect(sleeper['samples'].map { |st| frames[st.last]['name'] }.uniq).to eq(['Kernel#sleep'])
   end
 
+  # -m with --profile in speedscope's format: the traced calls as an
+  # evented profile (O/C events) beside the sampled ones, in one file.
+  it 'writes the traced calls (-m) as an evented profile beside the samples in speedscope\'s format' do
+    out = File.join(Dir.tmpdir, "rbtrace-profile-m-#{Process.pid}.speedscope.json")
+    begin
+      profile('-m', 'Work#heavy', 'Work#light', '--format', 'speedscope', '-o', out, seconds: 2)
+      doc = JSON.parse(File.read(out))
+    ensure
+      FileUtils.rm_f(out)
+    end
+    frames = doc.dig('shared', 'frames').map { |f| f['name'] }
+    sampled, evented = doc['profiles'].partition { |prof| prof['type'] == 'sampled' }
+    expect(sampled.size).to eq(3)
+    expect(evented.size).to eq(1) # the main thread's: it alone calls the traced methods
+    traced = evented.first
+    main = sampled.find { |prof| prof['samples'].flatten.map { |i| frames[i] }.include?('Work#heavy') }
+    expect(traced['name']).to eq("#{main['name']} (traced)")
+    expect(traced).to include('unit' => 'milliseconds')
+    # Balanced and nested: each C closes the frame the last O opened, in
+    # time order, nothing left open; only the traced methods.
+    open = []
+    last = traced['startValue']
+    count = Hash.new(0)
+    traced['events'].each do |e|
+      expect(e['at']).to be >= last
+      last = e['at']
+      if e['type'] == 'O'
+        open << e['frame']
+        count[frames[e['frame']]] += 1
+      else
+        expect(e['type']).to eq('C')
+        expect(open.pop).to eq(e['frame'])
+      end
+    end
+    expect(open).to be_empty
+    expect(last).to be <= traced['endValue']
+    expect(count.keys).to contain_exactly('Work#heavy', 'Work#light')
+    expect(count['Work#heavy']).to be_within(1).of(count['Work#light'])
+    expect(count['Work#heavy']).to be > 10
+  end
+
   # profile.proto's wire format, read back by a decoder of its own: fields
   # as [number, value] (value an Integer or a String of bytes).
   def protobuf_fields(bytes)
@@ -252,12 +294,120 @@ RSpec.describe '--profile' do
     expect(self_ns['Work#spin']).to be >= self_ns.values.sum * 0.95
   end
 
+  # --inject: rbtrace loaded into an app started without it, then profiled
+  # in the same command; nothing in the sampler depends on how it came.
+  it 'profiles an app started without rbtrace, with --inject' do
+    skip '--inject needs root (or CAP_SYS_PTRACE)' unless Process.uid.zero?
+    plain = start_target(ProfileWorkload::SOURCE, rbtrace: false).ready
+    r = rbtrace('-p', plain.pid, '--inject', '--timeout', '60', '--profile', '--duration', '2', timeout: 90)
+    expect(r.exitstatus).to eq(0), r.stderr
+    expect(r.stderr).to match(/\*\*\* injected rbtrace into process #{plain.pid}/)
+    expect(r.stdout).to match(/\A\*\*\* profile: (\d+) samples of 3 threads, \d+ missed\n/)
+    expect(r.stdout[/(\d+) samples/, 1].to_i).to be > 30
+    expect(r.stdout).to match(/ Work#spin$/).and match(/ Kernel#sleep$/)
+    expect(r.stdout.lines.grep(/\AThread t\d+/).map { |l| l[/\AThread t\d+(?: (\w+))? \d+ samples/, 1].to_s })
+      .to contain_exactly('', 'sleeper', 'spinner')
+    expect(plain).to be_alive
+  end
+
+  # --top's blocks ("*** top of process PID ..." to a blank line) from a
+  # text: [header, rows { name => [last self %, last total %, self, total] },
+  # thread lines].
+  def top_blocks(text)
+    text.scan(/^\*\*\* top of process .*?\n\n/m).map do |block|
+      head, _columns, *lines = block.lines
+      rows, threads = lines.map(&:chomp).reject(&:empty?).partition { |l| l.start_with?('      ') }
+      rows = rows.grep(/\A +\d/).to_h do |l|
+        last_self, last_total, self_n, total_n, name = l.split(' ', 5)
+        [name, [Float(last_self), Float(last_total), Integer(self_n), Integer(total_n)]]
+      end
+      [head, rows, threads]
+    end
+  end
+
+  # Not on a terminal: a block of lines a second, each for the samples of
+  # its second; the table of the whole profile at the end, as without --top.
+  it '--top writes a block a second when stdout is no terminal: the last second\'s samples, each thread\'s states' do
+    r = profile('--top', seconds: 4)
+    blocks = top_blocks(r.stdout)
+    expect(blocks.size).to be >= 2, r.stdout # a view a second over 4 s (a loaded machine may starve one)
+    in_all = checked = 0
+    blocks.each_with_index do |(head, rows, threads), i|
+      header = /\A\*\*\* top of process #{app.pid} \(--profile wall, 100 Hz\): (\d+) samples in the last [\d.]+ s, \d+ missed; (\d+) in all\n\z/
+      last, all = head.match(header).captures.map(&:to_i)
+      # the views' samples add up to the cumulative count each shows
+      in_all += last
+      expect(all).to eq(in_all)
+      next if last.zero?
+
+      expect(rows['Kernel#loop'][1]).to eq(100.0) # every thread's stack has it
+      expect(rows.values.sum { |v| v[0] }).to be_within(0.1).of(100)
+      # (the first view may come before a thread's first sample)
+      next if i.zero?
+
+      expect(threads.map { |l| l[/\AThread t\d+(?: (\w+))?:/, 1].to_s }).to contain_exactly('', 'sleeper', 'spinner')
+      expect(rows.keys).to include('Work#spin', 'Kernel#sleep')
+      expect(threads.find { |l| l.include?('sleeper') }).to match(/blocked/)
+      checked += 1
+    end
+    expect(checked).to be >= 1
+    expect(r.stdout.lines.last(4).join).to match(/^Thread t\d+ spinner \d+ samples: /)
+    expect(r.stdout).to include("*** profile: #{r.stdout[/^\*\*\* profile: (\d+)/, 1]} samples of 3 threads")
+    expect(r.stdout).not_to include("\e")
+    expect(in_all).to be <= r.stdout[/^\*\*\* profile: (\d+)/, 1].to_i
+  end
+
+  # On a terminal: the screen cleared and redrawn for each view; what the
+  # app names (a thread, here with escape sequences in its name) escaped.
+  it '--top redraws a terminal each second, the app\'s names escaped' do
+    evil = start_target(<<~RUBY).ready
+      #{ProfileWorkload::CLASSES}
+      Thread.new { Sleeper.new.run }.name = "bad\\e[2Jname"
+      puts "ready"
+      Work.new.run
+    RUBY
+    read, write, pid = PTY.spawn(RBTraceSpec::SPAWN_ENV.merge('TERM' => 'xterm'), RBTraceSpec::CLIENT,
+                                 '-p', evil.pid.to_s, '--profile', '--top', '--duration', '3')
+    out = +''
+    status = nil
+    begin
+      Timeout.timeout(60) do
+        loop do
+          IO.select([read], nil, nil, 0.5)
+          chunk = read.read_nonblock(4096, exception: false)
+          break if chunk.nil?
+
+          out << chunk if chunk.is_a?(String)
+        end
+      rescue Errno::EIO
+        nil # the client closed the terminal: all is read
+      end
+      status = Process.wait2(pid).last
+    ensure
+      unless status
+        Process.kill(:KILL, pid) rescue nil
+        Process.wait(pid) rescue nil
+      end
+      [read, write].each { |io| io.close unless io.closed? }
+    end
+    expect(status.exitstatus).to eq(0), out
+    views = out.split("\e[H\e[2J").drop(1)
+    expect(views).not_to be_empty, out
+    views.each { |v| expect(v).to start_with("*** top of process #{evil.pid} ") }
+    # the app's ESC, shown as \x1b: only the client's own clears are escape sequences
+    expect(out.scan("\e").size).to eq(2 * views.size)
+    expect(out).to include('Thread t2 bad\x1b[2Jname').or include('Thread t1 bad\x1b[2Jname')
+    expect(out).to include('*** profile: ')
+  end
+
   it 'refuses a bad mode or rate (exit 2), and --hz without --profile' do
     [%w[--profile wal], %w[--profile --hz 0], %w[--profile --hz 20000], %w[--hz 100 -m Foo#bar],
-     %w[--profile --format json], %w[--format pprof -m Foo#bar], %w[--format speedscope -f]].each do |args|
+     %w[--profile --format json], %w[--format pprof -m Foo#bar], %w[--format speedscope -f],
+     %w[--top], %w[--top -m Foo#bar], %w[--profile --top -m Foo#bar], %w[--profile --top --gc],
+     %w[--profile --top --format folded], %w[--profile --top --summary]].each do |args|
       r = rbtrace('-p', Process.pid, *args)
       expect(r.exitstatus).to eq(2), "#{args.join(' ')}: #{r.stderr}"
-      expect(r.stderr).to match(/--profile|--hz/)
+      expect(r.stderr).to match(/--profile|--hz|--top/)
     end
   end
 end

@@ -72,6 +72,11 @@ module TransparencySpec
       known: :wrapper
     },
     '--slow 0' => { args: %w[--slow 0], shows: /^ *Probe#greet\b/ },
+    # --profile prints nothing until its end: -m's lines show that it traces.
+    # 1,000 Hz: every thread signalled as often as --hz allows.
+    '--profile at 1,000 Hz, with -m on Ruby methods' => {
+      args: ['--profile', '--hz', '1000', '-m', *RUBY_SELECTORS], shows: /^ *Probe#greet\b/
+    },
     '--gc' => { args: ['--gc'], shows: /\S/ },
     '--raise' => { args: ['--raise'], shows: /RuntimeError/ },
     '-e, while the eval runs' => { args: [], shows: /=> :released/, ending: :eval },

@@ -152,3 +152,126 @@ RSpec.describe 'a trace in speedscope, in headless Chromium' do
     end
   end
 end
+
+# --profile's files in speedscope (issue 33): the workload of known
+# proportions (spec/e2e/profile_workload.rb: a main thread, a sleeper, a
+# spinner, the two named) sampled for 2 s, written as speedscope's own
+# format and as folded stacks, each opened in speedscope; the page must
+# show each thread under the name the file gives it, and, in the sandwich
+# view, exactly the frames its samples hold.
+require_relative '../e2e/profile_workload'
+
+RSpec.describe 'a --profile in speedscope, in headless Chromium' do
+  before(:all) do
+    @release = Viewer.speedscope_release
+    @dir = File.join(RBTraceSpec::ROOT, 'tmp', 'viewer')
+    FileUtils.mkdir_p(@dir)
+  end
+
+  before do
+    @server = StaticServer.new('/speedscope' => @release, '/traces' => @dir)
+    # tall: the sandwich view draws only the rows it has room for
+    @browser = Chromium.new(height: 1000)
+  end
+
+  after do
+    @browser&.quit
+    @server&.stop
+  end
+
+  def profile_to_file(format, name, *args)
+    path = File.join(@dir, name)
+    FileUtils.rm_f(path)
+    app = start_target(ProfileWorkload::SOURCE).ready
+    r = rbtrace('-p', app.pid, '--profile', *args, '--format', format, '-o', path, '--duration', '2', timeout: 40)
+    expect(r.exitstatus).to eq(0), r.stderr
+    path
+  end
+
+  # The names in the sandwich view's table, once each (speedscope lists
+  # apart two frames of one name in different places: <main> of two files),
+  # or null before they are there. The tall window shows a 3-cell row of
+  # times under the table too: not a name.
+  NAMED_ROWS = <<~JS.freeze
+    (() => {
+      const rows = (#{Viewer::SANDWICH_ROWS.strip});
+      if (!rows) return null;
+      const names = [...new Set(rows.map(cells => cells[2]).filter(t => !/^[0-9.,]+(ns|µs|ms|s)?$/.test(t)))];
+      return names.length > 0 ? names : null;
+    })()
+  JS
+
+  def sandwich_names(page) = @browser.wait_until(page, NAMED_ROWS)
+
+  # The names once they are expected (a profile just switched to is drawn
+  # a little later than its toolbar): what the page shows after 30 s if not.
+  def sandwich_names_until(page, expected)
+    names = nil
+    Timeout.timeout(30) do
+      names = sandwich_names(page)
+      until names.sort == expected.sort
+        sleep 0.1
+        names = sandwich_names(page)
+      end
+    end
+    names
+  rescue Timeout::Error
+    names
+  end
+
+  def sandwich(path)
+    page = @browser.open(Viewer.speedscope_url(@server, @server.url("/traces/#{File.basename(path)}"),
+                                               view: 'sandwich'))
+    [page, sandwich_names(page)]
+  end
+
+  it "shows a speedscope profile's threads by name, each with the frames of its samples" do
+    path = profile_to_file('speedscope', 'profile.speedscope.json')
+    doc = JSON.parse(File.read(path))
+    frames = doc.dig('shared', 'frames').map { |f| f['name'] }
+    names = doc['profiles'].map { |prof| prof['name'] }
+    expect(names).to contain_exactly(/\AThread t\d+\z/, /\AThread t\d+ sleeper\z/, /\AThread t\d+ spinner\z/)
+
+    page, = sandwich(path)
+    seen = {}
+    names.each_with_index do |name, i|
+      # speedscope's toolbar: the profile shown, and which of how many;
+      # n goes to the next (its keyboard shortcut)
+      @browser.evaluate(page, "window.dispatchEvent(new KeyboardEvent('keypress', { key: 'n' })), true") if i.positive?
+      @browser.wait_until(page, "document.body.innerText.includes(#{"#{name} (#{i + 1}/#{names.size})".to_json})")
+      expected = doc['profiles'][i]['samples'].flatten.map { |k| frames[k] }.uniq
+      shown = sandwich_names_until(page, expected)
+      expect(shown).to match_array(expected), "#{name}: speedscope shows #{shown}, the file has #{expected}"
+      seen[name[/\AThread t\d+ (\w+)\z/, 1] || 'main'] = shown
+    end
+    expect(seen['sleeper']).to include('Sleeper#run', 'Kernel#sleep')
+    expect(seen['spinner']).to include('Spinner#run', 'Work#spin')
+    expect(seen['main']).to include('Work#heavy', 'Work#light', 'Work#spin')
+  end
+
+  it 'shows a folded profile: every thread a root frame, under its name, and the samples\' frames' do
+    path = profile_to_file('folded', 'profile.folded')
+    lines = File.readlines(path, chomp: true)
+    stacks = lines.map { |l| l[/\A(.*) \d+\z/, 1].split(';') }
+    expect(stacks.map(&:first).uniq).to contain_exactly(/\AThread t\d+\z/, /\AThread t\d+ sleeper\z/,
+                                                        /\AThread t\d+ spinner\z/)
+
+    page, = sandwich(path)
+    shown = sandwich_names_until(page, stacks.flatten.uniq)
+    expect(shown).to match_array(stacks.flatten.uniq)
+    expect(shown).to include('Kernel#sleep', 'Work#heavy', 'Work#light', 'Thread t2 sleeper').or include('Thread t3 sleeper')
+    expect(@browser.evaluate(page, 'document.title')).to eq('profile.folded - speedscope')
+  end
+
+  it 'shows the traced calls (-m) of a speedscope profile as a profile of their own, after the samples' do
+    path = profile_to_file('speedscope', 'profile-m.speedscope.json', '-m', 'Work#heavy', 'Work#light')
+    names = JSON.parse(File.read(path))['profiles'].map { |prof| prof['name'] }
+    expect(names.size).to eq(4)
+    expect(names.last).to match(/\AThread t\d+ \(traced\)\z/)
+
+    page, = sandwich(path)
+    3.times { @browser.evaluate(page, "window.dispatchEvent(new KeyboardEvent('keypress', { key: 'n' })), true") }
+    @browser.wait_until(page, "document.body.innerText.includes(#{"#{names.last} (4/4)".to_json})")
+    expect(sandwich_names_until(page, %w[Work#heavy Work#light])).to contain_exactly('Work#heavy', 'Work#light')
+  end
+end

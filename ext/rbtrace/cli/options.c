@@ -584,6 +584,7 @@ static const struct options_spec options_table[] = {
     { 0, "alloc-sample", OPTIONS_VALUE, options_set_alloc_sample, 0 },
     { 0, "profile", OPTIONS_OPTIONAL, options_set_profile, 0 },
     { 0, "hz", OPTIONS_VALUE, options_set_hz, 0 },
+    { 0, "top", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(top) },
     { 0, "thread-names", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(thread_names) },
     { 0, "devmode", OPTIONS_FLAG, OPTIONS_FLAG_FIELD(devmode) },
     { 'o', "output", OPTIONS_VALUE, options_set_output, 0 },
@@ -778,10 +779,12 @@ static int options_check(struct options *o)
         return options_fail(o,
                             "--inject loads rbtrace into a running process; --exec starts one "
                             "with rbtrace loaded already: drop --inject");
+    if (o->top && !o->profile)
+        return options_fail(o, "--top is --profile's live view: add --profile");
     if (o->mode == OPTIONS_MODE_NONE && !options_watches(o))
         return options_fail(o,
                             "nothing to do: give -m METHODS, -c TRACER, -f, --slow MS, --gc, "
-                            "--raise, --gvl, --alloc, "
+                            "--raise, --gvl, --alloc, --profile, "
                             "-e CODE, -i or a report (-b, --backtrace N, --memory, --heapdump, "
                             "--shapesdump, --fork)");
     if (o->mode >= OPTIONS_MODE_EVAL && options_watches(o))
@@ -811,6 +814,14 @@ static int options_check(struct options *o)
     if (o->append && !o->output_path) return options_fail(o, "-a needs -o FILE");
     if (o->hz_given && !o->profile)
         return options_fail(o, "--hz sets --profile's rate: add --profile");
+    if (o->top &&
+        (o->mode != OPTIONS_MODE_NONE || o->slow_ms >= 0 || o->gc || o->raises || o->gvl_ms >= 0 ||
+         o->alloc))
+        return options_fail(o,
+                            "--top shows the samples alone: leave out -m, -c, -f, --slow, --gc, "
+                            "--raise, --gvl and --alloc (or --top)");
+    if (o->top && (o->format != OPTIONS_FORMAT_TEXT || o->summary))
+        return options_fail(o, "--top writes text: leave out --format and --summary (or --top)");
     if (o->profile && o->n_pids > 1)
         return options_fail(o, "--profile profiles one process: give one -p PID");
     if (!o->profile &&

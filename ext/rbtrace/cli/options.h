@@ -83,6 +83,7 @@ struct options {
                                    (enum rbtrace_profile_mode) */
     unsigned hz;                /* --hz N: samples a second (--profile) */
     int hz_given;               /* --hz was given */
+    int top;                    /* --top: --profile's live view, each second */
     int thread_names;           /* --thread-names: each thread's name after its [tN] */
     int devmode;                /* --devmode: -m follows reloaded classes */
     const char *output_path;    /* -o: output file, NULL for stdout */

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 #include "attach.h"
 #include "inject.h"
@@ -32,6 +33,7 @@
 #include "format.h"
 #include "inject.h"
 #include "reports.h"
+#include "samples.h"
 #include "session.h"
 #include "stream.h"
 
@@ -107,6 +109,7 @@ struct session {
     void *eval_sink_ctx;         /* printing it as -e does; NULL for -e */
     int ended;                   /* the REPL's session cannot go on: */
     enum session_wait end_wait;  /* how its last wait ended */
+    int64_t top_at_ms;           /* --top: when the last view was drawn (0: none yet) */
     int64_t quiet_since_ms;      /* when the socket was last found empty with a
                                   raise line held, or 0: the quiet's start */
     int out_failed;              /* the output could not be written (a closed
@@ -616,6 +619,39 @@ static enum session_wait session_poll(struct session *s, struct pollfd *fds, int
     return SESSION_FAILED;
 }
 
+/* --top: a view a second (the first a second after the wait began). */
+#define SESSION_TOP_MS 1000
+
+/* --top's view of the samples of the last second. CLI_OK or CLI_ERR
+ * (errstr set). */
+static int session_top(struct session *s, int64_t now)
+{
+    struct samples_top how = { 0 };
+    struct winsize ws;
+    int fd = fileno(s->out);
+
+    how.tty = isatty(fd);
+    /* a terminal: as many methods as its lines leave (header 2, the
+     * threads, the cursor's line); else 20 */
+    how.rows = 20;
+    if (how.tty && ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0) {
+        size_t threads = s->format->samples ? s->format->samples->n_threads : 0;
+        long rows = (long)ws.ws_row - 4 - (long)threads;
+
+        how.rows = rows < 5 ? 5 : (unsigned)rows;
+    }
+    how.pid = (int)s->at.pid;
+    how.mode = s->opts->profile == 1 + RBTRACE_PROFILE_CPU ? "cpu" : "wall";
+    how.hz = s->opts->hz;
+    how.secs = (double)(now - s->top_at_ms) / 1000.0;
+    s->top_at_ms = now;
+    if (format_top(s->format, &how) != CLI_OK || session_flush(s) != CLI_OK) {
+        snprintf(s->errstr, sizeof(s->errstr), "%s", s->format->errstr);
+        return CLI_ERR;
+    }
+    return CLI_OK;
+}
+
 /* session_wait's loop, with the session's signals blocked but in ppoll. */
 static enum session_wait session_wait_events(struct session *s, const int *flag, int64_t deadline,
                                              const sigset_t *outside)
@@ -638,7 +674,19 @@ static enum session_wait session_wait_events(struct session *s, const int *flag,
             next_tick = now + SESSION_TICK_MS;
         }
         if (deadline >= 0 && now >= deadline) return SESSION_TIMEOUT;
-        rc = session_poll(s, fds, session_poll_ms(now, next_tick, deadline), outside);
+        if (s->opts->top && s->sync_wait_over && !s->traces_nothing) {
+            if (!s->top_at_ms) s->top_at_ms = now;
+            if (now >= s->top_at_ms + SESSION_TOP_MS && session_top(s, now) != CLI_OK)
+                return SESSION_FAILED;
+        }
+        rc = session_poll(s, fds,
+                          session_poll_ms(now,
+                                          s->opts->top && s->top_at_ms &&
+                                                  s->top_at_ms + SESSION_TOP_MS < next_tick
+                                              ? s->top_at_ms + SESSION_TOP_MS
+                                              : next_tick,
+                                          deadline),
+                          outside);
         if (rc == SESSION_SIGNAL) continue; /* counted, if it was ours: see above */
         if (rc != SESSION_DONE) return rc;
         if (fds[1].revents) session_drain_wake();

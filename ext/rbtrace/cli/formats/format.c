@@ -55,6 +55,14 @@ void format_base_init(struct format *f, const struct format_ops *ops, FILE *out,
     f->opts = *opts;
 }
 
+int format_top(struct format *f, const struct samples_top *how)
+{
+    if (!f->samples) return CLI_OK;
+    if (samples_write_top(f->samples, f->out, how) != CLI_OK)
+        return format_fail(f, "out of memory");
+    return format_check_io(f);
+}
+
 int format_samples_event(struct format *f, const struct rbtrace_event *ev)
 {
     char err[RBTRACE_ERRLEN];

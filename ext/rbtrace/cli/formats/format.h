@@ -106,6 +106,11 @@ static inline int format_event(struct format *f, const struct rbtrace_event *ev)
     return f->ops->event(f, ev);
 }
 
+struct samples_top;
+/* --top: the view of the samples since the last (samples_write_top), to
+ * f's output. CLI_OK (nothing without --profile) or CLI_ERR. */
+int format_top(struct format *f, const struct samples_top *how);
+
 /* The trace ended: once, whatever the number of calls. */
 int format_finish(struct format *f);
 

@@ -188,7 +188,9 @@ static int samples_sample(struct samples *s, const struct rbtrace_event *ev, cha
         t->last_n = n;
     }
     t->states[ev->status] += ev->count;
+    t->istates[ev->status] += ev->count;
     s->total += ev->count;
+    s->itotal += ev->count;
     s->stamp++;
     node = t->root;
     for (i = n; i-- > 0;) {
@@ -198,10 +200,14 @@ static int samples_sample(struct samples *s, const struct rbtrace_event *ev, cha
         if (id < s->n_frames && s->frames[id].stamp != s->stamp) {
             s->frames[id].stamp = s->stamp;
             s->frames[id].total += ev->count;
+            s->frames[id].itotal += ev->count;
         }
     }
     s->nodes[node].weight += ev->count;
-    if (n && ids[0] < s->n_frames) s->frames[ids[0]].self += ev->count;
+    if (n && ids[0] < s->n_frames) {
+        s->frames[ids[0]].self += ev->count;
+        s->frames[ids[0]].iself += ev->count;
+    }
     if (t->n_runs && t->runs[t->n_runs - 1].node == node) {
         t->runs[t->n_runs - 1].weight += ev->count;
         return CLI_OK;
@@ -241,6 +247,7 @@ int samples_event(struct samples *s, const struct rbtrace_event *ev, char *err)
         return samples_sample(s, ev, err);
     case RBTRACE_EV_PROFILE_MISSED:
         s->missed += ev->number;
+        s->imissed += ev->number;
         return CLI_OK;
     case RBTRACE_EV_THREAD_NAME:
         return samples_thread_name(s, ev, err);
@@ -402,5 +409,95 @@ int samples_write_table(struct samples *s, FILE *out)
         }
         fputc_unlocked('\n', out);
     }
+    return CLI_OK;
+}
+
+/* ---- --top ---- */
+
+/* A row of the view: the frames of one name, their counts summed. */
+struct samples_top_row {
+    uint32_t id; /* the first frame of the name */
+    uint64_t iself, itotal, self, total;
+};
+
+static int samples_top_order(const void *a, const void *b)
+{
+    const struct samples_top_row *x = a, *y = b;
+
+    if (x->iself != y->iself) return x->iself < y->iself ? 1 : -1;
+    if (x->itotal != y->itotal) return x->itotal < y->itotal ? 1 : -1;
+    if (x->self != y->self) return x->self < y->self ? 1 : -1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+int samples_write_top(struct samples *s, FILE *out, const struct samples_top *how)
+{
+    static const char *const state_names[] = { "running", "GVL wait", "blocked", "GC" };
+    uint32_t *order = malloc((s->n_frames ? s->n_frames : 1) * sizeof(*order));
+    struct samples_top_row *rows = malloc((s->n_frames ? s->n_frames : 1) * sizeof(*rows));
+    size_t i, n = 0, n_rows = 0;
+    int st;
+
+    if (!order || !rows) {
+        free(order);
+        free(rows);
+        return CLI_ERR;
+    }
+    for (i = 1; i < s->n_frames; i++)
+        if (s->frames[i].itotal && s->frames[i].name) order[n++] = (uint32_t)i;
+    /* one row a name (two files' "<main>"): by name, then summed */
+    qsort_r(order, n, sizeof(*order), samples_by_name, s);
+    for (i = 0; i < n; i++) {
+        const struct samples_frame *f = &s->frames[order[i]];
+        struct samples_top_row *row = n_rows ? &rows[n_rows - 1] : NULL;
+
+        if (!row || s->frames[row->id].len != f->len ||
+            memcmp(s->frames[row->id].name, f->name, f->len) != 0) {
+            row = &rows[n_rows++];
+            *row = (struct samples_top_row){ order[i], 0, 0, 0, 0 };
+        }
+        row->iself += f->iself;
+        row->itotal += f->itotal;
+        row->self += f->self;
+        row->total += f->total;
+    }
+    qsort(rows, n_rows, sizeof(*rows), samples_top_order);
+    if (how->tty) fputs("\033[H\033[2J", out); /* home, then clear the screen */
+    fprintf(out,
+            "*** top of process %d (--profile %s, %u Hz): %" PRIu64 " samples in the last %.1f s"
+            ", %" PRIu64 " missed; %" PRIu64 " in all\n",
+            how->pid, how->mode, how->hz, s->itotal, how->secs, s->imissed, s->total);
+    fprintf(out, "last: %% self  %% total   all: self  total  method\n");
+    for (i = 0; i < n_rows && i < how->rows; i++) {
+        const struct samples_top_row *r = &rows[i];
+
+        fprintf(out, "      %6.2f  %7.2f       %5" PRIu64 "  %5" PRIu64 "  ",
+                samples_pct(r->iself, s->itotal), samples_pct(r->itotal, s->itotal), r->self,
+                r->total);
+        samples_put_frame(s, r->id, out);
+        fputc_unlocked('\n', out);
+    }
+    if (n_rows > how->rows) fprintf(out, "      (%zu more)\n", n_rows - how->rows);
+    for (i = 0; i < s->n_threads; i++) {
+        struct samples_thread *t = &s->threads[i];
+        uint64_t all = 0;
+        const char *sep = ": ";
+
+        for (st = 0; st <= RBTRACE_STATE_MAX; st++) all += t->istates[st];
+        samples_put_thread(s, i, out);
+        if (!all) fputs(": no samples", out);
+        for (st = 0; st <= RBTRACE_STATE_MAX; st++) {
+            if (!t->istates[st]) continue;
+            fprintf(out, "%s%s %.1f%%", sep, state_names[st], samples_pct(t->istates[st], all));
+            sep = ", ";
+        }
+        fputc_unlocked('\n', out);
+        memset(t->istates, 0, sizeof(t->istates));
+    }
+    if (!how->tty) fputc_unlocked('\n', out); /* blocks apart */
+    for (i = 1; i < s->n_frames; i++) s->frames[i].iself = s->frames[i].itotal = 0;
+    s->itotal = s->imissed = 0;
+    free(order);
+    free(rows);
     return CLI_OK;
 }

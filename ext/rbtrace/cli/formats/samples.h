@@ -21,15 +21,17 @@ struct samples_frame {
     char *raw, *path; /* as the target sent them (JSON and pprof escape their own way) */
     size_t raw_len, path_len;
     uint64_t line;
-    uint64_t self, total; /* samples (weights) */
-    uint64_t stamp;       /* the sample that last counted it in total */
+    uint64_t self, total;   /* samples (weights) */
+    uint64_t stamp;         /* the sample that last counted it in total */
+    uint64_t iself, itotal; /* the same, since the last --top view */
 };
 
 struct samples_thread {
-    uint64_t id;                            /* the target's thread id */
-    char *name;                             /* THREAD_NAME's, or NULL */
-    uint64_t states[RBTRACE_STATE_MAX + 1]; /* samples by state */
-    uint32_t root;                          /* its node */
+    uint64_t id;                             /* the target's thread id */
+    char *name;                              /* THREAD_NAME's, or NULL */
+    uint64_t states[RBTRACE_STATE_MAX + 1];  /* samples by state */
+    uint64_t istates[RBTRACE_STATE_MAX + 1]; /* the same, since the last --top view */
+    uint32_t root;                           /* its node */
     /* its samples in order, as (node, weight), a run of one stack merged:
      * speedscope's timeline of the thread */
     struct samples_run *runs;
@@ -59,6 +61,7 @@ struct samples {
     uint32_t *index; /* (parent, frame) -> node; 0: free */
     size_t index_cap;
     uint64_t total, missed, stamp;
+    uint64_t itotal, imissed; /* since the last --top view */
     uint32_t *path;
     size_t path_cap;
 };
@@ -82,6 +85,21 @@ int samples_path(struct samples *s, uint32_t node, size_t *n);
 /* Collapsed stacks, the thread first: "Thread t1;Foo#run;Foo#step 42\n"
  * (weight: samples). CLI_OK or CLI_ERR (out of memory). */
 int samples_write_folded(struct samples *s, FILE *out);
+
+/* --top's view (samples_write_top): where it goes and what it says. */
+struct samples_top {
+    int tty;          /* out is a terminal: the screen is cleared and redrawn */
+    unsigned rows;    /* methods shown at most */
+    int pid;          /* the target's */
+    const char *mode; /* "wall" or "cpu" */
+    unsigned hz;
+    double secs; /* since the last view */
+};
+
+/* --top: the methods by self and total samples since the last view (and
+ * since the start), each thread's states since the last view; then the
+ * counts since the last view start again. CLI_OK or CLI_ERR (out of memory). */
+int samples_write_top(struct samples *s, FILE *out, const struct samples_top *how);
 
 /* The table of methods by self samples, as rbspy's summary, then each
  * thread's samples by state. CLI_OK or CLI_ERR (out of memory). */
