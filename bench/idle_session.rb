@@ -20,13 +20,18 @@ MODES = [['not attached', nil], ['rbtrace --gc', ['--gc']], ['rbtrace --profile 
 
 def tasks(pid) = Dir.children("/proc/#{pid}/task").map(&:to_i)
 
+# Nanoseconds on a CPU of each thread alive: {tid => ns}.
 def cpu_ns(pid)
-  tasks(pid).sum do |tid|
-    File.read("/proc/#{pid}/task/#{tid}/schedstat").split.first.to_i
+  tasks(pid).filter_map do |tid|
+    [tid, File.read("/proc/#{pid}/task/#{tid}/schedstat").split.first.to_i]
   rescue Errno::ENOENT
-    0
-  end
+    nil
+  end.to_h
 end
+
+# The CPU time used between two cpu_ns (a thread gone meanwhile: its last
+# moments are not counted; Ruby 3.4 starts and ends one at an attach).
+def cpu_used(before, after) = after.sum { |tid, ns| ns - before.fetch(tid, 0) }
 
 def wakeups(pid, tids)
   tids.sum do |tid|
@@ -46,7 +51,7 @@ def round(pid, args)
     t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     sleep SECONDS
     secs = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
-    [(cpu_ns(pid) - cpu0) / 1e6 / secs, (wakeups(pid, started) - wake0) / secs]
+    [cpu_used(cpu0, cpu_ns(pid)) / 1e6 / secs, (wakeups(pid, started) - wake0) / secs]
   end
 end
 
