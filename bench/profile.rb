@@ -110,8 +110,8 @@ APP = <<~RUBY
 RUBY
 
 # 'rbtrace --gc': attached, tracing (next to) nothing: the floor of any
-# session (the writer thread's polls, a millisecond apart), which --profile
-# pays too.
+# session (the writer thread's dozes, ten wake-ups a second; a thousand
+# polls before it dozed), which --profile pays too.
 MODES = [['untraced', 'none', nil], ['rbtrace --gc', 'none', ['--gc']]] + RATES.flat_map do |hz|
   [["rbtrace #{hz} Hz", 'none', ['--profile', '--hz', hz.to_s]],
    ["stackprof #{hz} Hz", 'stackprof', nil],

@@ -44,6 +44,7 @@
 #include "profile.h"
 #include "protocol.h"
 #include "command.h"
+#include "writer.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -318,6 +319,9 @@ static void channel_read_socket(void)
         r = channel_read_frame();
         if (r == 0) {
             rbtrace.sock_readable = 0;
+            /* The writer watches the socket again only once it looks: now,
+             * not at the end of a doze. */
+            rbtrace_writer_nudge();
             return;
         }
         if (r < 0) {

@@ -24,6 +24,8 @@ int rbtrace_ring_init(struct rbtrace_ring *ring, size_t size)
     }
     ring->size = size;
     ring->head = ring->tail = ring->tail_seen = ring->reserve_limit = 0;
+    ring->consumer_asleep = 0;
+    ring->wake = NULL; /* the consumer's to set */
     return 0;
 }
 
@@ -34,6 +36,35 @@ void rbtrace_ring_free(struct rbtrace_ring *ring)
     ring->buf = NULL;
     ring->size = 0;
     ring->head = ring->tail = ring->tail_seen = ring->reserve_limit = 0;
+    ring->consumer_asleep = 0;
+}
+
+/*
+ * Producer, after it published bytes or a new limit: wakes a consumer that
+ * dozes. The fence orders that store before the look at the mark, as
+ * rbtrace_ring_doze orders its mark before its look at head: one of the
+ * two sees the other (a consumer that missed the bytes is woken; one that
+ * saw them did not sleep).
+ */
+static void ring_wake_consumer(struct rbtrace_ring *ring)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&ring->consumer_asleep, __ATOMIC_RELAXED) &&
+        __atomic_exchange_n(&ring->consumer_asleep, 0, __ATOMIC_ACQ_REL) && ring->wake)
+        ring->wake();
+}
+
+size_t rbtrace_ring_doze(struct rbtrace_ring *ring)
+{
+    __atomic_store_n(&ring->consumer_asleep, 1, __ATOMIC_SEQ_CST);
+    /* The producer's next reserve goes the slow way, which wakes us. */
+    __atomic_store_n(&ring->reserve_limit, 0, __ATOMIC_SEQ_CST);
+    return (size_t)(__atomic_load_n(&ring->head, __ATOMIC_SEQ_CST) - ring->tail);
+}
+
+void rbtrace_ring_awake(struct rbtrace_ring *ring)
+{
+    __atomic_store_n(&ring->consumer_asleep, 0, __ATOMIC_RELAXED);
 }
 
 char *rbtrace_ring_reserve_again(struct rbtrace_ring *ring, size_t len)
@@ -44,8 +75,12 @@ char *rbtrace_ring_reserve_again(struct rbtrace_ring *ring, size_t len)
     ring->tail_seen = __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
     lap_end = (ring->head & ~(uint64_t)(ring->size - 1)) + ring->size;
     limit = ring->tail_seen + ring->size;
-    ring->reserve_limit = limit < lap_end ? limit : lap_end;
-    return rbtrace_ring_reserve_quick(ring, len);
+    if (lap_end < limit) limit = lap_end;
+    __atomic_store_n(&ring->reserve_limit, limit, __ATOMIC_RELAXED);
+    /* Here too after a doze zeroed the limit: the consumer sleeps. */
+    ring_wake_consumer(ring);
+    /* From the limit worked out, which a doze meanwhile may have zeroed. */
+    return ring->head + len <= limit ? rbtrace_ring_at_head(ring) : NULL;
 }
 
 int rbtrace_ring_push(struct rbtrace_ring *ring, const void *data, size_t len)
@@ -60,6 +95,7 @@ int rbtrace_ring_push(struct rbtrace_ring *ring, const void *data, size_t len)
     memcpy(ring->buf, (const char *)data + first, len - first);
     /* Publish the bytes only once they are all in place. */
     __atomic_store_n(&ring->head, ring->head + len, __ATOMIC_RELEASE);
+    ring_wake_consumer(ring);
     return 0;
 }
 

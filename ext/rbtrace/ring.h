@@ -6,6 +6,12 @@
  * written only by the producer, tail only by the consumer, each published
  * with release/acquire ordering. Pushes are all-or-nothing, so the consumer
  * only ever sees whole events.
+ *
+ * A consumer with nothing to read may sleep until the producer wakes it
+ * (rbtrace_ring_doze): it marks itself asleep and sets reserve_limit to 0,
+ * so that the hot path's one compare sends the producer's next reserve to
+ * rbtrace_ring_reserve_again, which wakes it (ring->wake); pushes wake it
+ * as they publish. Nothing is added to the hot path's quick way.
  */
 #ifndef RBTRACE_RING_H
 #define RBTRACE_RING_H
@@ -25,18 +31,22 @@
 #define RBTRACE_CACHE_LINE 64
 
 struct rbtrace_ring {
-    char *buf;   /* size bytes, or NULL when not allocated */
-    size_t size; /* a power of two */
+    char *buf;          /* size bytes, or NULL when not allocated */
+    size_t size;        /* a power of two */
+    void (*wake)(void); /* ends the consumer's sleep (rbtrace_ring_doze); NULL: none */
     uint64_t head __attribute__((aligned(RBTRACE_CACHE_LINE)));
     /* bytes ever pushed (producer-owned) */
     uint64_t tail_seen; /* the producer's last look at tail */
     /* head may grow up to here without a wrap or an overrun: the lesser of
      * the ring's end and tail_seen a lap on (rbtrace_ring_reserve_again;
-     * 0: work it out again) */
+     * 0: work it out again). The consumer sets it to 0 as it dozes. */
     uint64_t reserve_limit;
     uint64_t tail __attribute__((aligned(RBTRACE_CACHE_LINE)));
     /* bytes ever consumed (consumer-owned) */
-    char pad[RBTRACE_CACHE_LINE - sizeof(uint64_t)];
+    int consumer_asleep __attribute__((aligned(RBTRACE_CACHE_LINE)));
+    /* set by the consumer as it dozes, taken back by whichever of the two
+     * clears it first (the producer then calls wake) */
+    char pad[RBTRACE_CACHE_LINE - sizeof(int)];
 };
 
 /* Allocates size bytes (a power of two). Returns 0, or -1 with errno. */
@@ -60,6 +70,10 @@ char *rbtrace_ring_reserve_again(struct rbtrace_ring *ring, size_t len);
  * (rbtrace_ring_reserve). Never for an unallocated ring: its limit is 0. */
 static inline int rbtrace_ring_fits_quick(const struct rbtrace_ring *ring, size_t len)
 {
+    /* A plain load, though the consumer may zero the limit as it dozes
+     * (an aligned word: the old limit or 0, never a mix). An atomic one,
+     * the same mov on x86, kept GCC from folding it into the compare: one
+     * more instruction an event (bench/RESULTS.md, "The writer's doze"). */
     return ring->head + len <= ring->reserve_limit;
 }
 
@@ -109,5 +123,16 @@ size_t rbtrace_ring_peek(const struct rbtrace_ring *ring, const char **data);
 
 /* Consumer: releases n bytes returned by rbtrace_ring_peek. */
 void rbtrace_ring_consume(struct rbtrace_ring *ring, size_t n);
+
+/* Consumer, before a sleep that only ring->wake (or its timeout) ends:
+ * marks it asleep, so that the producer's next reserve or push calls
+ * ring->wake. Returns the bytes waiting: if any, it should not sleep (and
+ * may leave the mark: rbtrace_ring_awake). One event may be missed: one
+ * the producer is writing at a limit it read just before the doze, which
+ * the consumer's next look (its next timeout) finds. */
+size_t rbtrace_ring_doze(struct rbtrace_ring *ring);
+
+/* Consumer, awake again: takes the mark back. */
+void rbtrace_ring_awake(struct rbtrace_ring *ring);
 
 #endif

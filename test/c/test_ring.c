@@ -1,8 +1,9 @@
 /*
  * test_ring.c - the event ring (ext/rbtrace/ring.c) on its own: pushes
  * are all-or-nothing, bytes come out in order across the wrap-around, the
- * producer sees freed space only after consume, and one producer thread
- * with one consumer thread move a long stream intact.
+ * producer sees freed space only after consume, a dozing consumer is
+ * woken by the producer's next reserve or push (once), and one producer
+ * thread with one consumer thread move a long stream intact.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -86,6 +87,48 @@ static void test_reserve(void)
     CHECK(rbtrace_ring_reserve(&r, 1) == NULL);
 }
 
+static int wakes;
+static void count_wake(void)
+{
+    wakes++;
+}
+
+/* The consumer's doze: the producer's next reserve (its quick way refused
+ * by the zeroed limit) or push wakes it, once per doze; a doze over bytes
+ * already waiting says so; one taken back (awake) is not woken. */
+static void test_doze(void)
+{
+    struct rbtrace_ring r;
+    const char *data;
+    char *at;
+
+    CHECK(rbtrace_ring_init(&r, 64) == 0);
+    r.wake = count_wake;
+    wakes = 0;
+    CHECK(rbtrace_ring_reserve(&r, 4) == r.buf); /* the limit worked out */
+    CHECK(rbtrace_ring_fits_quick(&r, 4));
+    CHECK(wakes == 0);
+    CHECK(rbtrace_ring_doze(&r) == 0);
+    CHECK(!rbtrace_ring_fits_quick(&r, 4)); /* the hot path's compare fails... */
+    at = rbtrace_ring_reserve(&r, 4);       /* ...so the slow way wakes it */
+    CHECK(at == r.buf && wakes == 1);
+    memcpy(at, "abcd", 4);
+    rbtrace_ring_commit(&r, 4);
+    CHECK(rbtrace_ring_fits_quick(&r, 4)); /* its limit back */
+    CHECK(rbtrace_ring_reserve(&r, 4) == r.buf + 4 && wakes == 1);
+    CHECK(rbtrace_ring_push(&r, "ef", 2) == 0 && wakes == 1); /* awake: no wake */
+    CHECK(rbtrace_ring_doze(&r) == 6);                        /* bytes wait: no sleep */
+    rbtrace_ring_awake(&r);
+    CHECK(rbtrace_ring_push(&r, "gh", 2) == 0 && wakes == 1);
+    CHECK(rbtrace_ring_peek(&r, &data) == 8 && memcmp(data, "abcdefgh", 8) == 0);
+    rbtrace_ring_consume(&r, 8);
+    CHECK(rbtrace_ring_doze(&r) == 0);
+    CHECK(rbtrace_ring_push(&r, "ij", 2) == 0 && wakes == 2); /* a push wakes it */
+    CHECK(rbtrace_ring_push(&r, "kl", 2) == 0 && wakes == 2); /* once */
+    CHECK(rbtrace_ring_reserve(&r, 4) != NULL && wakes == 2);
+    rbtrace_ring_free(&r);
+}
+
 #define STREAM_BYTES (8u << 20)
 
 static void *consume_stream(void *p)
@@ -131,6 +174,7 @@ int main(void)
     test_init();
     test_all_or_nothing_and_wrap();
     test_reserve();
+    test_doze();
     test_two_threads();
     return check_report();
 }
