@@ -30,7 +30,12 @@ module ProfileWorkload
     end
 
     class Spinner
-      def run = loop { Work.new.spin(5_000) }
+      # long turns, one Work: under YJIT spin(5_000) was short enough that
+      # 5-10 % of the samples fell between the turns (Class#new, the block)
+      def run
+        work = Work.new
+        loop { work.spin(50_000) }
+      end
     end
   RUBY
 
