@@ -71,27 +71,6 @@ __attribute__((format(printf, 2, 3))) static int inject_fail(struct inject *in, 
     return CLI_ERR;
 }
 
-/* One "Name:\tvalue" line of /proc/PID/status (or the task's) into out. */
-static int inject_status_field(const char *path, const char *name, char *out, size_t size)
-{
-    char line[512];
-    size_t len = strlen(name);
-    FILE *f = fopen(path, "re");
-    int found = 0;
-
-    if (!f) return 0;
-    while (!found && fgets(line, sizeof(line), f))
-        if (!strncmp(line, name, len) && line[len] == ':') {
-            char *v = line + len + 1;
-            v += strspn(v, " \t");
-            v[strcspn(v, "\n")] = '\0';
-            snprintf(out, size, "%s", v);
-            found = 1;
-        }
-    fclose(f);
-    return found;
-}
-
 /* ---- may we? ---- */
 
 static int inject_check_privilege(struct inject *in)
@@ -112,7 +91,7 @@ static int inject_check_privilege(struct inject *in)
                                "restart it");
     }
     if (geteuid() == 0) return CLI_OK;
-    if (inject_status_field("/proc/self/status", "CapEff", cap, sizeof(cap)) &&
+    if (procfs_status_field("/proc/self/status", "CapEff", cap, sizeof(cap)) &&
         sscanf(cap, "%llx", &eff) == 1 && (eff >> INJECT_CAP_SYS_PTRACE & 1))
         return CLI_OK;
     return inject_fail(in,
@@ -129,7 +108,7 @@ static int inject_check_tasks(struct inject *in)
     DIR *dir;
 
     snprintf(path, sizeof(path), "/proc/%d/status", (int)in->pid);
-    if (inject_status_field(path, "Seccomp", value, sizeof(value)) && strcmp(value, "0"))
+    if (procfs_status_field(path, "Seccomp", value, sizeof(value)) && strcmp(value, "0"))
         return inject_fail(in,
                            "process %d runs under a seccomp filter (Seccomp: %s in "
                            "/proc/%d/status; a container's profile?), which may refuse or punish "
@@ -142,7 +121,7 @@ static int inject_check_tasks(struct inject *in)
     while ((d = readdir(dir)) != NULL) {
         if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
         snprintf(path, sizeof(path), "/proc/%d/task/%s/status", (int)in->pid, d->d_name);
-        if (inject_status_field(path, "TracerPid", value, sizeof(value)) && strcmp(value, "0")) {
+        if (procfs_status_field(path, "TracerPid", value, sizeof(value)) && strcmp(value, "0")) {
             char tid[sizeof(d->d_name)];
             snprintf(tid, sizeof(tid), "%s", d->d_name); /* d is closedir's to free */
             closedir(dir);
@@ -601,7 +580,7 @@ static int inject_handles(pid_t pid, int sig)
     unsigned long long cgt;
 
     snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    return inject_status_field(path, "SigCgt", v, sizeof(v)) && sscanf(v, "%llx", &cgt) == 1 &&
+    return procfs_status_field(path, "SigCgt", v, sizeof(v)) && sscanf(v, "%llx", &cgt) == 1 &&
         (cgt >> (sig - 1) & 1);
 }
 

@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE /* process_vm_readv, process_vm_writev */
 #include "inject_ptrace.h"
+#include "procfs.h"
 
 #include <elf.h>
 #include <errno.h>
@@ -169,19 +170,14 @@ static int inj_untimed(const struct user_regs_struct *regs)
  * the signals they handle otherwise. -1 unreadable. */
 static int inj_in_handler(struct inj *j)
 {
-    char path[64], line[256];
-    unsigned long long blk = 0, cgt = 0;
-    int have = 0;
-    FILE *f;
+    char path[64], blk_s[32], cgt_s[32];
+    unsigned long long blk, cgt;
 
     snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)j->p->pid, (int)j->tid);
-    if (!(f = fopen(path, "re"))) return -1;
-    while (fgets(line, sizeof(line), f)) {
-        if (sscanf(line, "SigBlk: %llx", &blk) == 1) have |= 1;
-        if (sscanf(line, "SigCgt: %llx", &cgt) == 1) have |= 2;
-    }
-    fclose(f);
-    if (have != 3) return -1;
+    if (!procfs_status_field(path, "SigBlk", blk_s, sizeof(blk_s)) ||
+        !procfs_status_field(path, "SigCgt", cgt_s, sizeof(cgt_s)) ||
+        sscanf(blk_s, "%llx", &blk) != 1 || sscanf(cgt_s, "%llx", &cgt) != 1)
+        return -1;
     return (blk & cgt) != 0;
 }
 

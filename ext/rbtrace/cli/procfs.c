@@ -310,3 +310,24 @@ int procfs_started(pid_t pid, time_t *started)
     *started = (time_t)((double)wall_now.tv_sec + wall_now.tv_nsec / 1e9 - since_start);
     return 0;
 }
+
+/* One "Name:\tvalue" line of /proc/PID/status (or the task's) into out. */
+int procfs_status_field(const char *path, const char *name, char *out, size_t size)
+{
+    char line[512];
+    size_t len = strlen(name);
+    FILE *f = fopen(path, "re");
+    int found = 0;
+
+    if (!f) return 0;
+    while (!found && fgets(line, sizeof(line), f))
+        if (!strncmp(line, name, len) && line[len] == ':') {
+            char *v = line + len + 1;
+            v += strspn(v, " \t");
+            v[strcspn(v, "\n")] = '\0';
+            snprintf(out, size, "%s", v);
+            found = 1;
+        }
+    fclose(f);
+    return found;
+}

@@ -55,4 +55,9 @@ struct procfs_task {
  * need kallsyms, syscall ptrace's permission). */
 int procfs_tasks(pid_t pid, struct procfs_task *tasks, int max);
 
+/* One "Name:\tvalue" line of a /proc status file (/proc/PID/status, or a
+ * task's) into out, the value's leading blanks skipped: 1 found, 0 not
+ * (or unreadable). */
+int procfs_status_field(const char *path, const char *name, char *out, size_t size);
+
 #endif
