@@ -126,6 +126,7 @@ static struct {
     int mode;
     uint32_t hz;
     pid_t pid;     /* the process that started it (a forked child has none of it) */
+    uid_t uid;     /* its real uid, for the signals' siginfo */
     int signo;     /* the signal, once chosen (0: not yet) */
     int installed; /* our handler is on signo */
     pthread_t sampler;
@@ -274,10 +275,10 @@ static void prof_handler(int sig, siginfo_t *si, void *uc)
     (void)sig;
     (void)uc;
     __atomic_fetch_add(&prof.in_handler, 1, __ATOMIC_ACQUIRE);
-    /* Only our sampler's signals: queued by this process, naming a slot
-     * whose thread is this one. */
+    /* Only our sampler's signals: queued by this process (prof.pid: no
+     * getpid system call a sample), naming a slot whose thread is this one. */
     if (!__atomic_load_n(&prof.active, __ATOMIC_ACQUIRE) || si->si_code != SI_QUEUE ||
-        si->si_pid != getpid())
+        si->si_pid != prof.pid)
         goto out;
     slot = (uint32_t)si->si_value.sival_int;
     if (slot >= PROF_THREADS) goto out;
@@ -353,8 +354,8 @@ static void prof_signal(pid_t tid, uint32_t slot)
     memset(&info, 0, sizeof(info));
     info.si_signo = prof.signo;
     info.si_code = SI_QUEUE;
-    info.si_pid = getpid();
-    info.si_uid = getuid();
+    info.si_pid = prof.pid;
+    info.si_uid = prof.uid;
     info.si_value.sival_int = (int)slot;
     /* Fails for a thread that just ended (ESRCH): its slot goes soon. */
     (void)syscall(SYS_rt_tgsigqueueinfo, prof.pid, tid, prof.signo, &info);
@@ -799,6 +800,7 @@ void rbtrace_profile_start(uint32_t mode, uint32_t hz)
     prof.mode = (int)mode;
     prof.hz = hz;
     prof.pid = getpid();
+    prof.uid = getuid();
     prof.high = 0;
     memset(prof.threads, 0, sizeof(prof.threads));
     for (i = 0; i < PROF_THREADS; i++) prof.threads[i].stat_fd = -1;
