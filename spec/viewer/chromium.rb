@@ -93,6 +93,13 @@ class Chromium
     end
   end
 
+  # Moves the mouse to x, y (CSS pixels from the page's top left), as a
+  # user's would: the page gets its mousemove and hover events.
+  def mouse_move(session, x, y)
+    command('Input.dispatchMouseEvent', { type: 'mouseMoved', x: x, y: y }, session: session)
+    nil
+  end
+
   # A PNG of the page as it is shown.
   def screenshot(session)
     data = command('Page.captureScreenshot', { format: 'png' }, session: session)['data']
