@@ -211,6 +211,76 @@ RSpec.describe '--profile' do
     expect(count['Work#heavy']).to be > 10
   end
 
+  # A speedscope file too big to parse into Ruby objects whole (~80 MB):
+  # the evented profiles' events checked with a pattern, the rest parsed
+  # with the events taken out. -> [doc, { profile name => [O count, C count] }]
+  def speedscope_outline(text)
+    counts = {}
+    event = /\{"type":"[OC]","frame":\d+,"at":\d+\.\d+\}/
+    profile = /("name":("(?:[^"\\]|\\.)*"),"unit":"milliseconds","startValue":[\d.]+,"endValue":[\d.]+,"events":\[)([^\]]*)\]/
+    rest = text.gsub(profile) do
+      head, name, events = Regexp.last_match.captures
+      # each event whole, a comma between two (no pattern over millions of repeats)
+      marks = events.gsub(event, 'E')
+      expect(marks == (['E'] * marks.count('E')).join(',')).to be(true), "#{name}: an event is malformed"
+      counts[JSON.parse(name)] = [events.scan('"type":"O"').size, events.scan('"type":"C"').size]
+      "#{head}]"
+    end
+    [JSON.parse(rest), counts]
+  end
+
+  # The traced spans are kept to the end; an app sets their pace (a tight
+  # loop of a traced method, millions a second), so the client keeps the
+  # first 1,000,000 (32 MB) and counts the rest, said on stderr and in the
+  # file's name. The app makes 1,500,000 traced calls, paced so that the
+  # ring keeps up, once the client is attached.
+  it 'keeps at most 1,000,000 traced spans in speedscope\'s format, and says how many it left out' do
+    cap = 1_000_000
+    calls = 1_500_000
+    go = File.join(Dir.mktmpdir('rbtrace-spans'), 'go')
+    out = File.join(Dir.tmpdir, "rbtrace-profile-cap-#{Process.pid}.speedscope.json")
+    app = start_target(<<~RUBY).ready
+      class Tick; def tick = nil; end
+      t = Tick.new
+      puts "ready"
+      sleep 0.01 until File.exist?(#{go.inspect})
+      #{calls / 5_000}.times { 5_000.times { t.tick }; sleep 0.002 }
+      puts "done"
+      sleep
+    RUBY
+    begin
+      client = start_client('-p', app.pid, '--profile', '-m', 'Tick#tick', '--format', 'speedscope',
+                            '--stats', '-o', out)
+      client.attached
+      FileUtils.touch(go)
+      app.wait_for('done', timeout: 120)
+      sleep 1 # the last events on their way
+      expect(client.stop(:INT, timeout: 120)).to be_success, client.outputs
+      text = File.read(out)
+    ensure
+      FileUtils.rm_rf([File.dirname(go), out])
+    end
+    stderr = client.stderr
+    received, lost = stderr.match(/^\*\*\* (\d+) events received, (\d+) lost$/).captures.map(&:to_i)
+    note = stderr.lines.last
+    expect(note).to match(/\A\*\*\* speedscope: (\d+) traced spans .* were left out of the file, which keeps the first 1000000 .*: trace fewer methods, or for a shorter --duration\n\z/)
+    left_out = Integer(note[/(\d+) traced spans/, 1])
+    doc, counts = speedscope_outline(text)
+    expect(doc['name']).to end_with(" (#{left_out} traced spans left out past the first #{cap})")
+    traced = doc['profiles'].select { |prof| prof['type'] == 'evented' }
+    expect(traced.size).to eq(1)
+    expect(counts).to eq(traced.first['name'] => [cap, cap])
+    say "#{received} events received, #{lost} lost; #{cap} spans kept, #{left_out} left out; " \
+        "a file of #{text.bytesize >> 20} MiB"
+    if lost.zero?
+      # every call a span: kept or counted
+      expect(received).to eq(2 * calls)
+      expect(left_out).to eq(calls - cap)
+    else
+      expect(left_out).to be_between(1, calls - cap)
+    end
+  end
+
   # profile.proto's wire format, read back by a decoder of its own: fields
   # as [number, value] (value an Integer or a String of bytes).
   def protobuf_fields(bytes)

@@ -65,6 +65,9 @@ struct format {
     enum options_format kind;
     struct samples *samples; /* --profile's, written at the end; NULL without */
     char errstr[128];        /* why a call failed */
+    /* what finish left out of the output (speedscope's spans past its cap),
+     * said on stderr by the session after it; "" when nothing */
+    char note[256];
 };
 
 /* Makes the format named by kind, writing to out. CLI_OK with *f set, or

@@ -15,7 +15,10 @@
  * The spans are kept until the end (32 bytes each), sorted, and nested by
  * force: a span that outlasts the one it starts in is cut at its end (a
  * GVL wait ending after its call's return); calls still open at the end
- * are closed at the latest time seen.
+ * are closed at the latest time seen. At most SPEEDSCOPE_SPANS_MAX are
+ * kept, in the order they end: the app sets the pace (millions of calls a
+ * second), so past it the spans are counted, not kept, and the session
+ * says how many on stderr (format.h's note), as does the file's name.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -28,6 +31,14 @@
 /* The evented profiles' track of the process's GCs (a thread id no
  * thread has: the target's ids are thread pointers). */
 #define SPEEDSCOPE_GC_TRACK UINT64_MAX
+
+/* The spans kept at most: 32 MB here (and 8 MB more while the file is
+ * written; the client's peak 49 MB), a file of 78 MB, which speedscope
+ * 1.25 opened in headless Chromium in 5 s, its tab at 1.6 GB: three times
+ * as many would pass the 4 GB a tab's JavaScript heap may take
+ * (speedscope's issues #347, #519: tabs lost at 65 and 375 MB of file).
+ * A tight loop of a traced method gets there in about a second. */
+#define SPEEDSCOPE_SPANS_MAX 1000000
 
 /* A traced span: [start, end] on track (a thread id), named names[name]. */
 struct speedscope_span {
@@ -43,6 +54,7 @@ struct format_speedscope {
     struct calls calls;
     struct speedscope_span *spans;
     size_t n_spans, spans_cap;
+    uint64_t spans_left_out; /* past SPEEDSCOPE_SPANS_MAX */
     /* the spans' names, JSON-escaped, each once; found by a hash table of
      * indexes + 1 (0: free) */
     char **names;
@@ -104,18 +116,26 @@ static long speedscope_name(struct format_speedscope *f, const char *p, size_t l
     return (long)f->n_names++;
 }
 
-/* Keeps a span named p[0, len) (JSON-escaped). CLI_OK or CLI_ERR. */
+/* Keeps a span named p[0, len) (JSON-escaped), or counts it past
+ * SPEEDSCOPE_SPANS_MAX (its name is not kept either). CLI_OK or CLI_ERR. */
 static int speedscope_span(struct format_speedscope *f, uint64_t track, uint64_t start,
                            uint64_t end, const char *p, size_t len)
 {
-    long name = speedscope_name(f, p, len);
+    long name;
 
-    if (name < 0) return format_fail(&f->base, "out of memory");
+    if (f->n_spans >= SPEEDSCOPE_SPANS_MAX) {
+        f->spans_left_out++;
+        return CLI_OK;
+    }
+    if ((name = speedscope_name(f, p, len)) < 0) return format_fail(&f->base, "out of memory");
     if (f->n_spans == f->spans_cap) {
         size_t cap = f->spans_cap ? f->spans_cap * 2 : 1024;
-        struct speedscope_span *spans = realloc(f->spans, cap * sizeof(*spans));
+        struct speedscope_span *spans;
 
-        if (!spans) return format_fail(&f->base, "out of memory");
+        if (cap > SPEEDSCOPE_SPANS_MAX) cap = SPEEDSCOPE_SPANS_MAX;
+        if (!(spans = realloc(f->spans, cap * sizeof(*spans))))
+
+            return format_fail(&f->base, "out of memory");
         f->spans = spans;
         f->spans_cap = cap;
     }
@@ -389,13 +409,12 @@ static int speedscope_evented(struct format_speedscope *f, const struct samples 
     return CLI_OK;
 }
 
-/* The calls still open, closed at the latest time seen; the spans sorted
- * by track and time; an evented profile a track. */
-static int speedscope_write_evented(struct format_speedscope *f, const struct samples *s)
+/* The calls still open become spans, closed at the latest time seen (so
+ * that their names join the frames, written first). CLI_OK or CLI_ERR. */
+static int speedscope_close_open_calls(struct format_speedscope *f)
 {
     uint64_t end = f->calls.last_time_ns;
-    size_t i, d, from;
-    size_t *stack;
+    size_t i, d;
 
     for (i = 0; i < f->calls.n_threads; i++) {
         const struct calls_thread *t = &f->calls.threads[i];
@@ -409,6 +428,15 @@ static int speedscope_write_evented(struct format_speedscope *f, const struct sa
         }
     }
     calls_drop_all(&f->calls);
+    return CLI_OK;
+}
+
+/* The spans sorted by track and time; an evented profile a track. */
+static int speedscope_write_evented(struct format_speedscope *f, const struct samples *s)
+{
+    size_t i, from;
+    size_t *stack;
+
     if (f->n_spans == 0) return CLI_OK;
     qsort(f->spans, f->n_spans, sizeof(*f->spans), speedscope_span_order);
     if (!(stack = malloc(f->n_spans * sizeof(*stack))))
@@ -432,23 +460,17 @@ static int speedscope_finish(struct format *base)
     size_t ti;
     int rc;
 
-    /* the spans first: an open call's name joins the frames */
-    for (ti = 0; ti < f->calls.n_threads; ti++) {
-        const struct calls_thread *t = &f->calls.threads[ti];
-        size_t d;
-
-        for (d = 0; d < t->depth; d++) {
-            const struct calls_name *n = calls_name(&f->calls, t->frames[d].method_id);
-
-            if (speedscope_name(f, n ? n->text : "(unknown)", n ? n->len : 9) < 0)
-                return format_fail(base, "out of memory");
-        }
-    }
+    /* first: the spans' count is final, their names all known */
+    if ((rc = speedscope_close_open_calls(f)) != CLI_OK) return rc;
     fputs("{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\","
           "\"exporter\":\"rbtrace " RBTRACE_VERSION "\",",
           out);
-    fprintf(out, "\"name\":\"rbtrace --profile %s of process %d\",\"activeProfileIndex\":0,",
+    fprintf(out, "\"name\":\"rbtrace --profile %s of process %d",
             base->opts.profile_mode == RBTRACE_PROFILE_CPU ? "cpu" : "wall", base->opts.pid);
+    if (f->spans_left_out)
+        fprintf(out, " (%" PRIu64 " traced spans left out past the first %d)", f->spans_left_out,
+                SPEEDSCOPE_SPANS_MAX);
+    fputs("\",\"activeProfileIndex\":0,", out);
     if (speedscope_frames(f, s) != CLI_OK) return format_fail(base, "out of memory");
     /* the sampled profiles, then the evented ones (each with a comma first) */
     fputs("\"profiles\":[", out);
@@ -464,6 +486,12 @@ static int speedscope_finish(struct format *base)
     }
     if ((rc = speedscope_write_evented(f, s)) != CLI_OK) return rc;
     fputs("]}\n", out);
+    if (f->spans_left_out)
+        snprintf(base->note, sizeof(base->note),
+                 "speedscope: %" PRIu64 " traced spans (calls, GCs, raises, GVL waits) "
+                 "were left out of the file, which keeps the first %d that ended: trace "
+                 "fewer methods, or for a shorter --duration",
+                 f->spans_left_out, SPEEDSCOPE_SPANS_MAX);
     return format_check_io(base);
 }
 
