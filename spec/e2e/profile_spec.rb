@@ -211,6 +211,74 @@ RSpec.describe '--profile' do
     expect(count['Work#heavy']).to be > 10
   end
 
+  # An evented profile's spans, checked balanced and nested (each C closes
+  # the frame the last O opened, in time order, nothing left open) ->
+  # [[name, start ms, end ms, names of the spans open around it]...]
+  def evented_spans(prof, frames)
+    open = []
+    spans = []
+    last = prof['startValue']
+    prof['events'].each do |e|
+      expect(e['at']).to be >= last
+      last = e['at']
+      if e['type'] == 'O'
+        open << [e['frame'], e['at'], open.map { |o| frames[o.first] }]
+      else
+        expect(e['type']).to eq('C')
+        frame, at, around = open.pop
+        expect(frame).to eq(e['frame'])
+        spans << [frames[frame], at, e['at'], around]
+      end
+    end
+    expect(open).to be_empty
+    expect(last).to be <= prof['endValue']
+    spans
+  end
+
+  # --slow's calls (longer than its threshold) in a profile of their own per
+  # thread, "(slow)", nested as they ran; beside -m's "(traced)" one.
+  it 'writes --slow\'s calls as an evented profile of their own in speedscope\'s format' do
+    shop = start_target(<<~'RUBY').ready
+      class Shop
+        def query = sleep(0.02)
+        def render = sleep(0.01)
+        def quick = nil
+        def handle = (query; render; quick)
+      end
+      shop = Shop.new
+      puts "ready"
+      loop { shop.handle }
+    RUBY
+    out = File.join(Dir.tmpdir, "rbtrace-profile-slow-#{Process.pid}.speedscope.json")
+    begin
+      r = rbtrace('-p', shop.pid, '--profile', '--slow', '5', '-m', 'Shop#handle', '--format', 'speedscope',
+                  '-o', out, '--duration', '2', timeout: 32)
+      expect(r.exitstatus).to eq(0), r.stderr
+      expect(r.stderr).to end_with("*** detached from process #{shop.pid}\n")
+      doc = JSON.parse(File.read(out))
+    ensure
+      FileUtils.rm_f(out)
+    end
+    frames = doc.dig('shared', 'frames').map { |f| f['name'] }
+    sampled = doc['profiles'].select { |prof| prof['type'] == 'sampled' }
+    evented = doc['profiles'].select { |prof| prof['type'] == 'evented' }
+    expect(sampled.size).to eq(1)
+    expect(evented.map { |prof| prof['name'] }).to eq(["#{sampled.first['name']} (traced)", "#{sampled.first['name']} (slow)"])
+    traced, slow = evented.map { |prof| evented_spans(prof, frames) }
+    expect(traced.map(&:first).uniq).to eq(['Shop#handle'])
+    # every slow call took 5 ms or more; the quick one never shows
+    names = slow.map(&:first)
+    expect(names).to include('Shop#handle', 'Shop#query', 'Shop#render')
+    expect(names).not_to include('Shop#quick')
+    slow.each { |name, from, to, _| expect(to - from).to be >= 5, "#{name}: #{to - from} ms" }
+    # query and render inside handle (but the first, if the trace began in it)
+    inside = slow.select { |name, *| %w[Shop#query Shop#render].include?(name) }
+    expect(inside.count { |*, around| around.include?('Shop#handle') }).to be >= inside.size - 2
+    expect(names.count('Shop#handle')).to be_between(5, 80) # 2 s of 30 ms calls
+    # (a query before the first handle's end, after the last's)
+    expect(names.count('Shop#query')).to be_within(2).of(names.count('Shop#handle'))
+  end
+
   # A speedscope file too big to parse into Ruby objects whole (~80 MB):
   # the evented profiles' events checked with a pattern, the rest parsed
   # with the events taken out. -> [doc, { profile name => [O count, C count] }]
