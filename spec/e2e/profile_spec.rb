@@ -349,6 +349,51 @@ RSpec.describe '--profile' do
     end
   end
 
+  # --format json: a line per sample, for jq; the app's names escaped per
+  # JSON (a thread named with an escape sequence, a quote, a backslash).
+  it 'writes a JSON line per sample with --format json: thread, name, time, state, weight, stack' do
+    evil = "x\e]0;PWNED\a\e[2J\"q\\"
+    app = start_target(<<~RUBY).ready
+      #{ProfileWorkload::CLASSES}
+      Thread.new { Spinner.new.run }.name = #{"spin#{evil}".inspect}
+      Thread.new { Sleeper.new.run }
+      puts "ready"
+      sleep
+    RUBY
+    r = rbtrace('-p', app.pid, '--profile', '--format', 'json', '--duration', '2', timeout: 32)
+    expect(r.exitstatus).to eq(0), r.stderr
+    expect(r.stdout.b).not_to match(/[\x00-\x09\x0b-\x1f\x7f]/n) # the escape sequence escaped
+    lines = r.stdout.lines.map { |l| JSON.parse(l) }
+    expect(lines.first).to include('kind' => 'attach', 'pid' => app.pid)
+    expect(lines.last).to include('kind' => 'profile')
+    samples = lines.select { |l| l['kind'] == 'sample' }
+    expect(lines.last['samples']).to eq(samples.sum { |l| l['weight'] })
+    expect(samples.size).to be > 100 # 3 threads x 100 Hz x 2 s = 600 on an idle machine
+    samples.each do |l|
+      expect(l.keys).to eq(%w[kind thread thread_name time state weight stack])
+      expect(['running', 'GVL wait', 'blocked', 'GC']).to include(l['state'])
+      expect(l['stack']).to all(be_a(String))
+    end
+    # each thread's line comes before its samples, its number theirs
+    threads = lines.select { |l| l['kind'] == 'thread' }
+    expect(samples.map { |l| l['thread'] }.uniq).to match_array([1, 2, 3])
+    # the spinner, named: its samples (once its name came) spin, outermost first
+    spinner = samples.select { |l| l['thread_name'] == "spin#{evil}" }
+    expect(threads.map { |l| l['name'] }).to include("spin#{evil}")
+    expect(spinner.size).to be > 20
+    expect(spinner.map { |l| l['stack'].last }.tally.max_by(&:last).first).to eq('Work#spin')
+    expect(spinner.first['stack'].first(2)).to eq(['block in <main>', 'Spinner#run'])
+    # the sleeper, unnamed: blocked in Kernel#sleep (but as it wakes each second)
+    sleeper = samples.select { |l| l['stack'].include?('Sleeper#run') }
+    expect(sleeper.map { |l| l['thread_name'] }.uniq).to eq([nil])
+    asleep = sleeper.count { |l| l['state'] == 'blocked' && l['stack'].last == 'Kernel#sleep' }
+    expect(asleep).to be >= sleeper.size * 0.85
+    # times on the trace's clock, in order per thread
+    samples.group_by { |l| l['thread'] }.each_value do |ls|
+      expect(ls.map { |l| l['time'] }).to eq(ls.map { |l| l['time'] }.sort)
+    end
+  end
+
   # profile.proto's wire format, read back by a decoder of its own: fields
   # as [number, value] (value an Integer or a String of bytes).
   def protobuf_fields(bytes)
@@ -543,7 +588,7 @@ RSpec.describe '--profile' do
 
   it 'refuses a bad mode or rate (exit 2), and --hz without --profile' do
     [%w[--profile wal], %w[--profile --hz 0], %w[--profile --hz 20000], %w[--hz 100 -m Foo#bar],
-     %w[--profile --format json], %w[--format pprof -m Foo#bar], %w[--format speedscope -f],
+     %w[--profile --format chrome], %w[--format pprof -m Foo#bar], %w[--format speedscope -f],
      %w[--top], %w[--top -m Foo#bar], %w[--profile --top -m Foo#bar], %w[--profile --top --gc],
      %w[--profile --top --format folded], %w[--profile --top --summary]].each do |args|
       r = rbtrace('-p', Process.pid, *args)
