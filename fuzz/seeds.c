@@ -167,6 +167,37 @@ static void seeds_session(msgpack_packer *pk)
     rbtrace_event_pack_detached(pk);
 }
 
+/* A --profile session with -m and --slow (the formats keep samples and
+ * spans): frames, samples (one with no list: its thread's last stack),
+ * a thread named with an escape sequence, calls, a slow call, a GC. */
+static void seeds_profile(msgpack_packer *pk)
+{
+    static const uint64_t stack[] = { 3, 2, 1 }, deeper[] = { 4, 3, 2, 1 };
+
+    rbtrace_event_pack_attached_features(pk, 4241, "3.4.5", 123456789ULL, 1700000000123456789ULL,
+                                         RBTRACE_FEATURE_GVL);
+    rbtrace_event_pack_synced(pk, 1);
+    rbtrace_event_pack_profile_frame(pk, 1, "<main>", 6, "app.rb", 6, 1);
+    rbtrace_event_pack_profile_frame(pk, 2, "Work#run", 8, "app.rb", 6, 4);
+    rbtrace_event_pack_profile_frame(pk, 3, "Work#spin", 9, "app.rb", 6, 9);
+    rbtrace_event_pack_profile_frame(pk, 4, "x\x1b]0;\"q\\", 8, "", 0, 0);
+    rbtrace_event_pack_thread_name(pk, 7, "spin\x1b[2J", 8);
+    rbtrace_event_pack_profile_sample(pk, 7, 1000, RBTRACE_STATE_RUNNING, 1, stack, 3);
+    rbtrace_event_pack_profile_sample(pk, 7, 11000, RBTRACE_STATE_GVL, 2, NULL, 0);
+    rbtrace_event_pack_profile_sample(pk, 9, 11500, RBTRACE_STATE_BLOCKED, 1, deeper, 4);
+    rbtrace_event_pack_profile_missed(pk, 3);
+    rbtrace_event_pack_method(pk, 1, "Work#spin", 9);
+    rbtrace_event_pack_call(pk, RBTRACE_EV_CALL, 7, 12000, 1);
+    rbtrace_event_pack_call(pk, RBTRACE_EV_CALL, 7, 12500, 1);
+    rbtrace_event_pack_call(pk, RBTRACE_EV_RETURN, 7, 13000, 1);
+    rbtrace_event_pack_slow(pk, 7, 12000, 1, 9000000ULL, 0);
+    rbtrace_event_pack_gc(pk, 7, 14000, 812000, 600000, 212000, "", "newobj");
+    rbtrace_event_pack_raise(pk, 9, 15000, "KeyError", 8, "k", 1, "app.rb:3", 8, 0);
+    rbtrace_event_pack_gvl(pk, 9, 16000, 12345000);
+    rbtrace_event_pack_profile_sample(pk, 7, 21000, RBTRACE_STATE_GC, 1, stack, 3);
+    rbtrace_event_pack_detached(pk);
+}
+
 static int seeds_events(void)
 {
     msgpack_sbuffer sb;
@@ -178,6 +209,10 @@ static int seeds_events(void)
     seeds_session(&pk);
     rc |= seeds_write("event", "session", &sb, 0x00);
     rc |= seeds_write("event", "session-t-n-r2-chunk3", &sb, 0x01 | 0x02 | (2 << 2) | (2 << 4));
+    msgpack_sbuffer_clear(&sb);
+
+    seeds_profile(&pk);
+    rc |= seeds_write("event", "profile-session", &sb, 0x00);
     msgpack_sbuffer_clear(&sb);
 
     rbtrace_event_pack_refused(&pk, RBTRACE_REFUSED_BUSY, 4243,

@@ -211,6 +211,189 @@ RSpec.describe '--profile' do
     expect(count['Work#heavy']).to be > 10
   end
 
+  # An evented profile's spans, checked balanced and nested (each C closes
+  # the frame the last O opened, in time order, nothing left open) ->
+  # [[name, start ms, end ms, names of the spans open around it]...]
+  def evented_spans(prof, frames)
+    open = []
+    spans = []
+    last = prof['startValue']
+    prof['events'].each do |e|
+      expect(e['at']).to be >= last
+      last = e['at']
+      if e['type'] == 'O'
+        open << [e['frame'], e['at'], open.map { |o| frames[o.first] }]
+      else
+        expect(e['type']).to eq('C')
+        frame, at, around = open.pop
+        expect(frame).to eq(e['frame'])
+        spans << [frames[frame], at, e['at'], around]
+      end
+    end
+    expect(open).to be_empty
+    expect(last).to be <= prof['endValue']
+    spans
+  end
+
+  # --slow's calls (longer than its threshold) in a profile of their own per
+  # thread, "(slow)", nested as they ran; beside -m's "(traced)" one.
+  it 'writes --slow\'s calls as an evented profile of their own in speedscope\'s format' do
+    shop = start_target(<<~'RUBY').ready
+      class Shop
+        def query = sleep(0.02)
+        def render = sleep(0.01)
+        def quick = nil
+        def handle = (query; render; quick)
+      end
+      shop = Shop.new
+      puts "ready"
+      loop { shop.handle }
+    RUBY
+    out = File.join(Dir.tmpdir, "rbtrace-profile-slow-#{Process.pid}.speedscope.json")
+    begin
+      r = rbtrace('-p', shop.pid, '--profile', '--slow', '5', '-m', 'Shop#handle', '--format', 'speedscope',
+                  '-o', out, '--duration', '2', timeout: 32)
+      expect(r.exitstatus).to eq(0), r.stderr
+      expect(r.stderr).to end_with("*** detached from process #{shop.pid}\n")
+      doc = JSON.parse(File.read(out))
+    ensure
+      FileUtils.rm_f(out)
+    end
+    frames = doc.dig('shared', 'frames').map { |f| f['name'] }
+    sampled = doc['profiles'].select { |prof| prof['type'] == 'sampled' }
+    evented = doc['profiles'].select { |prof| prof['type'] == 'evented' }
+    expect(sampled.size).to eq(1)
+    expect(evented.map { |prof| prof['name'] }).to eq(["#{sampled.first['name']} (traced)", "#{sampled.first['name']} (slow)"])
+    traced, slow = evented.map { |prof| evented_spans(prof, frames) }
+    expect(traced.map(&:first).uniq).to eq(['Shop#handle'])
+    # every slow call took 5 ms or more; the quick one never shows
+    names = slow.map(&:first)
+    expect(names).to include('Shop#handle', 'Shop#query', 'Shop#render')
+    expect(names).not_to include('Shop#quick')
+    slow.each { |name, from, to, _| expect(to - from).to be >= 5, "#{name}: #{to - from} ms" }
+    # query and render inside handle (but the first, if the trace began in it)
+    inside = slow.select { |name, *| %w[Shop#query Shop#render].include?(name) }
+    expect(inside.count { |*, around| around.include?('Shop#handle') }).to be >= inside.size - 2
+    expect(names.count('Shop#handle')).to be_between(5, 80) # 2 s of 30 ms calls
+    # (a query before the first handle's end, after the last's)
+    expect(names.count('Shop#query')).to be_within(2).of(names.count('Shop#handle'))
+  end
+
+  # A speedscope file too big to parse into Ruby objects whole (~80 MB):
+  # the evented profiles' events checked with a pattern, the rest parsed
+  # with the events taken out. -> [doc, { profile name => [O count, C count] }]
+  def speedscope_outline(text)
+    counts = {}
+    event = /\{"type":"[OC]","frame":\d+,"at":\d+\.\d+\}/
+    profile = /("name":("(?:[^"\\]|\\.)*"),"unit":"milliseconds","startValue":[\d.]+,"endValue":[\d.]+,"events":\[)([^\]]*)\]/
+    rest = text.gsub(profile) do
+      head, name, events = Regexp.last_match.captures
+      # each event whole, a comma between two (no pattern over millions of repeats)
+      marks = events.gsub(event, 'E')
+      expect(marks == (['E'] * marks.count('E')).join(',')).to be(true), "#{name}: an event is malformed"
+      counts[JSON.parse(name)] = [events.scan('"type":"O"').size, events.scan('"type":"C"').size]
+      "#{head}]"
+    end
+    [JSON.parse(rest), counts]
+  end
+
+  # The traced spans are kept to the end; an app sets their pace (a tight
+  # loop of a traced method, millions a second), so the client keeps the
+  # first 1,000,000 (32 MB) and counts the rest, said on stderr and in the
+  # file's name. The app makes 1,500,000 traced calls, paced so that the
+  # ring keeps up, once the client is attached.
+  it 'keeps at most 1,000,000 traced spans in speedscope\'s format, and says how many it left out' do
+    cap = 1_000_000
+    calls = 1_500_000
+    go = File.join(Dir.mktmpdir('rbtrace-spans'), 'go')
+    out = File.join(Dir.tmpdir, "rbtrace-profile-cap-#{Process.pid}.speedscope.json")
+    app = start_target(<<~RUBY).ready
+      class Tick; def tick = nil; end
+      t = Tick.new
+      puts "ready"
+      sleep 0.01 until File.exist?(#{go.inspect})
+      #{calls / 5_000}.times { 5_000.times { t.tick }; sleep 0.002 }
+      puts "done"
+      sleep
+    RUBY
+    begin
+      client = start_client('-p', app.pid, '--profile', '-m', 'Tick#tick', '--format', 'speedscope',
+                            '--stats', '-o', out)
+      client.attached
+      FileUtils.touch(go)
+      app.wait_for('done', timeout: 120)
+      sleep 1 # the last events on their way
+      expect(client.stop(:INT, timeout: 120)).to be_success, client.outputs
+      text = File.read(out)
+    ensure
+      FileUtils.rm_rf([File.dirname(go), out])
+    end
+    stderr = client.stderr
+    received, lost = stderr.match(/^\*\*\* (\d+) events received, (\d+) lost$/).captures.map(&:to_i)
+    note = stderr.lines.last
+    expect(note).to match(/\A\*\*\* speedscope: (\d+) traced spans .* were left out of the file, which keeps the first 1000000 .*: trace fewer methods, or for a shorter --duration\n\z/)
+    left_out = Integer(note[/(\d+) traced spans/, 1])
+    doc, counts = speedscope_outline(text)
+    expect(doc['name']).to end_with(" (#{left_out} traced spans left out past the first #{cap})")
+    traced = doc['profiles'].select { |prof| prof['type'] == 'evented' }
+    expect(traced.size).to eq(1)
+    expect(counts).to eq(traced.first['name'] => [cap, cap])
+    say "#{received} events received, #{lost} lost; #{cap} spans kept, #{left_out} left out; " \
+        "a file of #{text.bytesize >> 20} MiB"
+    if lost.zero?
+      # every call a span: kept or counted
+      expect(received).to eq(2 * calls)
+      expect(left_out).to eq(calls - cap)
+    else
+      expect(left_out).to be_between(1, calls - cap)
+    end
+  end
+
+  # --format json: a line per sample, for jq; the app's names escaped per
+  # JSON (a thread named with an escape sequence, a quote, a backslash).
+  it 'writes a JSON line per sample with --format json: thread, name, time, state, weight, stack' do
+    evil = "x\e]0;PWNED\a\e[2J\"q\\"
+    app = start_target(<<~RUBY).ready
+      #{ProfileWorkload::CLASSES}
+      Thread.new { Spinner.new.run }.name = #{"spin#{evil}".inspect}
+      Thread.new { Sleeper.new.run }
+      puts "ready"
+      sleep
+    RUBY
+    r = rbtrace('-p', app.pid, '--profile', '--format', 'json', '--duration', '2', timeout: 32)
+    expect(r.exitstatus).to eq(0), r.stderr
+    expect(r.stdout.b).not_to match(/[\x00-\x09\x0b-\x1f\x7f]/n) # the escape sequence escaped
+    lines = r.stdout.lines.map { |l| JSON.parse(l) }
+    expect(lines.first).to include('kind' => 'attach', 'pid' => app.pid)
+    expect(lines.last).to include('kind' => 'profile')
+    samples = lines.select { |l| l['kind'] == 'sample' }
+    expect(lines.last['samples']).to eq(samples.sum { |l| l['weight'] })
+    expect(samples.size).to be > 100 # 3 threads x 100 Hz x 2 s = 600 on an idle machine
+    samples.each do |l|
+      expect(l.keys).to eq(%w[kind thread thread_name time state weight stack])
+      expect(['running', 'GVL wait', 'blocked', 'GC']).to include(l['state'])
+      expect(l['stack']).to all(be_a(String))
+    end
+    # each thread's line comes before its samples, its number theirs
+    threads = lines.select { |l| l['kind'] == 'thread' }
+    expect(samples.map { |l| l['thread'] }.uniq).to match_array([1, 2, 3])
+    # the spinner, named: its samples (once its name came) spin, outermost first
+    spinner = samples.select { |l| l['thread_name'] == "spin#{evil}" }
+    expect(threads.map { |l| l['name'] }).to include("spin#{evil}")
+    expect(spinner.size).to be > 20
+    expect(spinner.map { |l| l['stack'].last }.tally.max_by(&:last).first).to eq('Work#spin')
+    expect(spinner.first['stack'].first(2)).to eq(['block in <main>', 'Spinner#run'])
+    # the sleeper, unnamed: blocked in Kernel#sleep (but as it wakes each second)
+    sleeper = samples.select { |l| l['stack'].include?('Sleeper#run') }
+    expect(sleeper.map { |l| l['thread_name'] }.uniq).to eq([nil])
+    asleep = sleeper.count { |l| l['state'] == 'blocked' && l['stack'].last == 'Kernel#sleep' }
+    expect(asleep).to be >= sleeper.size * 0.85
+    # times on the trace's clock, in order per thread
+    samples.group_by { |l| l['thread'] }.each_value do |ls|
+      expect(ls.map { |l| l['time'] }).to eq(ls.map { |l| l['time'] }.sort)
+    end
+  end
+
   # profile.proto's wire format, read back by a decoder of its own: fields
   # as [number, value] (value an Integer or a String of bytes).
   def protobuf_fields(bytes)
@@ -405,7 +588,7 @@ RSpec.describe '--profile' do
 
   it 'refuses a bad mode or rate (exit 2), and --hz without --profile' do
     [%w[--profile wal], %w[--profile --hz 0], %w[--profile --hz 20000], %w[--hz 100 -m Foo#bar],
-     %w[--profile --format json], %w[--format pprof -m Foo#bar], %w[--format speedscope -f],
+     %w[--profile --format chrome], %w[--format pprof -m Foo#bar], %w[--format speedscope -f],
      %w[--top], %w[--top -m Foo#bar], %w[--profile --top -m Foo#bar], %w[--profile --top --gc],
      %w[--profile --top --format folded], %w[--profile --top --summary]].each do |args|
       r = rbtrace('-p', Process.pid, *args)

@@ -828,10 +828,11 @@ static int options_check(struct options *o)
         (o->format == OPTIONS_FORMAT_SPEEDSCOPE || o->format == OPTIONS_FORMAT_PPROF))
         return options_fail(o, "--format %s writes --profile's samples: add --profile",
                             options_format_names[o->format]);
-    if (o->profile && (o->format == OPTIONS_FORMAT_JSON || o->format == OPTIONS_FORMAT_CHROME))
+    if (o->profile && o->format == OPTIONS_FORMAT_CHROME)
         return options_fail(o,
                             "--profile writes its samples as text (a table of methods), "
-                            "--summary or --format folded, speedscope or pprof, not --format %s",
+                            "--summary or --format folded, speedscope, pprof or json, not "
+                            "--format %s",
                             options_format_names[o->format]);
     return options_check_format(o);
 }

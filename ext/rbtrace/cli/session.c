@@ -804,6 +804,12 @@ static enum cli_exit session_close(struct session *s, enum cli_exit rc)
         if (!s->out_failed) fprintf(stderr, "rbtrace: %s\n", s->format->errstr);
         if (rc == CLI_EXIT_OK) rc = CLI_EXIT_FAIL;
     }
+    /* What the output had no room for (speedscope's spans past its cap):
+     * the last line, where it is seen. */
+    if (s->format && s->format->note[0]) {
+        if (s->out && !s->out_failed) fflush(s->out);
+        fprintf(stderr, "*** %s\n", s->format->note);
+    }
     /* -p PID PID --summary: multi.c combines the tables of the processes
      * traced (one never attached to has none to add) */
     if (s->format && s->attached && s->opts->summary_dump &&

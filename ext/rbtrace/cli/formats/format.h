@@ -7,7 +7,7 @@
  *
  *   text    format_text.c, the original rbtrace's lines (render.c)
  *   json    format_json.c, one JSON object a line per call, slow call,
- *           GC, raise and loss (JSON Lines)
+ *           GC, raise and loss (JSON Lines); with --profile, per sample
  *   chrome  format_chrome.c, the Chrome trace event format
  *   folded  format_folded.c, collapsed stacks weighted by self time,
  *           written when the trace ends
@@ -48,6 +48,9 @@ struct format_ops {
      * output is whole. CLI_OK or CLI_ERR. */
     int (*finish)(struct format *f);
     void (*destroy)(struct format *f);
+    /* Optional (NULL): --profile's PROFILE_SAMPLE and PROFILE_MISSED, once
+     * the samples (samples.h) took them: json's lines. */
+    int (*profile)(struct format *f, const struct rbtrace_event *ev);
     /* Optional (NULL): text only. */
     int (*end_line)(struct format *f);
     int (*raise_open)(const struct format *f);
@@ -65,6 +68,9 @@ struct format {
     enum options_format kind;
     struct samples *samples; /* --profile's, written at the end; NULL without */
     char errstr[128];        /* why a call failed */
+    /* what finish left out of the output (speedscope's spans past its cap),
+     * said on stderr by the session after it; "" when nothing */
+    char note[256];
 };
 
 /* Makes the format named by kind, writing to out. CLI_OK with *f set, or
@@ -94,9 +100,11 @@ static inline int format_event(struct format *f, const struct rbtrace_event *ev)
         f->lost += ev->number;
         break;
     case RBTRACE_EV_PROFILE_FRAME:
+        return format_samples_event(f, ev);
     case RBTRACE_EV_PROFILE_SAMPLE:
     case RBTRACE_EV_PROFILE_MISSED:
-        return format_samples_event(f, ev);
+        if (format_samples_event(f, ev) != CLI_OK) return CLI_ERR;
+        return f->ops->profile && f->samples ? f->ops->profile(f, ev) : CLI_OK;
     case RBTRACE_EV_THREAD_NAME:
         if (f->samples && format_samples_event(f, ev) != CLI_OK) return CLI_ERR;
         break;

@@ -9,6 +9,12 @@
  *
  * Per method the name is kept as its lines show it, escaped once:
  * "name":"Foo#bar","class":"Foo","method":"bar".
+ *
+ * With --profile, a line per sample as it comes (the samples.h's frames
+ * name its stack, outermost first), one per count of samples missed, and
+ * the profile's counts at the end:
+ * {"kind":"sample","thread":2,"time":NS,"state":"running","weight":1,
+ *  "stack":["<main>","Work#run","Work#spin"]}.
  */
 #define _GNU_SOURCE /* fwrite_unlocked */
 #include <stdlib.h>
@@ -18,6 +24,7 @@
 #include "escape.h"
 #include "format.h"
 #include "json.h"
+#include "samples.h"
 
 struct format_json {
     struct format base;
@@ -26,6 +33,10 @@ struct format_json {
     struct json_buf name; /* scratch for a name's fields */
     struct json_buf line; /* scratch for a call's line */
     int gvl_live;         /* --gvl: the target measures GVL waits (its first GVL event came) */
+    /* each thread's name as its lines write it (escaped, quoted), by its
+     * index in calls: --profile's samples repeat it; NULL for none */
+    char **thread_names;
+    size_t n_thread_names;
 };
 
 #define JSON_UNKNOWN "\"name\":\"(unknown)\",\"class\":null,\"method\":\"(unknown)\""
@@ -116,6 +127,32 @@ static long json_thread(struct format_json *f, uint64_t id)
     return calls_walk_thread(&f->calls, &f->base, json_thread_line, id);
 }
 
+/* Keeps p[0, len) (NULL: none) as thread ti's name for its samples.
+ * CLI_OK or CLI_ERR. */
+static int json_keep_thread_name(struct format_json *f, size_t ti, const char *p, size_t len)
+{
+    char *copy = NULL;
+
+    if (!f->base.samples) return CLI_OK; /* only --profile's samples repeat it */
+    if (ti >= f->n_thread_names) {
+        size_t cap = ti + 1 > f->n_thread_names * 2 ? ti + 1 : f->n_thread_names * 2;
+        char **names = realloc(f->thread_names, cap * sizeof(*names));
+
+        if (!names) return format_fail(&f->base, "out of memory");
+        memset(names + f->n_thread_names, 0, (cap - f->n_thread_names) * sizeof(*names));
+        f->thread_names = names;
+        f->n_thread_names = cap;
+    }
+    if (p) {
+        if (!(copy = malloc(len + 1))) return format_fail(&f->base, "out of memory");
+        memcpy(copy, p, len);
+        copy[len] = '\0';
+    }
+    free(f->thread_names[ti]);
+    f->thread_names[ti] = copy;
+    return CLI_OK;
+}
+
 /* THREAD_NAME (--thread-names, on by default in json): the thread's line
  * again, with its name, cut as text cuts it (render.h), or null for none:
  * {"kind":"thread","thread":2,"thread_id":139872,"name":"puma srv tp 001"}.
@@ -132,19 +169,21 @@ static int json_thread_name(struct format *base, const struct rbtrace_event *ev)
     PUT_NUM(f, "{\"kind\":\"thread\",\"thread\":", f->calls.threads[ti].ordinal);
     PUT_NUM(f, ",\"thread_id\":", ev->thread_id);
     PUT_LITERAL(f, ",\"name\":");
-    if (name.len < ev->text.len) {
+    if (name.len == 0) {
+        PUT_LITERAL(f, "null}\n");
+        return json_keep_thread_name(f, (size_t)ti, NULL, 0);
+    }
+    {
         size_t n = 0;
 
-        if (json_buf_add_escaped(&f->name, &n, name.ptr, name.len) != CLI_OK ||
-            json_buf_add(&f->name, &n, "...") != CLI_OK)
+        if (json_buf_add(&f->name, &n, "\"") != CLI_OK ||
+            json_buf_add_escaped(&f->name, &n, name.ptr, name.len) != CLI_OK ||
+            json_buf_add(&f->name, &n, name.len < ev->text.len ? "...\"" : "\"") != CLI_OK)
             return format_fail(&f->base, "out of memory");
-        fputc_unlocked('"', f->base.out);
         put(f, f->name.p, n);
-        fputc_unlocked('"', f->base.out);
-    } else if (put_string(f, name, 1) != CLI_OK) {
-        return CLI_ERR;
+        PUT_LITERAL(f, "}\n");
+        if (json_keep_thread_name(f, (size_t)ti, f->name.p, n) != CLI_OK) return CLI_ERR;
     }
-    PUT_LITERAL(f, "}\n");
     return format_check_io(&f->base);
 }
 
@@ -357,8 +396,56 @@ static int json_event(struct format *base, const struct rbtrace_event *ev)
     return calls_walk_event(&((struct format_json *)base)->calls, base, &json_emit, ev);
 }
 
+/* ---- --profile ---- */
+
+/* A sample's line, its stack's names escaped as they are written; or
+ * {"kind":"missed","count":N} for the samples the target missed. */
+static int json_profile(struct format *base, const struct rbtrace_event *ev)
+{
+    struct format_json *f = (struct format_json *)base;
+    const uint64_t *ids;
+    uint32_t n, i;
+    long ti;
+
+    if (ev->type == RBTRACE_EV_PROFILE_MISSED) {
+        PUT_NUM(f, "{\"kind\":\"missed\",\"count\":", ev->number);
+        PUT_LITERAL(f, "}\n");
+        return format_check_io(base);
+    }
+    if ((ti = json_thread(f, ev->thread_id)) < 0) return CLI_ERR;
+    calls_note_time(&f->calls, ev->time_ns);
+    PUT_NUM(f, "{\"kind\":\"sample\",\"thread\":", f->calls.threads[ti].ordinal);
+    PUT_LITERAL(f, ",\"thread_name\":");
+    if ((size_t)ti < f->n_thread_names && f->thread_names[ti])
+        fputs(f->thread_names[ti], base->out);
+    else PUT_LITERAL(f, "null");
+    PUT_NUM(f, ",\"time\":", ev->time_ns);
+    PUT_LITERAL(f, ",\"state\":\"");
+    fputs(samples_state_name(ev->status), base->out);
+    PUT_NUM(f, "\",\"weight\":", ev->count);
+    PUT_LITERAL(f, ",\"stack\":[");
+    /* the list the samples took: this one's, or its thread's last */
+    ids = samples_last_stack(base->samples, ev->thread_id, &n);
+    for (i = n; i-- > 0;) {
+        size_t len = 0;
+        const char *name = samples_frame_raw(base->samples, ids[i], &len);
+
+        if (i + 1 < n) fputc_unlocked(',', base->out);
+        if (name) {
+            if (put_string(f, (struct rbtrace_str){ name, (uint32_t)len }, 0) != CLI_OK)
+                return CLI_ERR;
+        } else {
+            PUT_NUM(f, "\"(frame ", ids[i]);
+            PUT_LITERAL(f, ")\"");
+        }
+    }
+    PUT_LITERAL(f, "]}\n");
+    return format_check_io(base);
+}
+
 /* The calls still open when the trace ends, innermost first:
- * {"kind":"unfinished",...,"start":S,"depth":D}. */
+ * {"kind":"unfinished",...,"start":S,"depth":D}; with --profile then
+ * {"kind":"profile","samples":N,"missed":M}. */
 static int json_finish(struct format *base)
 {
     struct format_json *f = (struct format_json *)base;
@@ -377,6 +464,11 @@ static int json_finish(struct format *base)
         }
     }
     calls_drop_all(&f->calls);
+    if (base->samples) {
+        PUT_NUM(f, "{\"kind\":\"profile\",\"samples\":", samples_total(base->samples));
+        PUT_NUM(f, ",\"missed\":", samples_missed(base->samples));
+        PUT_LITERAL(f, "}\n");
+    }
     return format_check_io(base);
 }
 
@@ -395,8 +487,11 @@ static void json_set_wall_origin(struct format *base, uint64_t wall_origin_ns)
 static void json_destroy(struct format *base)
 {
     struct format_json *f = (struct format_json *)base;
+    size_t i;
 
     calls_free(&f->calls);
+    for (i = 0; i < f->n_thread_names; i++) free(f->thread_names[i]);
+    free(f->thread_names);
     json_buf_free(&f->esc);
     json_buf_free(&f->name);
     json_buf_free(&f->line);
@@ -405,6 +500,7 @@ static void json_destroy(struct format *base)
 
 static const struct format_ops format_json_ops = {
     .event = json_event,
+    .profile = json_profile,
     .finish = json_finish,
     .destroy = json_destroy,
     .set_wall_origin = json_set_wall_origin,

@@ -11,11 +11,18 @@
  * one per thread, "Thread t2 worker (traced)", holding its calls of the
  * traced methods, its GVL waits longer than --gvl's threshold and its
  * raises ("raise KeyError", zero-length); and one "GC" for the process's
- * GCs ("GC minor", "GC major"). Times in milliseconds on the trace's clock.
+ * GCs ("GC minor", "GC major"). --slow's calls go into one more per thread,
+ * "Thread t2 worker (slow)": beside -m's, a call both trace would show
+ * twice, nested in itself (their times are two clock reads), and --slowcpu's
+ * lengths are CPU time, which would cut -m's calls. Times in milliseconds
+ * on the trace's clock.
  * The spans are kept until the end (32 bytes each), sorted, and nested by
  * force: a span that outlasts the one it starts in is cut at its end (a
  * GVL wait ending after its call's return); calls still open at the end
- * are closed at the latest time seen.
+ * are closed at the latest time seen. At most SPEEDSCOPE_SPANS_MAX are
+ * kept, in the order they end: the app sets the pace (millions of calls a
+ * second), so past it the spans are counted, not kept, and the session
+ * says how many on stderr (format.h's note), as does the file's name.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -29,12 +36,22 @@
  * thread has: the target's ids are thread pointers). */
 #define SPEEDSCOPE_GC_TRACK UINT64_MAX
 
-/* A traced span: [start, end] on track (a thread id), named names[name]. */
+/* The spans kept at most: 32 MB here (and 8 MB more while the file is
+ * written; the client's peak 49 MB), a file of 78 MB, which speedscope
+ * 1.25 opened in headless Chromium in 5 s, its tab at 1.6 GB: three times
+ * as many would pass the 4 GB a tab's JavaScript heap may take
+ * (speedscope's issues #347, #519: tabs lost at 65 and 375 MB of file).
+ * A tight loop of a traced method gets there in about a second. */
+#define SPEEDSCOPE_SPANS_MAX 1000000
+
+/* A traced span: [start, end] on track (a thread id), named names[name];
+ * --slow's go into the thread's profile of slow calls. */
 struct speedscope_span {
     uint64_t track;
     uint64_t start, end;
     uint32_t name;
-    uint32_t seq; /* order of arrival: qsort is not stable */
+    uint32_t seq : 31; /* order of arrival (< SPEEDSCOPE_SPANS_MAX): qsort is not stable */
+    uint32_t slow : 1;
 };
 
 struct format_speedscope {
@@ -43,6 +60,7 @@ struct format_speedscope {
     struct calls calls;
     struct speedscope_span *spans;
     size_t n_spans, spans_cap;
+    uint64_t spans_left_out; /* past SPEEDSCOPE_SPANS_MAX */
     /* the spans' names, JSON-escaped, each once; found by a hash table of
      * indexes + 1 (0: free) */
     char **names;
@@ -104,23 +122,32 @@ static long speedscope_name(struct format_speedscope *f, const char *p, size_t l
     return (long)f->n_names++;
 }
 
-/* Keeps a span named p[0, len) (JSON-escaped). CLI_OK or CLI_ERR. */
-static int speedscope_span(struct format_speedscope *f, uint64_t track, uint64_t start,
+/* Keeps a span named p[0, len) (JSON-escaped), or counts it past
+ * SPEEDSCOPE_SPANS_MAX (its name is not kept either). CLI_OK or CLI_ERR. */
+static int speedscope_span(struct format_speedscope *f, uint64_t track, int slow, uint64_t start,
                            uint64_t end, const char *p, size_t len)
 {
-    long name = speedscope_name(f, p, len);
+    long name;
 
-    if (name < 0) return format_fail(&f->base, "out of memory");
+    if (f->n_spans >= SPEEDSCOPE_SPANS_MAX) {
+        f->spans_left_out++;
+        return CLI_OK;
+    }
+    if ((name = speedscope_name(f, p, len)) < 0) return format_fail(&f->base, "out of memory");
     if (f->n_spans == f->spans_cap) {
         size_t cap = f->spans_cap ? f->spans_cap * 2 : 1024;
-        struct speedscope_span *spans = realloc(f->spans, cap * sizeof(*spans));
+        struct speedscope_span *spans;
 
-        if (!spans) return format_fail(&f->base, "out of memory");
+        if (cap > SPEEDSCOPE_SPANS_MAX) cap = SPEEDSCOPE_SPANS_MAX;
+        if (!(spans = realloc(f->spans, cap * sizeof(*spans))))
+
+            return format_fail(&f->base, "out of memory");
         f->spans = spans;
         f->spans_cap = cap;
     }
-    f->spans[f->n_spans] = (struct speedscope_span){ track, start, end < start ? start : end,
-                                                     (uint32_t)name, (uint32_t)f->n_spans };
+    f->spans[f->n_spans] = (struct speedscope_span){
+        track, start, end < start ? start : end, (uint32_t)name, (uint32_t)f->n_spans, slow != 0
+    };
     f->n_spans++;
     return CLI_OK;
 }
@@ -154,7 +181,7 @@ static int speedscope_call(struct format *base, const struct calls_thread *t,
     struct format_speedscope *f = (struct format_speedscope *)base;
     const struct calls_name *n = calls_name(&f->calls, frame->method_id);
 
-    return speedscope_span(f, t->id, frame->start_ns, frame->start_ns + dur_ns,
+    return speedscope_span(f, t->id, 0, frame->start_ns, frame->start_ns + dur_ns,
                            n ? n->text : "(unknown)", n ? n->len : 9);
 }
 
@@ -164,11 +191,30 @@ static int speedscope_ignore(struct format *base, const struct rbtrace_event *ev
     return CLI_OK;
 }
 
+/* The thread of an event that is not a call is known too: a thread with
+ * no sample is named by its number among them. CLI_OK or CLI_ERR. */
+static int speedscope_note_thread(struct format_speedscope *f, uint64_t id)
+{
+    return calls_walk_thread(&f->calls, &f->base, speedscope_thread, id) < 0 ? CLI_ERR : CLI_OK;
+}
+
+/* --slow (--slowcpu): a call that took longer than the threshold, on its
+ * thread's profile of slow calls (with --slowcpu its length is CPU time). */
+static int speedscope_slow(struct format *base, const struct rbtrace_event *ev)
+{
+    struct format_speedscope *f = (struct format_speedscope *)base;
+    const struct calls_name *n = calls_name(&f->calls, ev->method_id);
+
+    if (speedscope_note_thread(f, ev->thread_id) != CLI_OK) return CLI_ERR;
+    return speedscope_span(f, ev->thread_id, 1, ev->time_ns, ev->time_ns + ev->duration_ns,
+                           n ? n->text : "(unknown)", n ? n->len : 9);
+}
+
 static int speedscope_gc(struct format *base, const struct rbtrace_event *ev)
 {
     struct format_speedscope *f = (struct format_speedscope *)base;
 
-    return speedscope_span(f, SPEEDSCOPE_GC_TRACK, ev->time_ns, ev->time_ns + ev->duration_ns,
+    return speedscope_span(f, SPEEDSCOPE_GC_TRACK, 0, ev->time_ns, ev->time_ns + ev->duration_ns,
                            ev->text.len ? "GC major" : "GC minor", 8);
 }
 
@@ -177,10 +223,11 @@ static int speedscope_raise(struct format *base, const struct rbtrace_event *ev)
     struct format_speedscope *f = (struct format_speedscope *)base;
     size_t n = 0;
 
+    if (speedscope_note_thread(f, ev->thread_id) != CLI_OK) return CLI_ERR;
     if (json_buf_add(&f->buf, &n, ev->number ? "re-raise " : "raise ") != CLI_OK ||
         json_buf_add_escaped(&f->buf, &n, ev->text.ptr, ev->text.len) != CLI_OK)
         return format_fail(base, "out of memory");
-    return speedscope_span(f, ev->thread_id, ev->time_ns, ev->time_ns, f->buf.p, n);
+    return speedscope_span(f, ev->thread_id, 0, ev->time_ns, ev->time_ns, f->buf.p, n);
 }
 
 static int speedscope_gvl(struct format *base, const struct rbtrace_event *ev)
@@ -188,8 +235,9 @@ static int speedscope_gvl(struct format *base, const struct rbtrace_event *ev)
     struct format_speedscope *f = (struct format_speedscope *)base;
 
     if (ev->duration_ns <= base->opts.text.gvl_threshold_ns) return CLI_OK;
-    return speedscope_span(f, ev->thread_id, ev->time_ns, ev->time_ns + ev->duration_ns, "GVL wait",
-                           8);
+    if (speedscope_note_thread(f, ev->thread_id) != CLI_OK) return CLI_ERR;
+    return speedscope_span(f, ev->thread_id, 0, ev->time_ns, ev->time_ns + ev->duration_ns,
+                           "GVL wait", 8);
 }
 
 static const struct calls_emit speedscope_emit = {
@@ -197,7 +245,7 @@ static const struct calls_emit speedscope_emit = {
     .method = speedscope_method,
     .args = speedscope_args,
     .call = speedscope_call,
-    .slow = speedscope_ignore,
+    .slow = speedscope_slow,
     .gc = speedscope_gc,
     .raise = speedscope_raise,
     .gvl = speedscope_gvl,
@@ -317,9 +365,16 @@ static int speedscope_span_order(const void *pa, const void *pb)
     const struct speedscope_span *a = pa, *b = pb;
 
     if (a->track != b->track) return a->track < b->track ? -1 : 1;
+    if (a->slow != b->slow) return a->slow < b->slow ? -1 : 1;
     if (a->start != b->start) return a->start < b->start ? -1 : 1;
     if (a->end != b->end) return a->end > b->end ? -1 : 1; /* the outer first */
     return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+/* Whether two spans (sorted) go into one evented profile. */
+static int speedscope_same_profile(const struct speedscope_span *a, const struct speedscope_span *b)
+{
+    return a->track == b->track && a->slow == b->slow;
 }
 
 /* The index of the sampled thread id, or -1. */
@@ -339,8 +394,8 @@ static void speedscope_at(FILE *out, const char *type, size_t frame, uint64_t ns
     *first = 0;
 }
 
-/* The evented profile of the spans [from, to) (one track, sorted),
- * nested: a span is cut where the one it starts in ends. */
+/* The evented profile of the spans [from, to) (one track, sorted; all
+ * slow or none), nested: a span is cut where the one it starts in ends. */
 static int speedscope_evented(struct format_speedscope *f, const struct samples *s, size_t from,
                               size_t to, size_t *stack)
 {
@@ -348,6 +403,7 @@ static int speedscope_evented(struct format_speedscope *f, const struct samples 
     uint64_t track = f->spans[from].track, end = 0;
     size_t base = s ? s->n_frames - 1 : 0, depth = 0, i;
     long ti = speedscope_sampled_thread(s, track);
+    const char *suffix = f->spans[from].slow ? " (slow)" : " (traced)";
     int first = 1;
 
     for (i = from; i < to; i++)
@@ -355,7 +411,7 @@ static int speedscope_evented(struct format_speedscope *f, const struct samples 
     fputs(",{\"type\":\"evented\",\"name\":", out);
     if (track == SPEEDSCOPE_GC_TRACK) fputs("\"GC\"", out);
     else if (ti >= 0) {
-        if (speedscope_thread_name(f, s, (size_t)ti, " (traced)") != CLI_OK) return CLI_ERR;
+        if (speedscope_thread_name(f, s, (size_t)ti, suffix) != CLI_OK) return CLI_ERR;
     } else {
         /* a thread with no sample (it began after the profile's end) */
         const struct calls_thread *t = NULL;
@@ -363,7 +419,7 @@ static int speedscope_evented(struct format_speedscope *f, const struct samples 
 
         for (k = 0; k < f->calls.n_threads; k++)
             if (f->calls.threads[k].id == track) t = &f->calls.threads[k];
-        fprintf(out, "\"thread %u (traced)\"", t ? t->ordinal : 0);
+        fprintf(out, "\"thread %u%s\"", t ? t->ordinal : 0, suffix);
     }
     fprintf(out, ",\"unit\":\"milliseconds\",\"startValue\":%.6f,\"endValue\":%.6f,\"events\":[",
             (double)f->spans[from].start / 1e6, (double)end / 1e6);
@@ -389,13 +445,12 @@ static int speedscope_evented(struct format_speedscope *f, const struct samples 
     return CLI_OK;
 }
 
-/* The calls still open, closed at the latest time seen; the spans sorted
- * by track and time; an evented profile a track. */
-static int speedscope_write_evented(struct format_speedscope *f, const struct samples *s)
+/* The calls still open become spans, closed at the latest time seen (so
+ * that their names join the frames, written first). CLI_OK or CLI_ERR. */
+static int speedscope_close_open_calls(struct format_speedscope *f)
 {
     uint64_t end = f->calls.last_time_ns;
-    size_t i, d, from;
-    size_t *stack;
+    size_t i, d;
 
     for (i = 0; i < f->calls.n_threads; i++) {
         const struct calls_thread *t = &f->calls.threads[i];
@@ -403,18 +458,29 @@ static int speedscope_write_evented(struct format_speedscope *f, const struct sa
         for (d = 0; d < t->depth; d++) {
             const struct calls_name *n = calls_name(&f->calls, t->frames[d].method_id);
 
-            if (speedscope_span(f, t->id, t->frames[d].start_ns, end, n ? n->text : "(unknown)",
+            if (speedscope_span(f, t->id, 0, t->frames[d].start_ns, end, n ? n->text : "(unknown)",
                                 n ? n->len : 9) != CLI_OK)
                 return CLI_ERR;
         }
     }
     calls_drop_all(&f->calls);
+    return CLI_OK;
+}
+
+/* The spans sorted by track and time; an evented profile a track. */
+static int speedscope_write_evented(struct format_speedscope *f, const struct samples *s)
+{
+    size_t i, from;
+    size_t *stack;
+
     if (f->n_spans == 0) return CLI_OK;
     qsort(f->spans, f->n_spans, sizeof(*f->spans), speedscope_span_order);
     if (!(stack = malloc(f->n_spans * sizeof(*stack))))
         return format_fail(&f->base, "out of memory");
     for (from = 0; from < f->n_spans; from = i) {
-        for (i = from; i < f->n_spans && f->spans[i].track == f->spans[from].track; i++) continue;
+        for (i = from; i < f->n_spans && speedscope_same_profile(&f->spans[i], &f->spans[from]);
+             i++)
+            continue;
         if (speedscope_evented(f, s, from, i, stack) != CLI_OK) {
             free(stack);
             return format_fail(&f->base, "out of memory");
@@ -432,23 +498,17 @@ static int speedscope_finish(struct format *base)
     size_t ti;
     int rc;
 
-    /* the spans first: an open call's name joins the frames */
-    for (ti = 0; ti < f->calls.n_threads; ti++) {
-        const struct calls_thread *t = &f->calls.threads[ti];
-        size_t d;
-
-        for (d = 0; d < t->depth; d++) {
-            const struct calls_name *n = calls_name(&f->calls, t->frames[d].method_id);
-
-            if (speedscope_name(f, n ? n->text : "(unknown)", n ? n->len : 9) < 0)
-                return format_fail(base, "out of memory");
-        }
-    }
+    /* first: the spans' count is final, their names all known */
+    if ((rc = speedscope_close_open_calls(f)) != CLI_OK) return rc;
     fputs("{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\","
           "\"exporter\":\"rbtrace " RBTRACE_VERSION "\",",
           out);
-    fprintf(out, "\"name\":\"rbtrace --profile %s of process %d\",\"activeProfileIndex\":0,",
+    fprintf(out, "\"name\":\"rbtrace --profile %s of process %d",
             base->opts.profile_mode == RBTRACE_PROFILE_CPU ? "cpu" : "wall", base->opts.pid);
+    if (f->spans_left_out)
+        fprintf(out, " (%" PRIu64 " traced spans left out past the first %d)", f->spans_left_out,
+                SPEEDSCOPE_SPANS_MAX);
+    fputs("\",\"activeProfileIndex\":0,", out);
     if (speedscope_frames(f, s) != CLI_OK) return format_fail(base, "out of memory");
     /* the sampled profiles, then the evented ones (each with a comma first) */
     fputs("\"profiles\":[", out);
@@ -464,6 +524,12 @@ static int speedscope_finish(struct format *base)
     }
     if ((rc = speedscope_write_evented(f, s)) != CLI_OK) return rc;
     fputs("]}\n", out);
+    if (f->spans_left_out)
+        snprintf(base->note, sizeof(base->note),
+                 "speedscope: %" PRIu64 " traced spans (calls, slow calls, GCs, raises, GVL "
+                 "waits) were left out of the file, which keeps the first %d that ended: "
+                 "trace fewer methods, or for a shorter --duration",
+                 f->spans_left_out, SPEEDSCOPE_SPANS_MAX);
     return format_check_io(base);
 }
 

@@ -57,6 +57,33 @@ uint64_t samples_missed(const struct samples *s)
     return s->missed;
 }
 
+const uint64_t *samples_last_stack(const struct samples *s, uint64_t id, uint32_t *n)
+{
+    size_t i;
+
+    for (i = 0; i < s->n_threads; i++)
+        if (s->threads[i].id == id) {
+            *n = s->threads[i].last_n;
+            return s->threads[i].last;
+        }
+    *n = 0;
+    return NULL;
+}
+
+const char *samples_frame_raw(const struct samples *s, uint64_t id, size_t *len)
+{
+    if (id >= s->n_frames || !s->frames[id].raw) return NULL;
+    *len = s->frames[id].raw_len;
+    return s->frames[id].raw;
+}
+
+const char *samples_state_name(unsigned state)
+{
+    static const char *const names[] = { "running", "GVL wait", "blocked", "GC" };
+
+    return state <= RBTRACE_STATE_MAX ? names[state] : "(unknown)";
+}
+
 static int samples_oom(char *err)
 {
     snprintf(err, RBTRACE_ERRLEN, "out of memory");
@@ -372,7 +399,6 @@ static double samples_pct(uint64_t part, uint64_t whole)
 
 int samples_write_table(struct samples *s, FILE *out)
 {
-    static const char *const state_names[] = { "running", "GVL wait", "blocked", "GC" };
     uint32_t *order = malloc((s->n_frames ? s->n_frames : 1) * sizeof(*order));
     size_t i, n = 0;
     int st;
@@ -404,7 +430,8 @@ int samples_write_table(struct samples *s, FILE *out)
         fprintf(out, " %" PRIu64 " samples", all);
         for (st = 0; st <= RBTRACE_STATE_MAX; st++) {
             if (!t->states[st]) continue;
-            fprintf(out, "%s%s %.1f%%", sep, state_names[st], samples_pct(t->states[st], all));
+            fprintf(out, "%s%s %.1f%%", sep, samples_state_name((unsigned)st),
+                    samples_pct(t->states[st], all));
             sep = ", ";
         }
         fputc_unlocked('\n', out);
@@ -432,7 +459,6 @@ static int samples_top_order(const void *a, const void *b)
 
 int samples_write_top(struct samples *s, FILE *out, const struct samples_top *how)
 {
-    static const char *const state_names[] = { "running", "GVL wait", "blocked", "GC" };
     uint32_t *order = malloc((s->n_frames ? s->n_frames : 1) * sizeof(*order));
     struct samples_top_row *rows = malloc((s->n_frames ? s->n_frames : 1) * sizeof(*rows));
     size_t i, n = 0, n_rows = 0;
@@ -488,7 +514,8 @@ int samples_write_top(struct samples *s, FILE *out, const struct samples_top *ho
         if (!all) fputs(": no samples", out);
         for (st = 0; st <= RBTRACE_STATE_MAX; st++) {
             if (!t->istates[st]) continue;
-            fprintf(out, "%s%s %.1f%%", sep, state_names[st], samples_pct(t->istates[st], all));
+            fprintf(out, "%s%s %.1f%%", sep, samples_state_name((unsigned)st),
+                    samples_pct(t->istates[st], all));
             sep = ", ";
         }
         fputc_unlocked('\n', out);

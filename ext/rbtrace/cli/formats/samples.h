@@ -74,6 +74,18 @@ void samples_free(struct samples *s);
  * CLI_OK, or CLI_ERR with a message in err (RBTRACE_ERRLEN bytes). */
 int samples_event(struct samples *s, const struct rbtrace_event *ev, char *err);
 
+/* The stack of thread id's last sample, innermost first (*n frame ids; a
+ * sample with no list had its thread's last), or NULL (*n 0) for a
+ * thread with no sample. */
+const uint64_t *samples_last_stack(const struct samples *s, uint64_t id, uint32_t *n);
+
+/* A frame's name as the target sent it (JSON escapes it its own way):
+ * NULL for an id never named. */
+const char *samples_frame_raw(const struct samples *s, uint64_t id, size_t *len);
+
+/* "running", "GVL wait", "blocked", "GC" (enum rbtrace_state). */
+const char *samples_state_name(unsigned state);
+
 /* Samples (weights summed) and samples missed so far. */
 uint64_t samples_total(const struct samples *s);
 uint64_t samples_missed(const struct samples *s);
