@@ -116,6 +116,30 @@ RSpec.describe 'a --profile in pprof format, read by go tool pprof' do
                go_pct['Work#spin'][0], go_pct['Kernel#sleep'][0], ours['Work#spin'][0], ours['Kernel#sleep'][0])
   end
 
+  # Go's pprof "demangles" a name it takes for C++ (with <>, [] or ::),
+  # cutting its <...> and (...): Ruby's <main>, <class:Cart>, block in
+  # <module:Shop> must come through as they are.
+  it 'keeps the names Ruby gives class bodies and blocks: <class:Cart>, block in <class:Cart>, Shop::Cart#total' do
+    app = start_target(<<~RUBY).ready
+      module Shop
+        class Cart
+          def self.spin(n) = (i = 0; i += 1 while i < n; i)
+          def total = [1].each { [2].each { Cart.spin(20_000) } }
+          puts 'ready'
+          loop { new.total }
+        end
+      end
+    RUBY
+    path = File.join(@dir, 'names.pb.gz')
+    FileUtils.rm_f(path)
+    r = rbtrace('-p', app.pid, '--profile', '--format', 'pprof', '-o', path, '--duration', '1', timeout: 30)
+    expect(r.exitstatus).to eq(0), r.stderr
+    rows = GoPprof.top_rows(top('-sample_index=samples', path)).transform_values { |flat, cum| [Integer(flat), Integer(cum)] }
+    expect(rows).to eq(GoPprof.flat_cum(GoPprof.decode(path)[:samples]))
+    expect(rows.keys).to include('<main>', '<module:Shop>', '<class:Cart>', 'block in <class:Cart>', 'Shop::Cart#total',
+                                 'Shop::Cart.spin', 'Array#each')
+  end
+
   # As profile_spec's cpu example: 600 samples of the two (a share from n
   # samples is off by sqrt(p(1-p)/n), 1.8 points at 600), from profiles of
   # 5 s until they came, which go reads together (it merges the files).
