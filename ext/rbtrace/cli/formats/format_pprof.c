@@ -128,7 +128,7 @@ static uint64_t pprof_location_id(const struct samples *s, uint64_t frame)
  * first too (the samples have no line of their own). No system_name: pprof
  * "demangles" a function whose name is its system_name, and one with <>,
  * [] or :: in it looks like C++ to it, whose <...> and (...) it cuts
- * ("<main>" became "", "block (2 levels) in A::B#c" "block  in A::B#c");
+ * ("<main>" and "<class:Cart>" became "", "block in <main>" "block in ");
  * a name apart from the system_name it takes as already demangled. */
 static void pprof_location(struct pb *b, uint64_t id, uint64_t name, uint64_t file, uint64_t line,
                            struct pb *m)
