@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 #include "calls.h"
 #include "check.h"
 #include "cli.h"
@@ -857,6 +858,228 @@ static void test_summary_merge_alloc(void)
                    "a process's summary has a line it does not know");
 }
 
+/* ---- --profile's pprof file (format_pprof.c) ---- */
+
+/* A protobuf field read back: its number, and its varint or its bytes. */
+struct pb_field {
+    uint32_t num;
+    uint64_t v;
+    const unsigned char *data;
+    size_t len;
+};
+
+static uint64_t pb_varint_at(const unsigned char **p, const unsigned char *end)
+{
+    uint64_t v = 0;
+    int shift = 0;
+
+    while (*p < end && shift < 64) {
+        unsigned char b = *(*p)++;
+
+        v |= (uint64_t)(b & 0x7f) << shift;
+        shift += 7;
+        if (b < 0x80) break;
+    }
+    return v;
+}
+
+/* The next field in [*p, end): 1, or 0 at the end (or on a wire type our
+ * encoder never writes, which fails a check). */
+static int pb_field_at(const unsigned char **p, const unsigned char *end, struct pb_field *f)
+{
+    uint64_t key;
+
+    if (*p >= end) return 0;
+    key = pb_varint_at(p, end);
+    f->num = (uint32_t)(key >> 3);
+    f->data = NULL;
+    f->len = 0;
+    if ((key & 7) == 0) {
+        f->v = pb_varint_at(p, end);
+        return 1;
+    }
+    CHECK((key & 7) == 2);
+    if ((key & 7) != 2) return 0;
+    f->len = (size_t)pb_varint_at(p, end);
+    CHECK(f->len <= (size_t)(end - *p));
+    if (f->len > (size_t)(end - *p)) return 0;
+    f->data = *p;
+    *p += f->len;
+    return 1;
+}
+
+/* A message's varint field num (0 if absent). */
+static uint64_t pb_uint_of(const unsigned char *data, size_t len, uint32_t num, int *present)
+{
+    const unsigned char *p = data;
+    struct pb_field f;
+
+    if (present) *present = 0;
+    while (pb_field_at(&p, data + len, &f))
+        if (f.num == num && !f.data) {
+            if (present) *present = 1;
+            return f.v;
+        }
+    return 0;
+}
+
+static void pack_frame(struct format *f, uint64_t id, const char *name, const char *path,
+                       uint64_t line)
+{
+    struct rbtrace_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = RBTRACE_EV_PROFILE_FRAME;
+    ev.method_id = id;
+    ev.text.ptr = name;
+    ev.text.len = (uint32_t)strlen(name);
+    ev.text2.ptr = path;
+    ev.text2.len = (uint32_t)strlen(path);
+    ev.line = line;
+    CHECK(format_event(f, &ev) == CLI_OK);
+}
+
+static void pack_sample(struct format *f, uint64_t thread, uint64_t time_ns, uint64_t weight,
+                        const uint64_t *frames, uint32_t n)
+{
+    struct rbtrace_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = RBTRACE_EV_PROFILE_SAMPLE;
+    ev.thread_id = thread;
+    ev.time_ns = time_ns;
+    ev.status = RBTRACE_STATE_RUNNING;
+    ev.count = weight;
+    ev.n_frames = n;
+    memcpy(ev.frames, frames, n * sizeof(frames[0]));
+    CHECK(format_event(f, &ev) == CLI_OK);
+}
+
+/*
+ * The file pprof reads: a location (in mapping 1) and a function for each
+ * frame the samples name, and only those (the frames' array has unnamed
+ * slots); a frame never named one "(unknown frame)" location, so that no
+ * sample names a location the file lacks (pprof refuses such a file); no
+ * system_name (pprof would "demangle" <main>); the first sample's wall
+ * time and the span of the samples (first to last, and a period).
+ */
+static void test_pprof(void)
+{
+    static const uint64_t s1[] = { 1, 2 }, s2[] = { 99, 2 }, s3[] = { 5 };
+    const uint64_t origin = 1700000000ULL * 1000000000ULL;
+    struct format_opts opts;
+    struct format *f = NULL;
+    FILE *out = tmpfile();
+    unsigned char gz[4096], raw[8192];
+    const unsigned char *p, *end;
+    struct pb_field fld;
+    char strings[32][32];
+    uint64_t locs[16], sample_locs[16], time_nanos = 0, duration = 0, period = 0;
+    size_t n_strings = 0, n_locs = 0, n_sample_locs = 0, n_mappings = 0, gz_len, i, k;
+    int unknown = 0, unnamed = 0, system_name = 0, mapped = 1, present, found;
+    z_stream z;
+
+    memset(&opts, 0, sizeof(opts));
+    opts.profile = 1;
+    opts.hz = 100;
+    opts.profile_mode = RBTRACE_PROFILE_WALL;
+    CHECK(out != NULL);
+    if (!out || format_open(OPTIONS_FORMAT_PPROF, out, &opts, &f) != CLI_OK) {
+        CHECK(0);
+        return;
+    }
+    format_set_wall_origin(f, origin);
+    /* ids 1, 2 and 5: the frames' array grows to 8, 3, 4, 6 and 7 unnamed */
+    pack_frame(f, 1, "Foo#run", "a.rb", 3);
+    pack_frame(f, 2, "<main>", "a.rb", 1);
+    pack_frame(f, 5, "Bar#x", "", 0);
+    pack_sample(f, THREAD_A, T0, 2, s1, 2);
+    pack_sample(f, THREAD_B, T0 + 10000000, 1, s3, 1);
+    pack_sample(f, THREAD_A, T0 + 20000000, 1, s2, 2); /* 99: never named */
+    CHECK(format_finish(f) == CLI_OK);
+    format_close(f);
+    rewind(out);
+    gz_len = fread(gz, 1, sizeof(gz), out);
+    fclose(out);
+
+    memset(&z, 0, sizeof(z));
+    CHECK(inflateInit2(&z, 16 + MAX_WBITS) == Z_OK);
+    z.next_in = gz;
+    z.avail_in = (uInt)gz_len;
+    z.next_out = raw;
+    z.avail_out = sizeof(raw);
+    CHECK(inflate(&z, Z_FINISH) == Z_STREAM_END);
+    end = raw + (sizeof(raw) - z.avail_out);
+    inflateEnd(&z);
+
+    for (p = raw; pb_field_at(&p, end, &fld);) {
+        switch (fld.num) {
+        case 6: /* string_table */
+            if (n_strings < 32) {
+                snprintf(strings[n_strings], sizeof(strings[0]), "%.*s", (int)fld.len, fld.data);
+                n_strings++;
+            }
+            break;
+        case 3: /* mapping */
+            n_mappings++;
+            CHECK(pb_uint_of(fld.data, fld.len, 1, NULL) == 1);
+            CHECK(pb_uint_of(fld.data, fld.len, 7, NULL) == 1); /* has_functions */
+            break;
+        case 4: /* location */
+            if (n_locs < 16) locs[n_locs++] = pb_uint_of(fld.data, fld.len, 1, NULL);
+            if (pb_uint_of(fld.data, fld.len, 2, NULL) != 1) mapped = 0;
+            break;
+        case 5: /* function */
+            pb_uint_of(fld.data, fld.len, 3, &present);
+            system_name |= present;
+            break;
+        case 2: { /* sample: its location ids, packed */
+            const unsigned char *q = fld.data, *qend = fld.data + fld.len;
+            struct pb_field sf;
+
+            while (pb_field_at(&q, qend, &sf)) {
+                const unsigned char *r = sf.data;
+
+                if (sf.num != 1 || !sf.data) continue;
+                while (r < sf.data + sf.len && n_sample_locs < 16)
+                    sample_locs[n_sample_locs++] = pb_varint_at(&r, sf.data + sf.len);
+            }
+            break;
+        }
+        case 9:
+            time_nanos = fld.v;
+            break;
+        case 10:
+            duration = fld.v;
+            break;
+        case 12:
+            period = fld.v;
+            break;
+        default:
+            break;
+        }
+    }
+    for (i = 0; i < n_strings; i++) {
+        unknown += !strcmp(strings[i], "(unknown frame)");
+        unnamed += !strncmp(strings[i], "(frame ", 7);
+    }
+    CHECK(n_strings > 1 && strings[0][0] == '\0');
+    CHECK(unknown == 1);
+    CHECK(unnamed == 0);
+    CHECK(!system_name);
+    CHECK(n_mappings == 1);
+    CHECK(mapped);
+    CHECK(n_locs == 4); /* 1, 2, 5 and the unknown one */
+    CHECK(n_sample_locs == 5);
+    for (i = 0; i < n_sample_locs; i++) {
+        for (found = 0, k = 0; k < n_locs; k++) found |= sample_locs[i] == locs[k];
+        CHECK(found);
+    }
+    CHECK(period == 10000000);
+    CHECK(time_nanos == origin + T0);
+    CHECK(duration == 20000000 + 10000000);
+}
+
 int main(void)
 {
     test_json_escape();
@@ -875,5 +1098,6 @@ int main(void)
     test_summary_merge_alloc();
     test_summary_big_counts();
     test_summary_many_threads();
+    test_pprof();
     return check_report();
 }

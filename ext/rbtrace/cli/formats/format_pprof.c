@@ -8,7 +8,10 @@
  * Sample types: samples (count) and wall or cpu (nanoseconds: samples x
  * the period, 1 s / --hz); one Sample per distinct stack of a thread, its
  * locations innermost first, labelled thread = "t1 NAME". A Location per
- * frame, with one Line of one Function (name, file, first line).
+ * frame the samples name, with one Line of one Function (name, file, first
+ * line). The time of the first sample and the duration the samples cover,
+ * which `go tool pprof` prints with the total ("Duration: 2s, Total
+ * samples = 6s (300%)" for three threads in wall mode).
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -18,6 +21,11 @@
 #include "cli.h"
 #include "format.h"
 #include "samples.h"
+
+struct format_pprof {
+    struct format base;
+    uint64_t wall_origin_ns; /* the ATTACHED event's: the samples' times are since then */
+};
 
 /* A growable byte buffer: a message being built. */
 struct pb {
@@ -104,22 +112,67 @@ static void pprof_value_type(struct pb *b, uint32_t field, uint64_t type, uint64
     pb_message(b, field, tmp);
 }
 
-/* profile.proto's Profile, into b. */
-static int pprof_encode(struct samples *s, const struct format_opts *opts, struct pb *b)
+/* A sample's frame id as a location id: the frame's own, or, for one
+ * never named (0, or past the frames: a malformed stream), the one
+ * "(unknown frame)" location after the others; pprof refuses a sample
+ * that names a location the file lacks. */
+static uint64_t pprof_location_id(const struct samples *s, uint64_t frame)
+{
+    uint64_t unknown = s->n_frames ? s->n_frames : 1;
+
+    return frame && frame < s->n_frames ? frame : unknown;
+}
+
+/* One location (4), in the one mapping, and its function (5), the same
+ * id: the function's name, file and first line, the location's line its
+ * first too (the samples have no line of their own). No system_name: pprof
+ * "demangles" a function whose name is its system_name, and one with <>,
+ * [] or :: in it looks like C++ to it, whose <...> and (...) it cuts
+ * ("<main>" and "<class:Cart>" became "", "block in <main>" "block in ");
+ * a name apart from the system_name it takes as already demangled. */
+static void pprof_location(struct pb *b, uint64_t id, uint64_t name, uint64_t file, uint64_t line,
+                           struct pb *m)
+{
+    struct pb l = { 0 };
+
+    pb_uint(&l, 1, id);
+    pb_uint(&l, 2, line);
+    pb_uint(m, 1, id);
+    pb_uint(m, 2, 1); /* mapping_id */
+    pb_message(m, 4, &l);
+    free(l.p);
+    pb_message(b, 4, m);
+    pb_uint(m, 1, id);
+    pb_uint(m, 2, name);
+    pb_uint(m, 4, file);
+    pb_uint(m, 5, line);
+    pb_message(b, 5, m);
+}
+
+/* profile.proto's Profile, into b. wall_origin_ns: CLOCK_REALTIME at the
+ * samples' clock origin (0: unknown, the time of writing is used). */
+static int pprof_encode(struct samples *s, const struct format_opts *opts, uint64_t wall_origin_ns,
+                        struct pb *b)
 {
     struct pb m = { 0 }, sub = { 0 };
     struct pprof_strings st = { b, 0 };
     uint64_t period = 1000000000ull / (opts->hz ? opts->hz : 1);
     uint64_t str_samples, str_count, str_kind, str_ns, str_thread, *thread_str;
-    uint64_t *name_str, *file_str;
+    uint64_t *name_str, *file_str, unknown_id = pprof_location_id(s, 0), str_unknown = 0;
+    unsigned char *used;
     size_t i, id, n, k;
     char label[64];
     int rc = CLI_ERR;
 
     name_str = calloc(s->n_frames ? s->n_frames : 1, sizeof(*name_str));
     file_str = calloc(s->n_frames ? s->n_frames : 1, sizeof(*file_str));
+    used = calloc(s->n_frames + 2, 1); /* by location id, unknown_id (n_frames, or 1) too */
     thread_str = calloc(s->n_threads ? s->n_threads : 1, sizeof(*thread_str));
-    if (!name_str || !file_str || !thread_str) goto out;
+    if (!name_str || !file_str || !used || !thread_str) goto out;
+    /* The locations the samples name, the only ones written (n_frames is
+     * the frames' capacity: the slots past the last frame named are none). */
+    for (i = 1; i < s->n_nodes; i++)
+        if (s->nodes[i].parent) used[pprof_location_id(s, s->nodes[i].frame)] = 1;
     /* string_table (6): "" first, as the format requires */
     pprof_string(&st, "", 0);
     str_samples = pprof_string(&st, "samples", 7);
@@ -131,6 +184,7 @@ static int pprof_encode(struct samples *s, const struct format_opts *opts, struc
     for (id = 1; id < s->n_frames; id++) {
         const struct samples_frame *f = &s->frames[id];
 
+        if (!used[id]) continue;
         if (f->raw) name_str[id] = pprof_string(&st, f->raw, f->raw_len);
         else {
             n = (size_t)snprintf(label, sizeof(label), "(frame %zu)", id);
@@ -138,6 +192,7 @@ static int pprof_encode(struct samples *s, const struct format_opts *opts, struc
         }
         file_str[id] = f->path_len ? pprof_string(&st, f->path, f->path_len) : 0;
     }
+    if (used[unknown_id]) str_unknown = pprof_string(&st, "(unknown frame)", 15);
     for (i = 0; i < s->n_threads; i++) {
         const struct samples_thread *t = &s->threads[i];
 
@@ -156,8 +211,8 @@ static int pprof_encode(struct samples *s, const struct format_opts *opts, struc
         if (!node->weight || node->parent == 0) continue;
         if (samples_path(s, (uint32_t)i, &n) != CLI_OK) goto out;
         ti = (size_t)s->nodes[s->path[n - 1]].frame; /* the root: its thread */
-        for (k = 0; k + 1 < n; k++)
-            pb_varint(&sub, s->nodes[s->path[k]].frame); /* innermost first */
+        for (k = 0; k + 1 < n; k++)                  /* innermost first */
+            pb_varint(&sub, pprof_location_id(s, s->nodes[s->path[k]].frame));
         pb_message(&m, 1, &sub);
         pb_varint(&sub, node->weight);
         pb_varint(&sub, node->weight * period);
@@ -172,25 +227,26 @@ static int pprof_encode(struct samples *s, const struct format_opts *opts, struc
         }
         pb_message(b, 2, &m);
     }
-    /* location (4) and function (5): one each per frame, the same id */
-    for (id = 1; id < s->n_frames; id++) {
-        struct pb line = { 0 };
-
-        pb_uint(&line, 1, id);
-        pb_uint(&line, 2, s->frames[id].line);
-        pb_uint(&m, 1, id);
-        pb_message(&m, 4, &line);
-        free(line.p);
-        pb_message(b, 4, &m);
-        pb_uint(&m, 1, id);
-        pb_uint(&m, 2, name_str[id]);
-        pb_uint(&m, 3, name_str[id]);
-        pb_uint(&m, 4, file_str[id]);
-        pb_uint(&m, 5, s->frames[id].line);
-        pb_message(b, 5, &m);
-    }
-    /* time_nanos (9), period_type (11), period (12) */
-    pb_uint(b, 9, (uint64_t)time(NULL) * 1000000000ull);
+    /* mapping (3): one, for every location, that says its functions,
+     * files and lines are there: with none, pprof makes one up, finds no
+     * binary to symbolize it from, and says "Main binary filename not
+     * available." on stderr */
+    pb_uint(&m, 1, 1);
+    pb_uint(&m, 7, 1);
+    pb_uint(&m, 8, 1);
+    pb_uint(&m, 9, 1);
+    pb_message(b, 3, &m);
+    /* location (4) and function (5) */
+    for (id = 1; id < s->n_frames; id++)
+        if (used[id]) pprof_location(b, id, name_str[id], file_str[id], s->frames[id].line, &m);
+    if (used[unknown_id]) pprof_location(b, unknown_id, str_unknown, 0, 0, &m);
+    /* time_nanos (9): the first sample's wall time; duration_nanos (10):
+     * from the first sample to the last, and the period the last stands
+     * for (pprof's "Duration: 2s, Total samples = ..."); period_type (11),
+     * period (12) */
+    pb_uint(b, 9,
+            wall_origin_ns ? wall_origin_ns + s->first_ns : (uint64_t)time(NULL) * 1000000000ull);
+    if (s->stamp) pb_uint(b, 10, s->last_ns - s->first_ns + period);
     pprof_value_type(b, 11, str_kind, str_ns, &sub);
     pb_uint(b, 12, period);
     rc = m.oom || sub.oom || b->oom ? CLI_ERR : CLI_OK;
@@ -199,6 +255,7 @@ out:
     free(sub.p);
     free(name_str);
     free(file_str);
+    free(used);
     free(thread_str);
     return rc;
 }
@@ -240,7 +297,8 @@ static int pprof_finish(struct format *base)
     int rc;
 
     memset(&empty, 0, sizeof(empty));
-    rc = pprof_encode(base->samples ? base->samples : &empty, &base->opts, &b);
+    rc = pprof_encode(base->samples ? base->samples : &empty, &base->opts,
+                      ((struct format_pprof *)base)->wall_origin_ns, &b);
     if (rc == CLI_OK && b.len > UINT32_MAX) rc = CLI_ERR;
     if (rc == CLI_OK) rc = pprof_gzip(b.p, b.len, base->out);
     free(b.p);
@@ -253,17 +311,23 @@ static void pprof_destroy(struct format *base)
     free(base);
 }
 
+static void pprof_set_wall_origin(struct format *base, uint64_t wall_origin_ns)
+{
+    ((struct format_pprof *)base)->wall_origin_ns = wall_origin_ns;
+}
+
 static const struct format_ops format_pprof_ops = {
     .event = pprof_event,
     .finish = pprof_finish,
     .destroy = pprof_destroy,
+    .set_wall_origin = pprof_set_wall_origin,
 };
 
 struct format *format_pprof_new(FILE *out, const struct format_opts *opts)
 {
-    struct format *f = calloc(1, sizeof(*f));
+    struct format_pprof *f = calloc(1, sizeof(*f));
 
     if (!f) return NULL;
-    format_base_init(f, &format_pprof_ops, out, opts);
-    return f;
+    format_base_init(&f->base, &format_pprof_ops, out, opts);
+    return &f->base;
 }

@@ -218,6 +218,8 @@ static int samples_sample(struct samples *s, const struct rbtrace_event *ev, cha
     t->istates[ev->status] += ev->count;
     s->total += ev->count;
     s->itotal += ev->count;
+    if (!s->stamp || ev->time_ns < s->first_ns) s->first_ns = ev->time_ns;
+    if (ev->time_ns > s->last_ns) s->last_ns = ev->time_ns;
     s->stamp++;
     node = t->root;
     for (i = n; i-- > 0;) {

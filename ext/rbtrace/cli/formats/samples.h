@@ -61,7 +61,8 @@ struct samples {
     uint32_t *index; /* (parent, frame) -> node; 0: free */
     size_t index_cap;
     uint64_t total, missed, stamp;
-    uint64_t itotal, imissed; /* since the last --top view */
+    uint64_t first_ns, last_ns; /* the first and last sample's times (since the clock origin) */
+    uint64_t itotal, imissed;   /* since the last --top view */
     uint32_t *path;
     size_t path_cap;
 };
