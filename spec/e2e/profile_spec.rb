@@ -80,6 +80,31 @@ RSpec.describe '--profile' do
     end
   end
 
+  # Frames of one name are one method in the table: code eval'd at the top
+  # level is a "<main>" of its own, under the program's "<main>" (and Ruby
+  # adds a third); each sample counts once in <main>'s total, as recursion
+  # does in a method's (300 % before).
+  it 'counts a sample once in a method\'s total when frames of its name are on the stack twice' do
+    evaled = start_target(<<~RUBY).ready
+      def spin(n) = (i = 0; i += 1 while i < n; i)
+      def deep(n) = n.zero? ? spin(20_000) : deep(n - 1)
+      puts "ready"
+      eval("loop { deep(3) }")
+    RUBY
+    r = rbtrace('-p', evaled.pid, '--profile', '--duration', '1', timeout: 31)
+    expect(r.exitstatus).to eq(0), r.stderr
+    total = Integer(r.stdout[/\A\*\*\* profile: (\d+) samples of 1 thread/, 1])
+    rows = r.stdout.lines.grep(/\A *\d+\.\d\d +\d+\.\d\d +\d+ +\d+  /).to_h do |l|
+      _self_pct, total_pct, _self_n, total_n, name = l.split(' ', 5)
+      [name.chomp, [Float(total_pct), Integer(total_n)]]
+    end
+    expect(rows.keys).to include('<main>', 'Kernel#eval', 'Object#deep', 'Object#spin')
+    expect(rows['<main>']).to eq([100.0, total])
+    expect(rows['Object#deep']).to eq([100.0, total])
+    expect(rows.values.map(&:last).max).to eq(total)
+    expect(evaled).to be_alive
+  end
+
   # A share measured from n samples is off by sqrt(p(1-p)/n): 1.8 points
   # at 600 samples, so 5 points is 2.8 of those. The app gets what CPU a
   # loaded machine leaves it (cpu mode samples CPU time): profiles of 5 s

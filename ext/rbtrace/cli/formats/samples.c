@@ -7,7 +7,10 @@
  * (parent, frame) under its thread's root, found through a hash table: the
  * memory is one node per distinct stack, not per sample. Each method's
  * self samples are its innermost frame's; its total counts a sample once
- * however often the method is on that stack (recursion).
+ * however often the method is on that stack (recursion). Frames of one
+ * name (two files' "<main>", a method whose iseq was redefined) are one
+ * method: their counts go to the first of them, so that a stack holding
+ * both counts once in its total too.
  */
 #define _GNU_SOURCE /* fwrite_unlocked */
 #include <inttypes.h>
@@ -43,6 +46,7 @@ void samples_free(struct samples *s)
     free(s->threads);
     free(s->nodes);
     free(s->index);
+    free(s->names);
     free(s->path);
     free(s);
 }
@@ -163,6 +167,61 @@ static struct samples_thread *samples_thread(struct samples *s, uint64_t id)
     return t;
 }
 
+/* ---- names ---- */
+
+/* Where a frame's counts go: the first frame of its name (itself if unnamed). */
+static struct samples_frame *samples_row(struct samples *s, uint64_t id)
+{
+    return &s->frames[s->frames[id].row ? s->frames[id].row : id];
+}
+
+/* The slot of name in the names table: the frame holding it, or a free one. */
+static size_t samples_name_slot(const struct samples *s, const char *name, size_t len)
+{
+    uint64_t h = 14695981039346656037ULL; /* FNV-1a */
+    size_t i;
+
+    for (i = 0; i < len; i++) h = (h ^ (unsigned char)name[i]) * 1099511628211ULL;
+    for (i = (size_t)h & (s->names_cap - 1); s->names[i]; i = (i + 1) & (s->names_cap - 1)) {
+        const struct samples_frame *f = &s->frames[s->names[i]];
+
+        if (f->len == len && memcmp(f->name, name, len) == 0) break;
+    }
+    return i;
+}
+
+/* Sets the frame's row: the first frame named as it is. */
+static int samples_name_row(struct samples *s, uint32_t id)
+{
+    struct samples_frame *f = &s->frames[id];
+    size_t slot;
+
+    if ((s->names_used + 1) * 2 > s->names_cap) {
+        uint32_t *old = s->names;
+        size_t old_cap = s->names_cap, i;
+
+        if (!(s->names = calloc(old_cap ? old_cap * 2 : 1024, sizeof(*s->names)))) {
+            s->names = old;
+            return CLI_ERR;
+        }
+        s->names_cap = old_cap ? old_cap * 2 : 1024;
+        for (i = 0; i < old_cap; i++)
+            if (old[i]) {
+                const struct samples_frame *g = &s->frames[old[i]];
+
+                s->names[samples_name_slot(s, g->name, g->len)] = old[i];
+            }
+        free(old);
+    }
+    slot = samples_name_slot(s, f->name, f->len);
+    if (!s->names[slot]) {
+        s->names[slot] = id;
+        s->names_used++;
+    }
+    f->row = s->names[slot];
+    return CLI_OK;
+}
+
 static int samples_frame(struct samples *s, const struct rbtrace_event *ev, char *err)
 {
     size_t id = (size_t)ev->method_id, n;
@@ -197,6 +256,7 @@ static int samples_frame(struct samples *s, const struct rbtrace_event *ev, char
     s->frames[id].raw_len = ev->text.len;
     s->frames[id].path_len = ev->text2.len;
     s->frames[id].line = ev->line;
+    if (samples_name_row(s, (uint32_t)id) != CLI_OK) return samples_oom(err);
     return CLI_OK;
 }
 
@@ -226,16 +286,20 @@ static int samples_sample(struct samples *s, const struct rbtrace_event *ev, cha
         uint64_t id = ids[i];
 
         if (!(node = samples_node(s, node, id))) return samples_oom(err);
-        if (id < s->n_frames && s->frames[id].stamp != s->stamp) {
-            s->frames[id].stamp = s->stamp;
-            s->frames[id].total += ev->count;
-            s->frames[id].itotal += ev->count;
+        if (id < s->n_frames) {
+            struct samples_frame *row = samples_row(s, id);
+
+            if (row->stamp != s->stamp) {
+                row->stamp = s->stamp;
+                row->total += ev->count;
+                row->itotal += ev->count;
+            }
         }
     }
     s->nodes[node].weight += ev->count;
     if (n && ids[0] < s->n_frames) {
-        s->frames[ids[0]].self += ev->count;
-        s->frames[ids[0]].iself += ev->count;
+        samples_row(s, ids[0])->self += ev->count;
+        samples_row(s, ids[0])->iself += ev->count;
     }
     if (t->n_runs && t->runs[t->n_runs - 1].node == node) {
         t->runs[t->n_runs - 1].weight += ev->count;
@@ -356,44 +420,6 @@ static int samples_by_self(const void *a, const void *b, void *arg)
     return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
 }
 
-static int samples_by_name(const void *a, const void *b, void *arg)
-{
-    const struct samples *s = arg;
-    const struct samples_frame *x = &s->frames[*(const uint32_t *)a];
-    const struct samples_frame *y = &s->frames[*(const uint32_t *)b];
-    size_t n = x->len < y->len ? x->len : y->len;
-    int c = memcmp(x->name, y->name, n);
-
-    if (c) return c;
-    if (x->len != y->len) return x->len < y->len ? -1 : 1;
-    return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
-}
-
-/* Frames of one name (two files' "<main>", a method's iseq redefined) make
- * one row: their samples go to the first. Returns the rows left. */
-static size_t samples_merge_names(struct samples *s, uint32_t *order, size_t n)
-{
-    size_t i, rows = 0;
-
-    qsort_r(order, n, sizeof(*order), samples_by_name, s);
-    for (i = 0; i < n; i++) {
-        struct samples_frame *f = &s->frames[order[i]];
-
-        if (rows) {
-            struct samples_frame *row = &s->frames[order[rows - 1]];
-
-            if (row->len == f->len && !memcmp(row->name, f->name, f->len)) {
-                row->self += f->self;
-                row->total += f->total;
-                f->self = f->total = 0;
-                continue;
-            }
-        }
-        order[rows++] = order[i];
-    }
-    return rows;
-}
-
 static double samples_pct(uint64_t part, uint64_t whole)
 {
     return whole ? 100.0 * (double)part / (double)whole : 0.0;
@@ -408,7 +434,6 @@ int samples_write_table(struct samples *s, FILE *out)
     if (!order) return CLI_ERR;
     for (i = 1; i < s->n_frames; i++)
         if (s->frames[i].total && s->frames[i].name) order[n++] = (uint32_t)i;
-    n = samples_merge_names(s, order, n);
     qsort_r(order, n, sizeof(*order), samples_by_self, s);
     fprintf(out, "*** profile: %" PRIu64 " samples of %zu thread%s, %" PRIu64 " missed\n", s->total,
             s->n_threads, s->n_threads == 1 ? "" : "s", s->missed);
@@ -461,33 +486,18 @@ static int samples_top_order(const void *a, const void *b)
 
 int samples_write_top(struct samples *s, FILE *out, const struct samples_top *how)
 {
-    uint32_t *order = malloc((s->n_frames ? s->n_frames : 1) * sizeof(*order));
     struct samples_top_row *rows = malloc((s->n_frames ? s->n_frames : 1) * sizeof(*rows));
-    size_t i, n = 0, n_rows = 0;
+    size_t i, n_rows = 0;
     int st;
 
-    if (!order || !rows) {
-        free(order);
-        free(rows);
-        return CLI_ERR;
-    }
-    for (i = 1; i < s->n_frames; i++)
-        if (s->frames[i].itotal && s->frames[i].name) order[n++] = (uint32_t)i;
-    /* one row a name (two files' "<main>"): by name, then summed */
-    qsort_r(order, n, sizeof(*order), samples_by_name, s);
-    for (i = 0; i < n; i++) {
-        const struct samples_frame *f = &s->frames[order[i]];
-        struct samples_top_row *row = n_rows ? &rows[n_rows - 1] : NULL;
+    if (!rows) return CLI_ERR;
+    /* a row a method: the frames of one name count in the first (samples_row) */
+    for (i = 1; i < s->n_frames; i++) {
+        const struct samples_frame *f = &s->frames[i];
 
-        if (!row || s->frames[row->id].len != f->len ||
-            memcmp(s->frames[row->id].name, f->name, f->len) != 0) {
-            row = &rows[n_rows++];
-            *row = (struct samples_top_row){ order[i], 0, 0, 0, 0 };
-        }
-        row->iself += f->iself;
-        row->itotal += f->itotal;
-        row->self += f->self;
-        row->total += f->total;
+        if (f->itotal && f->name)
+            rows[n_rows++] = (struct samples_top_row){ (uint32_t)i, f->iself, f->itotal, f->self,
+                                                       f->total };
     }
     qsort(rows, n_rows, sizeof(*rows), samples_top_order);
     if (how->tty) fputs("\033[H\033[2J", out); /* home, then clear the screen */
@@ -526,7 +536,6 @@ int samples_write_top(struct samples *s, FILE *out, const struct samples_top *ho
     if (!how->tty) fputc_unlocked('\n', out); /* blocks apart */
     for (i = 1; i < s->n_frames; i++) s->frames[i].iself = s->frames[i].itotal = 0;
     s->itotal = s->imissed = 0;
-    free(order);
     free(rows);
     return CLI_OK;
 }

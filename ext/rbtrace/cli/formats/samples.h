@@ -21,6 +21,7 @@ struct samples_frame {
     char *raw, *path; /* as the target sent them (JSON and pprof escape their own way) */
     size_t raw_len, path_len;
     uint64_t line;
+    uint32_t row;           /* the first frame of this name: it holds the counts of all */
     uint64_t self, total;   /* samples (weights) */
     uint64_t stamp;         /* the sample that last counted it in total */
     uint64_t iself, itotal; /* the same, since the last --top view */
@@ -60,6 +61,8 @@ struct samples {
     size_t n_nodes, nodes_cap;
     uint32_t *index; /* (parent, frame) -> node; 0: free */
     size_t index_cap;
+    uint32_t *names; /* name -> the first frame of that name; 0: free */
+    size_t names_cap, names_used;
     uint64_t total, missed, stamp;
     uint64_t first_ns, last_ns; /* the first and last sample's times (since the clock origin) */
     uint64_t itotal, imissed;   /* since the last --top view */
