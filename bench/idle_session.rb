@@ -20,15 +20,6 @@ MODES = [['not attached', nil], ['rbtrace --gc', ['--gc']], ['rbtrace --profile 
 
 def tasks(pid) = Dir.children("/proc/#{pid}/task").map(&:to_i)
 
-# Nanoseconds on a CPU of each thread alive: {tid => ns}.
-def cpu_ns(pid)
-  tasks(pid).filter_map do |tid|
-    [tid, File.read("/proc/#{pid}/task/#{tid}/schedstat").split.first.to_i]
-  rescue Errno::ENOENT
-    nil
-  end.to_h
-end
-
 # The CPU time used between two cpu_ns (a thread gone meanwhile: its last
 # moments are not counted; Ruby 3.4 starts and ends one at an attach).
 def cpu_used(before, after) = after.sum { |tid, ns| ns - before.fetch(tid, 0) }

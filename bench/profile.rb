@@ -41,28 +41,7 @@ include BenchSupport # rubocop:disable Style/MixinUsage
 RUNS = Integer(ENV.fetch('BENCH_RUNS', '5'))
 SECONDS = Float(ENV.fetch('BENCH_SECONDS', '2'))
 RATES = [100, 1000].freeze
-VERNIER = Gem::Version.new(RUBY_VERSION) >= Gem::Version.new('3.2.1')
-
-# The peers, installed once per Ruby; the environment that loads them.
-def profilers_env
-  dir = File.join(BenchSupport::ROOT, 'tmp', "profilers-#{RUBY_VERSION}")
-  FileUtils.mkdir_p(dir)
-  gemfile = File.join(dir, 'Gemfile')
-  FileUtils.cp(File.join(__dir__, 'profilers', 'Gemfile'), gemfile)
-  env = { 'BUNDLE_GEMFILE' => gemfile, 'BUNDLE_PATH' => dir, 'RUBYOPT' => nil }
-  Bundler.with_unbundled_env { install_profilers(env, dir) } if defined?(Bundler)
-  install_profilers(env, dir) unless defined?(Bundler)
-  env
-end
-
-def install_profilers(env, dir)
-  return if system(env, 'bundle', 'check', out: File::NULL, err: File::NULL)
-
-  warn "==> installing stackprof#{' and vernier' if VERNIER} into #{dir} (once)"
-  log = File.join(dir, 'install.log')
-  abort "bench/profile.rb: bundle install failed: #{log}" unless system(env, 'bundle', 'install', out: log,
-                                                                                                  err: %i[child out])
-end
+VERNIER = vernier?
 
 APP = <<~RUBY
   require 'bundler/setup'

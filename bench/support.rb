@@ -2,8 +2,9 @@
 
 # bench/support.rb - what the bench/*.rb scripts share: where the build is,
 # the checks that it runs with this Ruby, a median, callgrind's count, the
-# build of bench/hook_floor, attaching a client, and rounds of an app under
-# modes side by side.
+# build of bench/hook_floor, attaching a client, rounds of an app under
+# modes side by side, the peer profilers (stackprof, vernier) installed
+# aside, and each thread's CPU time.
 require 'fileutils'
 require 'open3'
 require 'rbconfig'
@@ -101,6 +102,48 @@ module BenchSupport
     wait.value
     app_err.close
     results
+  end
+
+  # Whether this Ruby runs vernier (3.2.1 and later: its thread hooks).
+  def vernier? = Gem::Version.new(RUBY_VERSION) >= Gem::Version.new('3.2.1')
+
+  # The peers bench/profile.rb and bench/profile_accuracy.rb measure
+  # --profile against (bench/profilers/Gemfile: stackprof, and vernier where
+  # this Ruby runs it), installed once per Ruby by Bundler into
+  # tmp/profilers-RUBY_VERSION (RubyGems); the environment of an app that
+  # loads them (`require 'bundler/setup'` first).
+  def profilers_env
+    dir = File.join(ROOT, 'tmp', "profilers-#{RUBY_VERSION}")
+    FileUtils.mkdir_p(dir)
+    gemfile = File.join(dir, 'Gemfile')
+    FileUtils.cp(File.join(__dir__, 'profilers', 'Gemfile'), gemfile)
+    env = { 'BUNDLE_GEMFILE' => gemfile, 'BUNDLE_PATH' => dir, 'RUBYOPT' => nil }
+    if defined?(Bundler)
+      Bundler.with_unbundled_env { install_profilers(env, dir) }
+    else
+      install_profilers(env, dir)
+    end
+    env
+  end
+
+  def install_profilers(env, dir)
+    return if system(env, 'bundle', 'check', out: File::NULL, err: File::NULL)
+
+    warn "==> installing stackprof#{' and vernier' if vernier?} into #{dir} (once)"
+    log = File.join(dir, 'install.log')
+    return if system(env, 'bundle', 'install', out: log, err: %i[child out])
+
+    abort "bench/#{File.basename($PROGRAM_NAME)}: bundle install failed: #{log}"
+  end
+
+  # Nanoseconds on a CPU of each thread of pid alive: {tid => ns}
+  # (/proc/PID/task/TID/schedstat's first field).
+  def cpu_ns(pid)
+    Dir.children("/proc/#{pid}/task").map(&:to_i).filter_map do |tid|
+      [tid, File.read("/proc/#{pid}/task/#{tid}/schedstat").split.first.to_i]
+    rescue Errno::ENOENT
+      nil
+    end.to_h
   end
 
   # Kills each of pids (nil ones skipped) and reaps it: what every script's
