@@ -26,15 +26,7 @@ RSpec.describe 'Puma thread names' do
   def start_puma(log)
     puma = spawn_group('puma', 'puma', '-e', 'production', '-t', '2:2', '-b', 'tcp://127.0.0.1:0',
                        'config.ru', log: log, env: RealApps.app_env, chdir: dir)
-    port = nil
-    Timeout.timeout(60) do
-      until (port = File.read(log)[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1])
-        raise "puma exited before listening:\n#{RealApps.tail(log)}" if Process.waitpid(puma.pid, Process::WNOHANG)
-
-        sleep 0.1
-      end
-    end
-    [puma, Integer(port)]
+    [puma, RealApps.puma_port(log, puma)]
   end
 
   it "shows the pool threads' own names with --thread-names" do

@@ -49,21 +49,13 @@ RSpec.describe 'a profile of a Rails app under Puma, in speedscope' do
   end
 
   # Puma in single mode, four pool threads, on a port the kernel picks as it
-  # binds (read from its log, as puma_thread_names_spec.rb does); its pid.
+  # binds (RealApps.puma_port: read from its log); its pid.
   def start_puma
     log = File.join(dir, 'puma.log')
     env = RealApps.app_env(extra: { 'RAILS_APP_DB' => File.join(dir, 'shop.sqlite3') })
     puma = spawn_group('puma', 'puma', '-e', 'production', '-t', '4:4', '-b', 'tcp://127.0.0.1:0', 'config.ru',
                        env: env, log: log, chdir: PROFILE_RAILS_DIR)
-    port = nil
-    Timeout.timeout(90) do
-      until (port = File.read(log)[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1])
-        raise "puma exited before listening:\n#{RealApps.tail(log)}" if Process.waitpid(puma.pid, Process::WNOHANG)
-
-        sleep 0.1
-      end
-    end
-    [puma.pid, Integer(port)]
+    [puma.pid, RealApps.puma_port(log, puma, timeout: 90)]
   end
 
   # wrk's mix (apps/rails/wrk_load.lua) on four connections; its pid.

@@ -73,6 +73,20 @@ module RealApps
     end
   end
 
+  # The port a Puma started with `-b tcp://127.0.0.1:0` says it listens on in
+  # its log; raises with the log if its process (a Group) exits first.
+  def puma_port(log, puma, timeout: 60)
+    Timeout.timeout(timeout) do
+      loop do
+        port = File.read(log)[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1]
+        return Integer(port) if port
+        raise "puma exited before listening:\n#{tail(log)}" if Process.waitpid(puma.pid, Process::WNOHANG)
+
+        sleep 0.1
+      end
+    end
+  end
+
   def tail(path, bytes = 4000)
     return "(no log at #{path})" unless File.exist?(path)
 
