@@ -140,7 +140,6 @@ static int speedscope_span(struct format_speedscope *f, uint64_t track, int slow
 
         if (cap > SPEEDSCOPE_SPANS_MAX) cap = SPEEDSCOPE_SPANS_MAX;
         if (!(spans = realloc(f->spans, cap * sizeof(*spans))))
-
             return format_fail(&f->base, "out of memory");
         f->spans = spans;
         f->spans_cap = cap;
