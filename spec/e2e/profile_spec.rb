@@ -100,7 +100,8 @@ RSpec.describe '--profile' do
     end
     expect(rows.keys).to include('<main>', 'Kernel#eval', 'Object#deep', 'Object#spin')
     expect(rows['<main>']).to eq([100.0, total])
-    expect(rows['Object#deep']).to eq([100.0, total])
+    # (a sample may fall in the loop between two calls of deep: ASan runs saw 99 of 100)
+    expect(rows['Object#deep'][1]).to be_between(total * 0.9, total)
     expect(rows.values.map(&:last).max).to eq(total)
     expect(evaled).to be_alive
   end
