@@ -422,6 +422,14 @@ static int channel_work_waiting(void)
     return ds.msg_qnum > 0;
 }
 
+/* Whether the helper woke only for --profile's drain: it takes the GVL in
+ * turn, asking no hand-off (handoff.c): the samples can wait a time slice. */
+static int channel_only_drain(void)
+{
+    return rbtrace_profile_drain_due() && rbtrace.deferred == NULL && !rbtrace.peer_gone &&
+           !rbtrace.sock_readable && !rbtrace.pending;
+}
+
 /*
  * Parks the helper until there is work. Signals without a command (a
  * storm of SIGURG, a job that already drained the queue) cost the app
@@ -439,7 +447,7 @@ static void *channel_wait_nogvl(void *unused)
             ; /* one look serves every signal so far */
         if (channel_work_waiting()) break;
     }
-    return NULL;
+    return channel_only_drain() ? RBTRACE_NOGVL_UNHURRIED : NULL;
 }
 
 static void channel_unblock(void *unused)

@@ -20,6 +20,9 @@ void rbtrace_handoff_done(void);
 void rbtrace_handoff_install(void);
 void rbtrace_handoff_after_fork(void);
 void Init_rbtrace_handoff(VALUE mod);
+/* What a func run by rbtrace_nogvl returns when the work it woke for can
+ * wait for the GVL in turn: no hand-off is asked for (handoff.c). */
+#define RBTRACE_NOGVL_UNHURRIED ((void *)1)
 int rbtrace_nogvl(void *(*func)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg,
                   int *state);
 
