@@ -32,7 +32,9 @@ RSpec.describe '--profile and the GVL' do
     app.lines[seen + 1, n].map { |l| Float(l[/\Ashare (\d+\.\d)\z/, 1]) }
   end
 
-  def off_half(shares) = shares.sum { |s| (s - 50).abs } / shares.size
+  def off_half(shares)
+    shares.sum { |s| (s - 50).abs } / shares.size
+  end
 
   it 'leaves each of two busy threads its half, window after window' do
     app = start_target(FAIRNESS_APP).ready
