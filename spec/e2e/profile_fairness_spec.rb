@@ -28,7 +28,7 @@ RSpec.describe '--profile and the GVL' do
   # under way is not one of them: it began before).
   def windows(app, n)
     seen = app.drain.size
-    app.wait_for(->(l) { app.lines.size > seen + n }, timeout: n + 20)
+    app.wait_for(->(_line) { app.lines.size > seen + n }, timeout: n + 20)
     app.lines[seen + 1, n].map { |l| Float(l[/\Ashare (\d+\.\d)\z/, 1]) }
   end
 
