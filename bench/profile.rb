@@ -18,13 +18,21 @@
 #   vernier N Hz        Vernier.start_profile(interval: 1e6/N µs) in the
 #                       app (every thread; Ruby 3.2.1+)
 #
-# A round lasts BENCH_SECONDS of wall time; its figure is the work the two
-# busy threads did (loop iterations: Work#heavy + Work#light on the main
-# thread, Spinner's spins) per CPU second of the whole process (its threads
-# and the profiler's: the sampler, the helper thread, stackprof's handler,
-# vernier's thread), so that a loaded machine, which gives the app less
-# CPU, moves it little. The cost is untraced's median over the mode's,
-# less 1 (+1.0 %: 1 % more CPU for the same work).
+# A round lasts BENCH_SECONDS of wall time. Its figure is the CPU time of
+# the whole process (its threads and the profiler's: the sampler, the
+# helper thread, stackprof's handler, vernier's thread) per unit of the
+# work the two busy threads did: the main thread's iterations (Work#heavy
+# + Work#light) and the spinner's, each weighed by what one cost that
+# thread untraced (its own CPU clock over its iterations, the untraced
+# rounds' median). So a loaded machine, which gives the app less CPU,
+# moves it little, and so does a mode that gives one busy thread more of
+# the GVL than the other: their iterations do not cost the same (on 4.0
+# the spinner's about 10 % more), and a plain count of iterations a CPU
+# second rose and fell with the share. The cost is the mode's median over
+# untraced's, less 1 (+1.0 %: 1 % more CPU for the same work). "main's
+# share" is the main thread's part of the two busy threads' CPU, median
+# and range: Ruby's time slices give each half, and a profiler should
+# leave it so.
 #
 #   bundle exec rake compile && ruby bench/profile.rb
 #
@@ -53,9 +61,12 @@ APP = <<~RUBY
     def run = loop { Work.new.spin(5_000); $spins += 1 }
   end
   Thread.new { Sleeper.new.run }
-  Thread.new { Spinner.new.run }
+  spinner = Thread.new { Spinner.new.run }
+  sleep 0.01 until spinner.native_thread_id
+  # A thread's CPU time (s), from the kernel's schedstat.
+  def cpu_of(thread) = File.read("/proc/self/task/\#{thread.native_thread_id}/schedstat").to_i / 1e9
   # A round: "PEER HZ" (PEER none, stackprof or vernier) for SECONDS;
-  # answers "iterations cpu_seconds".
+  # answers "main_iterations spinner_iterations cpu main_cpu spinner_cpu".
   work = Work.new
   puts 'ready'
   $stdout.flush
@@ -67,6 +78,8 @@ APP = <<~RUBY
     when 'vernier' then Vernier.start_profile(interval: interval)
     end
     spins = $spins
+    main0 = cpu_of(Thread.main)
+    spinner0 = cpu_of(spinner)
     cpu0 = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
     wall0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     cycles = 0
@@ -76,6 +89,8 @@ APP = <<~RUBY
       cycles += 1
     end
     cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - cpu0
+    main_cpu = cpu_of(Thread.main) - main0
+    spinner_cpu = cpu_of(spinner) - spinner0
     spun = $spins - spins
     case peer
     when 'stackprof'
@@ -83,7 +98,7 @@ APP = <<~RUBY
       StackProf.results
     when 'vernier' then Vernier.stop_profile
     end
-    puts "\#{cycles * 40_000 + spun * 5_000} \#{cpu}"
+    puts "\#{cycles * 40_000} \#{spun * 5_000} \#{cpu} \#{main_cpu} \#{spinner_cpu}"
     $stdout.flush
   end
 RUBY
@@ -108,8 +123,7 @@ begin
   round = lambda do |peer, hz, args|
     with_client(wait.pid, args) do
       app_in.puts("#{peer} #{hz}")
-      iterations, cpu = app_out.gets.split.map(&:to_f)
-      iterations / cpu / 1e6 # million iterations a CPU second
+      app_out.gets.split.map(&:to_f) # main, spinner iterations; cpu, main's, spinner's
     end
   end
   round.call('none', 100, nil) # warm-up
@@ -121,11 +135,22 @@ ensure
   kill_and_reap(wait.pid)
 end
 
-base = median(results['untraced'])
+# What an iteration cost each busy thread untraced (ns of its own CPU).
+main_ns = median(results['untraced'].map { |main, _, _, main_cpu, _| main_cpu / main * 1e9 })
+spinner_ns = median(results['untraced'].map { |_, spun, _, _, spinner_cpu| spinner_cpu / spun * 1e9 })
+# A round's CPU over what its work cost untraced; shares in %.
+per_work = results.transform_values do |rounds|
+  rounds.map { |main, spun, cpu, _, _| cpu * 1e9 / ((main * main_ns) + (spun * spinner_ns)) }
+end
+shares = results.transform_values { |rounds| rounds.map { |_, _, _, m, s| 100 * m / (m + s) } }
+base = median(per_work['untraced'])
 puts "bench/profile.rb: Ruby #{RUBY_VERSION}, #{RUNS} rounds a mode of #{SECONDS} s (#{`nproc`.strip} CPUs); " \
-     'M it/cpu s: million loop iterations a CPU second of the process (median)'
-puts format('%-20s %12s %8s  %s', 'mode', 'M it/cpu s', 'cost', "each round's cost")
+     "an iteration untraced: main #{main_ns.round(2)} ns, spinner #{spinner_ns.round(2)} ns; " \
+     'CPU/work: CPU over what the work cost untraced (median)'
+puts format('%-20s %9s %8s  %-18s %s', 'mode', 'CPU/work', 'cost', "main's share", "each round's cost")
 MODES.each do |name, _, _|
-  each = results[name].map { |r| format('%+.1f%%', ((base / r) - 1) * 100) }.join(' ')
-  puts format('%-20s %12.2f %+7.1f%%  %s', name, median(results[name]), ((base / median(results[name])) - 1) * 100, each)
+  each = per_work[name].map { |r| format('%+.1f%%', ((r / base) - 1) * 100) }.join(' ')
+  share = format('%.1f (%.0f-%.0f) %%', median(shares[name]), *shares[name].minmax)
+  puts format('%-20s %9.4f %+7.1f%%  %-18s %s', name, median(per_work[name]), ((median(per_work[name]) / base) - 1) * 100,
+              share, each)
 end

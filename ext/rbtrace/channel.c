@@ -427,7 +427,7 @@ static int channel_work_waiting(void)
 static int channel_only_drain(void)
 {
     return rbtrace_profile_drain_due() && rbtrace.deferred == NULL && !rbtrace.peer_gone &&
-           !rbtrace.sock_readable && !rbtrace.pending;
+        !rbtrace.sock_readable && !rbtrace.pending;
 }
 
 /*
