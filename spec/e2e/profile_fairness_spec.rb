@@ -2,15 +2,17 @@ require_relative '../spec_helper'
 
 # --profile must not change how the app's threads share the GVL. Two
 # threads of the app spin; each second the app says what share of their
-# CPU time the first had (each thread's CPU clock, from the kernel's
-# schedstat). Ruby's time slices give each half, window after window;
-# under --profile the windows must look the same. Its drain takes the GVL
-# ten times a second on rbtrace's helper thread: asking the busy thread to
-# hand it over (as commands do) upset the order of the app's threads, and
-# one had 29 to 69 % of their CPU over 2 s instead of half (Ruby 4.0).
+# CPU time (their CPU clocks) the first had. Ruby's time slices give each
+# half, window after window; under --profile the windows must look the
+# same. Its drain takes the GVL ten times a second on rbtrace's helper
+# thread: asking the busy thread to hand it over (as commands do) upset
+# the order of the app's threads, and one had 26 to 80 % of their CPU in
+# a second instead of half (Ruby 3.4 and 4.0).
 RSpec.describe '--profile and the GVL' do
   FAIRNESS_APP = <<~'RUBY'.freeze
-    def cpu_ns(thread) = File.read("/proc/self/task/#{thread.native_thread_id}/schedstat").to_i
+    # A thread's CPU clock, the id pthread_getcpuclockid makes of its tid
+    # (no file read: the GVL would go between the two threads' reads).
+    def cpu_ns(thread) = Process.clock_gettime((~thread.native_thread_id << 3) | 6, :nanosecond)
     busy = Array.new(2) { Thread.new { i = 0; loop { i += 1 } } }
     sleep 0.01 until busy.all?(&:native_thread_id)
     puts 'ready'
@@ -38,18 +40,20 @@ RSpec.describe '--profile and the GVL' do
 
   it 'leaves each of two busy threads its half, window after window' do
     app = start_target(FAIRNESS_APP).ready
-    untraced = windows(app, 6)
-    client = start_client('-p', app.pid, '--profile', '--format', 'folded', '--duration', '9')
+    untraced = windows(app, 8)
+    client = start_client('-p', app.pid, '--profile', '--format', 'folded', '--duration', '11')
     client.attached
-    traced = windows(app, 6)
+    traced = windows(app, 8)
     say "first thread's share a second: untraced #{untraced.join(' ')} (#{off_half(untraced).round(1)} off half); " \
         "under --profile #{traced.join(' ')} (#{off_half(traced).round(1)})"
-    # The app's own: half each, give or take a time slice (10 %); under
-    # --profile the mean distance from half (which a loaded machine's stray
-    # window moves little) a few points more at most: 2 to 4 here, where
-    # the hand-offs made it 13.
+    # The app's own: half each, give or take a time slice. Under --profile
+    # the same: the mean distance from half a few points more at most, and
+    # no window far off (here the windows matched untraced's, 3.8 and 3.9
+    # off half on 4.0; with the hand-offs the mean was 7 to 20, a window 15
+    # to 47 off).
     expect(off_half(untraced)).to be <= 6
-    expect(off_half(traced)).to be <= [off_half(untraced), 3].max + 5
+    expect(off_half(traced)).to be <= [off_half(untraced), 3].max + 3
+    expect(traced.map { |s| (s - 50).abs }.max).to be <= [untraced.map { |s| (s - 50).abs }.max, 5].max + 6
     expect(client.wait(timeout: 30)).to be_success, client.outputs
     expect(client.stdout).to match(/\AThread t\d+[^\n]* \d+\n/) # it did sample
   end
