@@ -26,13 +26,15 @@
 # thread untraced (its own CPU clock over its iterations, the untraced
 # rounds' median). So a loaded machine, which gives the app less CPU,
 # moves it little, and so does a mode that gives one busy thread more of
-# the GVL than the other: their iterations do not cost the same (on 4.0
-# the spinner's about 10 % more), and a plain count of iterations a CPU
-# second rose and fell with the share. The cost is the mode's median over
-# untraced's, less 1 (+1.0 %: 1 % more CPU for the same work). "main's
-# share" is the main thread's part of the two busy threads' CPU, median
-# and range: Ruby's time slices give each half, and a profiler should
-# leave it so.
+# the GVL than the other: their iterations need not cost the same (0 to
+# 25 % apart from one start of the app to the next on 4.0), and a plain
+# count of iterations a CPU second rose and fell with the share. A round's
+# cost is its figure over the untraced round of the same turn, less 1
+# (+1.0 %: 1 % more CPU for the same work), so that the machine's slow
+# drifts fall out; a mode's cost is the median of its rounds', beside the
+# middle half of them. "main's share" is the main thread's part of the
+# two busy threads' CPU, median and range: Ruby's time slices give each
+# half, and a profiler should leave it so.
 #
 #   bundle exec rake compile && ruby bench/profile.rb
 #
@@ -144,14 +146,19 @@ per_work = results.transform_values do |rounds|
   rounds.map { |main, spun, cpu, _, _| cpu * 1e9 / ((main * main_ns) + (spun * spinner_ns)) }
 end
 shares = results.transform_values { |rounds| rounds.map { |_, _, _, m, s| 100 * m / (m + s) } }
-base = median(per_work['untraced'])
+# Each round's cost against the untraced round of its turn.
+costs = per_work.transform_values do |rounds|
+  rounds.zip(per_work['untraced']).map { |r, untraced| ((r / untraced) - 1) * 100 }
+end
 puts "bench/profile.rb: Ruby #{RUBY_VERSION}, #{RUNS} rounds a mode of #{SECONDS} s (#{`nproc`.strip} CPUs); " \
      "an iteration untraced: main #{main_ns.round(2)} ns, spinner #{spinner_ns.round(2)} ns; " \
-     'CPU/work: CPU over what the work cost untraced (median)'
-puts format('%-20s %9s %8s  %-18s %s', 'mode', 'CPU/work', 'cost', "main's share", "each round's cost")
+     'CPU/work: CPU over what the work cost untraced (median); cost: against the untraced round of the same turn'
+puts format('%-20s %9s %8s  %-15s  %-18s %s', 'mode', 'CPU/work', 'cost', 'middle half', "main's share",
+            "each round's cost")
 MODES.each do |name, _, _|
-  each = per_work[name].map { |r| format('%+.1f%%', ((r / base) - 1) * 100) }.join(' ')
+  sorted = costs[name].sort
+  middle = format('%+.1f..%+.1f%%', sorted[sorted.size / 4], sorted[(3 * sorted.size) / 4])
   share = format('%.1f (%.0f-%.0f) %%', median(shares[name]), *shares[name].minmax)
-  puts format('%-20s %9.4f %+7.1f%%  %-18s %s', name, median(per_work[name]), ((median(per_work[name]) / base) - 1) * 100,
-              share, each)
+  puts format('%-20s %9.4f %+7.1f%%  %-15s  %-18s %s', name, median(per_work[name]), median(costs[name]), middle,
+              share, costs[name].map { |c| format('%+.1f%%', c) }.join(' '))
 end
