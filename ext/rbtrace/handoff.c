@@ -28,7 +28,7 @@
  * Work that can wait its turn asks nothing (RBTRACE_NOGVL_UNHURRIED):
  * --profile's drain, ten times a second. Asked for, ten hand-offs a
  * second upset the order in which the app's own busy threads take the
- * GVL: of two busy threads, one had 26 to 80 % of their CPU in a second
+ * GVL: of two busy threads, one had 3 to 80 % of their CPU in a second
  * instead of half (Ruby 3.4 and 4.0; spec/e2e/profile_fairness_spec.rb). In turn,
  * ours takes the GVL when Ruby's time slices give it, like any thread.
  */

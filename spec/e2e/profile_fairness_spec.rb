@@ -6,7 +6,7 @@ require_relative '../spec_helper'
 # half, window after window; under --profile the windows must look the
 # same. Its drain takes the GVL ten times a second on rbtrace's helper
 # thread: asking the busy thread to hand it over (as commands do) upset
-# the order of the app's threads, and one had 26 to 80 % of their CPU in
+# the order of the app's threads, and one had 3 to 80 % of their CPU in
 # a second instead of half (Ruby 3.4 and 4.0).
 RSpec.describe '--profile and the GVL' do
   FAIRNESS_APP = <<~'RUBY'.freeze
