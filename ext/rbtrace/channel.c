@@ -406,28 +406,20 @@ static void channel_job_i(void *unused)
 
 /* ---- the helper thread ---- */
 
-/* Whether the helper has anything to do with the GVL; read without it,
- * after the semaphore that published what it reads. */
-static int channel_work_waiting(void)
+/* Whether a command waits for the helper (or a detach, or a signal's
+ * queue); read without the GVL, after the semaphore that published what
+ * it reads. */
+static int channel_command_waiting(void)
 {
     struct msqid_ds ds;
 
     if (rbtrace.deferred != NULL ||
-        (rbtrace.attached &&
-         (rbtrace.peer_gone || rbtrace.sock_readable || rbtrace_profile_drain_due())))
+        (rbtrace.attached && (rbtrace.peer_gone || rbtrace.sock_readable)))
         return 1;
     if (!rbtrace.pending) return 0;
     if (channel_q.id < 0) return 1; /* the first signal: the queue is made */
     if (msgctl(channel_q.id, IPC_STAT, &ds) != 0) return 1; /* gone: a new one is made */
     return ds.msg_qnum > 0;
-}
-
-/* Whether the helper woke only for --profile's drain: it takes the GVL in
- * turn, asking no hand-off (handoff.c): the samples can wait a time slice. */
-static int channel_only_drain(void)
-{
-    return rbtrace_profile_drain_due() && rbtrace.deferred == NULL && !rbtrace.peer_gone &&
-        !rbtrace.sock_readable && !rbtrace.pending;
 }
 
 /*
@@ -445,9 +437,11 @@ static void *channel_wait_nogvl(void *unused)
         if (channel_unblocked) return NULL;
         while (sem_trywait(&rbtrace.wake) == 0)
             ; /* one look serves every signal so far */
-        if (channel_work_waiting()) break;
+        if (channel_command_waiting()) return NULL;
+        /* --profile's drain alone: the GVL in turn, no hand-off asked
+         * (handoff.c): the samples can wait a time slice. */
+        if (rbtrace.attached && rbtrace_profile_drain_due()) return RBTRACE_NOGVL_UNHURRIED;
     }
-    return channel_only_drain() ? RBTRACE_NOGVL_UNHURRIED : NULL;
 }
 
 static void channel_unblock(void *unused)

@@ -91,20 +91,6 @@ module TransparencySpec
 end
 
 module TransparencySpec
-  # Whether this Ruby runs a mode's Ractor app (ractors_from: the first
-  # version where the mode cannot crash it).
-  def self.ractors?(spec)
-    !spec[:ractors_from] || Gem::Version.new(RUBY_VERSION) >= Gem::Version.new(spec[:ractors_from])
-  end
-
-  # {aspect => why} for the aspects a mode does not observe on this Ruby.
-  def self.not_run(spec)
-    return {} if ractors?(spec)
-
-    { 'ractor' => "#{spec[:args].join(' ')} can crash an app that starts Ractors before Ruby " \
-                  "#{spec[:ractors_from]} (docs/limits.md, \"Ractors\"): the Ractor app is not run" }
-  end
-
   # The observations of a mode with its documented differences taken out
   # (known: :wrapper, :expressions_stack or nil), against the untraced one.
   def self.known_differences_out(known, observed)

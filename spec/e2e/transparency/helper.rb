@@ -149,6 +149,20 @@ stderr: #{client.tail(:stderr, 1500)}"
     end
   end
 
+  # Whether this Ruby runs a mode's Ractor app (ractors_from: the first
+  # version where the mode cannot crash it).
+  def self.ractors?(mode)
+    !mode[:ractors_from] || Gem::Version.new(RUBY_VERSION) >= Gem::Version.new(mode[:ractors_from])
+  end
+
+  # {aspect => why} for the aspects a mode does not observe on this Ruby.
+  def self.not_run(mode)
+    return {} if ractors?(mode)
+
+    { 'ractor' => "#{mode[:args].join(' ')} can crash an app that starts Ractors before Ruby " \
+                  "#{mode[:ractors_from]} (docs/limits.md, \"Ractors\"): the Ractor app is not run" }
+  end
+
   # One mode (client arguments) run against fresh probe apps: observations
   # before any client attached, while one is (once its output shows that
   # it traces: `shows`), and after it detached. `ending`: :interrupt (^C),
